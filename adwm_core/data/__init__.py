@@ -1,0 +1,18 @@
+"""Data contracts and their Parquet IO."""
+
+from .io import SchemaError, read_table, table_from_rows, validate, write_table
+from .schemas import CONTRACTS, ESTIMATES, GROUND_TRUTH, LOGPROBS, TRAJECTORIES, Contract
+
+__all__ = [
+    "CONTRACTS",
+    "ESTIMATES",
+    "GROUND_TRUTH",
+    "LOGPROBS",
+    "TRAJECTORIES",
+    "Contract",
+    "SchemaError",
+    "read_table",
+    "table_from_rows",
+    "validate",
+    "write_table",
+]

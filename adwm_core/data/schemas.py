@@ -1,0 +1,111 @@
+"""The Parquet data contracts of DESIGN.md, declared once.
+
+Every stage writes and reads through :mod:`adwm_core.data.io`, which validates
+against these contracts: a missing column, a wrong type, a null in a required
+column or a value outside a column's allowed set is an error naming the
+column and the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A named Arrow schema; non-nullable fields are required to hold no nulls."""
+
+    name: str
+    schema: pa.Schema
+    allowed: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        return self.schema.names
+
+
+def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+SOURCES = frozenset({"behavior", "ground_truth"})
+POLICY_ROLES = frozenset({"behavior", "eval"})
+
+TRAJECTORIES = Contract(
+    "trajectories",
+    pa.schema(
+        [
+            _f("cell", pa.string()),
+            _f("source", pa.string()),  # behavior | ground_truth
+            _f("policy", pa.string()),  # policy label, e.g. "smollm2-sft@p0"
+            _f("epsilon", pa.float64(), nullable=True),  # null for behaviour data
+            _f("seed", pa.int64()),
+            _f("episode", pa.int64()),  # unique within a file
+            _f("task", pa.string()),  # environment task type
+            _f("variation", pa.int64()),  # engine instance id of the task
+            _f("t", pa.int64()),
+            _f("task_description", pa.string()),
+            _f("observation", pa.string()),  # text the agent saw before acting at t
+            _f("response", pa.string()),  # raw LLM text (the action itself for scripted agents)
+            _f("action", pa.string()),
+            _f("action_valid", pa.bool_()),
+            _f("admissible", pa.list_(pa.string()), nullable=True),  # null where not listed
+            _f("reward", pa.float64()),
+            _f("done", pa.bool_()),  # the environment ended the episode (not a horizon cut)
+            _f("score", pa.float64()),  # cumulative normalised score after the step
+            _f("success", pa.bool_()),  # the engine's win flag after the step
+        ]
+    ),
+    allowed={"source": SOURCES},
+)
+
+LOGPROBS = Contract(
+    "logprobs",
+    pa.schema(
+        [
+            _f("episode", pa.int64()),
+            _f("t", pa.int64()),
+            _f("policy", pa.string()),  # behavior | eval
+            _f("epsilon", pa.float64(), nullable=True),  # null for the behaviour policy
+            _f("logprob", pa.float64()),  # log pi(a_t | h_t) of the whole action span
+            _f("n_tokens", pa.int64()),
+            _f("n_admissible", pa.int64()),
+        ]
+    ),
+    allowed={"policy": POLICY_ROLES},
+)
+
+ESTIMATES = Contract(
+    "estimates",
+    pa.schema(
+        [
+            _f("cell", pa.string()),
+            _f("estimator", pa.string()),
+            _f("policy", pa.string()),
+            _f("epsilon", pa.float64()),
+            _f("seed", pa.int64()),
+            _f("value", pa.float64()),
+            _f("ci_low", pa.float64()),
+            _f("ci_high", pa.float64()),
+        ]
+    ),
+)
+
+GROUND_TRUTH = Contract(
+    "ground_truth",
+    pa.schema(
+        [
+            _f("cell", pa.string()),
+            _f("policy", pa.string()),
+            _f("epsilon", pa.float64()),
+            _f("n_episodes", pa.int64()),
+            _f("mean_return", pa.float64()),
+            _f("success_rate", pa.float64()),
+            _f("stderr", pa.float64()),
+        ]
+    ),
+)
+
+CONTRACTS = {c.name: c for c in (TRAJECTORIES, LOGPROBS, ESTIMATES, GROUND_TRUTH)}
