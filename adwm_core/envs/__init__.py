@@ -1,0 +1,16 @@
+"""Text environments: one protocol (:class:`TextEnv`), adapters on real engines, a registry."""
+
+from .base import SPLITS, EnvironmentUnavailable, Observation, StaleObservation, StepResult, TextEnv
+from .registry import env_names, make_env, register
+
+__all__ = [
+    "SPLITS",
+    "EnvironmentUnavailable",
+    "Observation",
+    "StaleObservation",
+    "StepResult",
+    "TextEnv",
+    "env_names",
+    "make_env",
+    "register",
+]

@@ -1,0 +1,147 @@
+"""One protocol for multi-turn text environments.
+
+An episode is addressed by ``(task, variation)``: the task type and the
+engine's own instance id (ScienceWorld variation, TextWorld generation seed,
+TextWorld-Express game seed). Given that pair every engine here is
+deterministic; the episode ``seed`` only seeds the agent's randomness.
+
+Scale conventions shared by every adapter:
+- ``reward`` is the per-step reward in [-1, 1];
+- ``score`` is the engine's cumulative score normalised to [-1, 1] (1 = full marks);
+- ``success`` is the engine's own win flag;
+- ``action_valid`` is False when the engine did not accept the action; the
+  observation then carries the engine's own refusal text and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+SPLITS = ("train", "dev", "test")
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """A dependency of an environment (Java, a package, a data path) is missing."""
+
+
+class StaleObservation(RuntimeError):
+    """Admissible actions were asked of an observation the environment has moved past."""
+
+
+def require_java(env_name: str) -> str:
+    """Path of the ``java`` binary, or a clear error saying how to install it."""
+    java = shutil.which("java")
+    if java is None:
+        raise EnvironmentUnavailable(
+            f"{env_name} runs on the Java virtual machine, and no `java` is on PATH. "
+            "Install a Java runtime (11 or newer), e.g. `apt-get install -y default-jre-headless`, "
+            "or run `make install`, which does so when it can."
+        )
+    return java
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+
+
+class Observation:
+    """What the agent sees: the text, the task description and the admissible actions.
+
+    ``admissible`` may be given as a callable; it is then listed on first access
+    only (ScienceWorld spends ~95% of a step listing valid actions), and raises
+    :class:`StaleObservation` if the environment has stepped on since.
+    """
+
+    __slots__ = ("text", "task_description", "_admissible", "_lister")
+
+    def __init__(
+        self,
+        text: str,
+        task_description: str,
+        admissible: Sequence[str] | Callable[[], Sequence[str]],
+    ) -> None:
+        self.text = text
+        self.task_description = task_description
+        if callable(admissible):
+            self._admissible, self._lister = None, admissible
+        else:
+            self._admissible, self._lister = tuple(admissible), None
+
+    @property
+    def admissible(self) -> tuple[str, ...]:
+        if self._admissible is None:
+            self._admissible = tuple(self._lister())
+            self._lister = None
+        return self._admissible
+
+    def __repr__(self) -> str:
+        return f"Observation(text={self.text[:60]!r}...)"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: Observation
+    reward: float
+    done: bool
+    score: float
+    success: bool
+    action_valid: bool
+
+
+class TextEnv(ABC):
+    """A multi-turn text environment on a real engine."""
+
+    name: str
+
+    @abstractmethod
+    def tasks(self) -> list[str]:
+        """Task types this environment offers."""
+
+    @abstractmethod
+    def variations(self, task: str, split: str) -> list[int]:
+        """Instance ids of ``task`` in ``split`` (one of :data:`SPLITS`)."""
+
+    @abstractmethod
+    def reset(self, task: str, variation: int, seed: int = 0) -> Observation:
+        """Start an episode of ``task`` instance ``variation``."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply ``action``; never raises for an action the engine refuses."""
+
+    @abstractmethod
+    def gold_actions(self) -> list[str]:
+        """The engine's expert action sequence for the current episode, from its start."""
+
+    def close(self) -> None:
+        """Release the engine (JVM, interpreter)."""
+
+    def __enter__(self) -> TextEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class StepCounter:
+    """Counts steps so a lazily listed observation can tell it is stale."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def lister(self, list_now: Callable[[], Sequence[str]]) -> Callable[[], Sequence[str]]:
+        issued_at = self.count
+
+        def list_admissible() -> Sequence[str]:
+            if self.count != issued_at:
+                raise StaleObservation(
+                    "admissible actions of an earlier observation were asked after the "
+                    "environment stepped on; read `observation.admissible` before stepping"
+                )
+            return list_now()
+
+        return list_admissible

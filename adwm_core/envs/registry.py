@@ -1,0 +1,42 @@
+"""Environments by name: ``make_env("scienceworld")``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+
+from .base import TextEnv
+
+# name -> "module:Class", imported on demand so an engine is loaded only when used.
+_REGISTRY: dict[str, str] = {
+    "scienceworld": "adwm_core.envs.scienceworld_env:ScienceWorldEnv",
+    "textworld": "adwm_core.envs.textworld_env:TextWorldEnv",
+    "textworld-express": "adwm_core.envs.twx_env:TextWorldExpressEnv",
+}
+
+# The environment local cells and the demo use by default: (name, task, options).
+DEFAULT_LOCAL_ENV = ("textworld-express", "coin", {"game_params": {"coin": "numLocations=6,includeDoors=1"}})
+
+
+def register(name: str, target: str | Callable[..., TextEnv]) -> None:
+    """Add an environment: ``target`` is a factory or a ``"module:Class"`` path."""
+    _REGISTRY[name] = target
+
+
+def env_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def env_factory(name: str) -> Callable[..., TextEnv]:
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown environment {name!r}; known environments: {', '.join(env_names())}")
+    target = _REGISTRY[name]
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)
+
+
+def make_env(name: str, **kwargs) -> TextEnv:
+    """Build the environment registered as ``name`` with its keyword options."""
+    return env_factory(name)(**kwargs)

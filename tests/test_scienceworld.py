@@ -1,0 +1,62 @@
+import pytest
+
+from adwm_core.envs import StaleObservation, make_env
+from adwm_core.envs.scienceworld_env import REFUSAL
+
+
+@pytest.fixture(scope="module")
+def env():
+    with make_env("scienceworld") as env:
+        yield env
+
+
+def test_offers_all_30_task_types_with_disjoint_splits(env):
+    tasks = env.tasks()
+    assert len(tasks) == 30 and "boil" in tasks and "use-thermometer" in tasks
+    train, dev, test = (set(env.variations("melt", s)) for s in ("train", "dev", "test"))
+    assert train and dev and test
+    assert not (train & dev) and not (train & test) and not (dev & test)
+
+
+@pytest.mark.parametrize("task", ["find-living-thing", "lifespan-longest-lived", "boil", "identify-life-stages-1"])
+def test_gold_sequence_reaches_success(env, task):
+    variation = env.variations(task, "dev")[0]
+    obs = env.reset(task, variation)
+    assert obs.task_description.startswith("Your task") and obs.text.startswith("This room is called")
+    results = []
+    for action in env.gold_actions():  # some gold sequences carry a trailing "wait" past the win
+        results.append(env.step(action))
+        if results[-1].done:
+            break
+    last = results[-1]
+    assert last.success and last.done and last.score == pytest.approx(1.0)
+    assert all(-1.0 <= r.reward <= 1.0 for r in results)
+    assert sum(r.reward for r in results) == pytest.approx(last.score)  # rewards are score changes / 100
+
+
+def test_invalid_action_mid_episode_is_flagged_and_the_episode_goes_on(env):
+    env.reset("find-living-thing", 0)
+    gold = env.gold_actions()
+    half = len(gold) // 2
+    for action in gold[:half]:
+        env.step(action)
+    refused = env.step("juggle the moon")
+    assert not refused.action_valid and refused.observation.text.strip() == REFUSAL and not refused.done
+    results = [env.step(action) for action in gold[half:]]
+    assert any(r.success for r in results) and all(r.action_valid for r in results)
+
+
+def test_admissible_actions_are_listed_lazily_and_never_stale(env):
+    obs = env.reset("find-living-thing", 0)
+    assert "look around" in obs.admissible
+    old = env.step(env.gold_actions()[0]).observation
+    env.step("look around")
+    with pytest.raises(StaleObservation):
+        _ = old.admissible
+
+
+def test_unknown_task_names_the_known_ones(env):
+    with pytest.raises(ValueError, match="unknown ScienceWorld task 'boil-eggs'.*find-living-thing"):
+        env.reset("boil-eggs", 0)
+    with pytest.raises(ValueError, match="variations 0..29"):
+        env.reset("boil", 999)

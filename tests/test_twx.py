@@ -1,0 +1,43 @@
+import pytest
+
+from adwm_core.envs import make_env
+
+
+@pytest.fixture(scope="module")
+def env():
+    with make_env("textworld-express", game_params={"coin": "numLocations=6,includeDoors=1"}) as env:
+        yield env
+
+
+@pytest.mark.parametrize("game", ["coin", "cookingworld", "mapreader"])
+def test_gold_sequence_reaches_success(env, game):
+    variation = env.variations(game, "test")[3]
+    obs = env.reset(game, variation)
+    assert obs.text and obs.task_description and obs.admissible
+    results = [env.step(a) for a in env.gold_actions()]
+    assert results[-1].success and results[-1].done and results[-1].score == pytest.approx(1.0)
+    assert all(r.action_valid for r in results)
+    assert sum(r.reward for r in results) == pytest.approx(1.0)
+
+
+def test_folds_are_the_splits(env):
+    train, dev, test = (env.variations("twc", s) for s in ("train", "dev", "test"))
+    assert max(train) < min(dev) and max(dev) < min(test)
+    env.reset("twc", dev[0])  # a dev seed loads from the dev fold
+
+
+def test_invalid_action_mid_episode(env):
+    env.reset("cookingworld", 5)
+    gold = env.gold_actions()
+    env.step(gold[0])
+    refused = env.step("eat the stove with a fork")
+    assert not refused.action_valid and not refused.done
+    assert "Unknown action" in refused.observation.text
+    assert [env.step(a) for a in gold[1:]][-1].success
+
+
+def test_unknown_game_and_params_are_refused(env):
+    with pytest.raises(ValueError, match="unknown TextWorld-Express game 'chess'.*coin"):
+        env.reset("chess", 0)
+    with pytest.raises(ValueError, match="unknown games"):
+        make_env("textworld-express", game_params={"chess": ""})
