@@ -43,6 +43,16 @@ def require_java(env_name: str) -> str:
     return java
 
 
+def close_quietly(engine) -> None:
+    """Close a JVM-backed engine; one whose JVM is already gone has nothing left to release."""
+    if engine is None:
+        return
+    try:
+        engine.close()
+    except Exception:  # py4j raises when the JVM died first
+        pass
+
+
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")

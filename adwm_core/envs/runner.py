@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import TRAJECTORIES, table_from_rows
-from .base import EnvironmentUnavailable
+from .base import EnvironmentUnavailable, close_quietly
 from .registry import make_env
 
 
@@ -166,14 +166,10 @@ def _serve(conn, env_name: str, env_kwargs: dict, n_slots: int) -> None:
             except Exception:  # an engine failure: drop the engine, the runner replays
                 replies.append(("error", traceback.format_exc()))
                 env, envs[slot] = envs[slot], None
-                try:
-                    env is not None and env.close()
-                except Exception:  # a dead engine may fail to close; it is dropped either way
-                    pass
+                close_quietly(env)
         conn.send(replies)
     for env in envs:
-        if env is not None:
-            env.close()
+        close_quietly(env)
 
 
 class _Worker:

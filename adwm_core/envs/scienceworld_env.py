@@ -8,7 +8,7 @@ listed only when ``observation.admissible`` is read: the engine step takes
 
 from __future__ import annotations
 
-from .base import Observation, StepCounter, StepResult, TextEnv, check_split, require_java
+from .base import Observation, StepCounter, StepResult, TextEnv, check_split, close_quietly, require_java
 
 REFUSAL = "No known action matches that input."
 
@@ -91,8 +91,4 @@ class ScienceWorldEnv(TextEnv):
 
     def close(self) -> None:
         engine, self._engine = getattr(self, "_engine", None), None
-        if engine is not None:
-            try:
-                engine.close()
-            except Exception:  # the JVM may already be gone; nothing left to release
-                pass
+        close_quietly(engine)

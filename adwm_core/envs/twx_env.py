@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 
 from ..paths import local_cache_dir
-from .base import Observation, StepResult, TextEnv, check_split, require_java
+from .base import Observation, StepResult, TextEnv, check_split, close_quietly, require_java
 
 GOLD_DRAWS = 5
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
@@ -130,8 +130,4 @@ class TextWorldExpressEnv(TextEnv):
 
     def close(self) -> None:
         engine, self._engine = getattr(self, "_engine", None), None
-        if engine is not None:
-            try:
-                engine.close()
-            except Exception:  # the JVM may already be gone; nothing left to release
-                pass
+        close_quietly(engine)

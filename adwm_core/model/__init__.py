@@ -1,0 +1,1 @@
+"""World-model modules: observation and history encoders, score network, heads, ψ adapter."""

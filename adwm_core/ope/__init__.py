@@ -1,0 +1,1 @@
+"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics."""

@@ -1,0 +1,1 @@
+"""Training loops for the world model and the ψ adapter."""
