@@ -216,7 +216,6 @@ class _Live:
     decision: Decision | None = None
     replay: bool = False
     retries: int = 0
-    last_error: str = ""
 
 
 class EpisodeRunner:
@@ -362,7 +361,6 @@ class EpisodeRunner:
 
     def _retry(self, live: _Live, error: str) -> None:
         live.retries += 1
-        live.last_error = error
         if live.retries > self.max_retries:
             raise EpisodeFailed(f"episode {live.spec} failed {live.retries} times; last error:\n{error}")
         live.replay = True
