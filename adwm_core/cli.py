@@ -8,11 +8,12 @@ import json
 import sys
 import time
 
+import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .data import TRAJECTORIES, read_table, write_table
-from .envs import env_names, make_env
+from .envs import EnvironmentUnavailable, env_names, make_env
 from .envs.agents import EpsilonGoldAgent
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.runner import EpisodeRunner, EpisodeSpec, episodes_table
@@ -23,6 +24,11 @@ def _collect(args: argparse.Namespace) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     out = args.out or artifact_path("collect", f"{args.env}-{args.task}", "trajectories.parquet")
+    fs, fs_path = fsspec.core.url_to_fs(out)
+    if fs.exists(fs_path) and not args.overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    with make_env(args.env, **env_kwargs) as env:  # checks the name, options and task before any worker starts
+        variations = env.variations(args.task, args.split)[: args.episodes]
     tables, timings = [], {}
     with EpisodeRunner(
         args.env,
@@ -32,8 +38,6 @@ def _collect(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
     ) as runner:
         runner.start()
-        with make_env(args.env, **env_kwargs) as env:
-            variations = env.variations(args.task, args.split)[: args.episodes]
         for i, eps in enumerate(epsilons):
             specs = [EpisodeSpec(i * len(variations) + k, args.task, v, seed=k) for k, v in enumerate(variations)]
             start = time.perf_counter()
@@ -80,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "envs":
         print("\n".join(env_names()))
         return 0
-    return _collect(args)
+    try:
+        return _collect(args)
+    except (ValueError, KeyError, FileExistsError, EnvironmentUnavailable) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"adwm collect: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

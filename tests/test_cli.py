@@ -1,6 +1,4 @@
 import pyarrow.compute as pc
-import pytest
-
 from adwm_core.cli import main
 from adwm_core.data import TRAJECTORIES, read_table
 
@@ -16,5 +14,13 @@ def test_collect_writes_a_valid_file_with_a_falling_success_curve(tmp_path, caps
         success[eps] = len(set(rows.filter(rows["success"])["episode"].to_pylist())) / 8
     assert success[0.0] == 1.0 and success[1.0] < 1.0
     assert "success" in capsys.readouterr().out
-    with pytest.raises(FileExistsError):
-        main(args)
+    assert main(args) == 2  # the file exists: kept, and said so
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_collect_refuses_bad_input_before_running_anything(tmp_path, capsys):
+    out = tmp_path / "never.parquet"
+    assert main(["collect", "--task", "chess", "--workers", "1", "--out", str(out)]) == 2
+    assert "unknown TextWorld-Express game 'chess'" in capsys.readouterr().err and not out.exists()
+    assert main(["collect", "--env", "webshopp", "--out", str(out)]) == 2
+    assert "known environments:" in capsys.readouterr().err
