@@ -44,7 +44,7 @@ class TextWorldExpressEnv(TextEnv):
         self._game_params = dict(game_params or {})
         self._engine = Engine(envStepLimit=10**9)
         self._game: str | None = None
-        self._fold_seeds: dict[str, list[int]] = {}
+        self._fold_seeds: dict[tuple[str, str], list[int]] = {}
         self._info: dict | None = None
         self._gold: list[str] = []
 
@@ -58,21 +58,26 @@ class TextWorldExpressEnv(TextEnv):
             self._engine.load(task, self._game_params.get(task, ""))
             self._game = task
 
-    def variations(self, task: str, split: str) -> list[int]:
-        check_split(split)
-        self._load(task)
-        if split not in self._fold_seeds:
+    def _seeds(self, split: str) -> list[int]:
+        """The current game's seeds in ``split``, asked of the engine once per (game, fold)."""
+        key = (self._game, split)
+        if key not in self._fold_seeds:
             listing = {
                 "train": self._engine.getValidSeedsTrain,
                 "dev": self._engine.getValidSeedsDev,
                 "test": self._engine.getValidSeedsTest,
             }[split]
-            self._fold_seeds[split] = [int(s) for s in listing()]
-        return list(self._fold_seeds[split])
+            self._fold_seeds[key] = [int(s) for s in listing()]
+        return self._fold_seeds[key]
+
+    def variations(self, task: str, split: str) -> list[int]:
+        check_split(split)
+        self._load(task)
+        return list(self._seeds(split))
 
     def _fold_of(self, variation: int) -> str:
         for split in ("train", "dev", "test"):
-            seeds = self.variations(self._game, split)
+            seeds = self._seeds(split)
             if seeds[0] <= variation <= seeds[-1]:
                 return split
         raise ValueError(f"TextWorld-Express {self._game!r} has no game seed {variation}")
