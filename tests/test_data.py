@@ -27,7 +27,7 @@ ROWS = {
     ESTIMATES.name: {"cell": "c", "estimator": "WIS", "policy": "pi_e", "epsilon": 0.5, "seed": 1, "value": 0.4,
                 "ci_low": 0.3, "ci_high": 0.5},
     GROUND_TRUTH.name: {"cell": "c", "policy": "pi_e", "epsilon": 0.5, "n_episodes": 64, "mean_return": 0.4,
-                   "success_rate": 0.375, "stderr": 0.06},
+                   "success_rate": 0.375, "stderr": 0.06, "success_stderr": 0.06},
 }
 
 

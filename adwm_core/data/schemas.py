@@ -103,7 +103,8 @@ GROUND_TRUTH = Contract(
             _f("n_episodes", pa.int64()),
             _f("mean_return", pa.float64()),
             _f("success_rate", pa.float64()),
-            _f("stderr", pa.float64()),
+            _f("stderr", pa.float64()),  # standard error of mean_return
+            _f("success_stderr", pa.float64()),  # standard error of success_rate
         ]
     ),
 )

@@ -1,0 +1,269 @@
+"""The stages that run LLM policies in real environments (paper Sec. 5 setup; appendix
+'Behavior-policy data', 'Ground-truth episode counts', 'Behavior log-probability extraction').
+
+- :func:`collect_behavior`: a pool of behaviour policies × prompt variants, greedy
+  decoding, horizon cap, N trajectories → trajectories Parquet (source ``behavior``);
+- :func:`ground_truth_rollouts`: π_e^ε for each ε, n_GT episodes per level with the
+  episode seeds fixed across ε → trajectories Parquet (source ``ground_truth``) and
+  the ground-truth summary (mean return, success rate, standard errors);
+- :func:`extract_logprobs`: per logged step, log π_b(a_t|h_t) re-scored by the
+  behaviour policy that produced it, and log π_e^ε(a_t|h_t) for every ε (Eq. eps-mix).
+
+Episodes run in parallel on the episode runner, which hands the policy every
+waiting episode as one batch. Outputs are checked before any work starts:
+an existing file is an error unless ``overwrite`` is given.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+
+from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, read_table, table_from_rows, write_table
+from .envs import make_env
+from .envs.runner import EpisodeRunner, EpisodeSpec, episodes_table
+from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_model
+from .policies.prompts import VARIANTS, History
+from .policies.scoring import eps_mix_logprob
+
+EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy by name: a Hugging Face model folder (or hub name), a backend and a prompt variant."""
+
+    label: str
+    model: str
+    backend: str = "transformers"
+    variant: str = "p0"
+    options: Mapping = field(default_factory=dict)  # backend options, e.g. {"batch_size": 32}
+
+    def with_variant(self, variant: str) -> PolicySpec:
+        return PolicySpec(self.label, self.model, self.backend, variant, self.options)
+
+    @property
+    def name(self) -> str:
+        """The label logged in the trajectories' ``policy`` column."""
+        return f"{self.label}@{self.variant}"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Where episodes come from: environment, its options, task type, split, horizon cap.
+
+    ``skip_variations`` leaves out the split's first variations, e.g. those a local
+    policy was fine-tuned on when episodes are drawn from the same split."""
+
+    name: str
+    task: str
+    options: Mapping = field(default_factory=dict)
+    split: str = "test"
+    max_steps: int = 12
+    skip_variations: int = 0
+
+    def variations(self) -> list[int]:
+        with make_env(self.name, **self.options) as env:  # checks name, options and task up front
+            variations = list(env.variations(self.task, self.split))[self.skip_variations :]
+        if not variations:
+            raise ValueError(f"{self.name}/{self.task} has no {self.split} variations after skipping {self.skip_variations}")
+        return variations
+
+
+class ModelCache:
+    """Loads each (model, backend) once, so prompt variants of one model share its weights."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str], LanguageModel] = {}
+
+    def policy(self, spec: PolicySpec, env_name: str) -> LLMPolicy:
+        key = (spec.model, spec.backend)
+        if key not in self._models:
+            self._models[key] = load_language_model(spec.model, spec.backend, **dict(spec.options))
+        return LLMPolicy(self._models[key], env_name, spec.variant)
+
+
+def _check_free(*paths: str, overwrite: bool) -> None:
+    for path in paths:
+        fs, fs_path = fsspec.core.url_to_fs(path)
+        if fs.exists(fs_path) and not overwrite:
+            raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+
+
+def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> EpisodeRunner:
+    return EpisodeRunner(
+        env.name, env.options, n_workers=n_workers, envs_per_worker=envs_per_worker, max_steps=env.max_steps
+    )
+
+
+def episode_seed(seed: int, k: int) -> int:
+    """The k-th episode's seed under run seed ``seed`` (the same at every ε)."""
+    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
+
+
+def collect_behavior(
+    env: EnvSpec,
+    pool: Sequence[PolicySpec],
+    n_trajectories: int,
+    out: str,
+    *,
+    cell: str,
+    variants: Sequence[str] = VARIANTS,
+    seed: int = 0,
+    n_workers: int | None = None,
+    envs_per_worker: int = 8,
+    overwrite: bool = False,
+) -> pa.Table:
+    """N greedy trajectories shared round-robin among ``pool`` × ``variants``;
+    the k-th trajectory plays variation k (cycling through the split)."""
+    _check_free(out, overwrite=overwrite)
+    if not pool or n_trajectories < 1:
+        raise ValueError("behaviour collection needs at least one policy and one trajectory")
+    members = [spec.with_variant(v) for spec in pool for v in variants]
+    variations = env.variations()
+    models = ModelCache()
+    tables = []
+    with _runner(env, n_workers, envs_per_worker) as runner:
+        for m, member in enumerate(members):
+            ks = range(m, n_trajectories, len(members))
+            specs = [EpisodeSpec(k, env.task, variations[k % len(variations)], episode_seed(seed, k)) for k in ks]
+            if not specs:
+                continue
+            episodes = runner.run(specs, PolicyAgent(models.policy(member, env.name), 0.0))
+            tables.append(episodes_table(episodes, cell=cell, source="behavior", policy=member.name, epsilon=None))
+    table = pa.concat_tables(tables)
+    write_table(table, out, TRAJECTORIES, overwrite=overwrite)
+    return table
+
+
+def ground_truth_rollouts(
+    env: EnvSpec,
+    policy: PolicySpec,
+    n_episodes: int,
+    trajectories_out: str,
+    summary_out: str,
+    *,
+    cell: str,
+    epsilons: Sequence[float] = EPSILONS,
+    seed: int = 42,
+    n_workers: int | None = None,
+    envs_per_worker: int = 8,
+    overwrite: bool = False,
+    timings: dict | None = None,
+) -> pa.Table:
+    """π_e^ε in the environment for every ε: episode k plays the same variation with the
+    same seed at every ε (appendix 'ε-greedy mixing protocol'). Returns the summary;
+    ``timings`` (if given) receives the wall seconds of each ε level."""
+    _check_free(trajectories_out, summary_out, overwrite=overwrite)
+    if any(not 0.0 <= e <= 1.0 for e in epsilons):
+        raise ValueError(f"every ε must be in [0, 1], got {list(epsilons)}")
+    variations = env.variations()
+    specs = [EpisodeSpec(k, env.task, variations[k % len(variations)], episode_seed(seed, k)) for k in range(n_episodes)]
+    pi = ModelCache().policy(policy, env.name)
+    tables, summary = [], []
+    with _runner(env, n_workers, envs_per_worker) as runner:
+        runner.start()
+        for i, eps in enumerate(epsilons):
+            started = time.perf_counter()
+            level = [EpisodeSpec(i * n_episodes + s.episode, s.task, s.variation, s.seed) for s in specs]
+            episodes = runner.run(level, PolicyAgent(pi, eps))
+            if timings is not None:
+                timings[eps] = time.perf_counter() - started
+            tables.append(episodes_table(episodes, cell=cell, source="ground_truth", policy=policy.name, epsilon=eps))
+            returns, successes = [e.total_reward for e in episodes], [e.success for e in episodes]
+            summary.append(_summarise(cell, policy.name, eps, returns, successes))
+    table = table_from_rows(summary, GROUND_TRUTH)
+    write_table(pa.concat_tables(tables), trajectories_out, TRAJECTORIES, overwrite=overwrite)
+    write_table(table, summary_out, GROUND_TRUTH, overwrite=overwrite)
+    return table
+
+
+def _summarise(cell: str, policy: str, epsilon: float, returns: Sequence[float], successes: Sequence[bool]) -> dict:
+    """Means and their standard errors (sample s.d. / √n; 0 for a single episode)."""
+    returns = np.asarray(returns, dtype=np.float64)
+    successes = np.asarray(successes, dtype=np.float64)
+    n = len(returns)
+
+    def stderr(x: np.ndarray) -> float:
+        return float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+
+    return {
+        "cell": cell,
+        "policy": policy,
+        "epsilon": epsilon,
+        "n_episodes": n,
+        "mean_return": float(returns.mean()),
+        "success_rate": float(successes.mean()),
+        "stderr": stderr(returns),
+        "success_stderr": stderr(successes),
+    }
+
+
+def logged_steps(table: pa.Table) -> Iterator[tuple[dict, History]]:
+    """Each logged step (as a row dict) with the history the policy saw before acting."""
+    rows = sorted(table.to_pylist(), key=lambda r: (r["episode"], r["t"]))
+    steps: list[tuple[str, str]] = []
+    for i, row in enumerate(rows):
+        if i == 0 or rows[i - 1]["episode"] != row["episode"]:
+            steps = []
+        elif row["t"] != rows[i - 1]["t"] + 1:
+            raise ValueError(f"episode {row['episode']}: steps jump from t={rows[i - 1]['t']} to t={row['t']}")
+        admissible = tuple(row["admissible"]) if row["admissible"] is not None else None
+        yield row, History(row["task_description"], tuple(steps), row["observation"], admissible)
+        steps.append((row["observation"], row["action"]))
+
+
+def extract_logprobs(
+    trajectories: str,
+    env_name: str,
+    pool: Sequence[PolicySpec],
+    policy: PolicySpec,
+    out: str,
+    *,
+    epsilons: Sequence[float] = EPSILONS,
+    overwrite: bool = False,
+) -> pa.Table:
+    """log π_b(a_t|h_t) by the pool member named in each step's ``policy`` column, and
+    log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε."""
+    _check_free(out, overwrite=overwrite)
+    table = read_table(trajectories, TRAJECTORIES)
+    members = {spec.with_variant(v).name: spec.with_variant(v) for spec in pool for v in VARIANTS}
+    logged = set(table.column("policy").to_pylist())
+    unknown = sorted(logged - set(members))
+    if unknown:
+        raise ValueError(f"{trajectories}: steps logged by {unknown}, which the behaviour pool {sorted(members)} lacks")
+    steps = list(logged_steps(table))
+    models = ModelCache()
+    behaviour_logp = np.empty(len(steps))
+    behaviour_tokens = np.empty(len(steps), dtype=np.int64)
+    for name in sorted(logged):
+        idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name]
+        pi_b = models.policy(members[name], env_name)
+        logp, n_tok = pi_b.logprob([steps[i][1] for i in idx], [steps[i][0]["action"] for i in idx])
+        behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
+    pi_e = models.policy(policy, env_name)
+    histories = [h for _, h in steps]
+    actions = [row["action"] for row, _ in steps]
+    eval_logp, eval_tokens = pi_e.logprob(histories, actions)
+    in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
+    n_admissible = [len(h.admissible or ()) for h in histories]
+    keys = [{"episode": row["episode"], "t": row["t"], "n_admissible": n} for (row, _), n in zip(steps, n_admissible)]
+    rows = [
+        {**key, "policy": "behavior", "epsilon": None, "logprob": logp, "n_tokens": n_tok}
+        for key, logp, n_tok in zip(keys, behaviour_logp, behaviour_tokens)
+    ]
+    for eps in epsilons:
+        mixed = eps_mix_logprob(eval_logp, eps, in_set, n_admissible)
+        rows.extend(
+            {**key, "policy": "eval", "epsilon": eps, "logprob": logp, "n_tokens": n_tok}
+            for key, logp, n_tok in zip(keys, mixed, eval_tokens)
+        )
+    result = table_from_rows(rows, LOGPROBS)
+    write_table(result, out, LOGPROBS, overwrite=overwrite)
+    return result

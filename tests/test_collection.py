@@ -1,0 +1,104 @@
+import math
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from adwm_core.collection import (
+    EnvSpec,
+    PolicySpec,
+    collect_behavior,
+    extract_logprobs,
+    ground_truth_rollouts,
+    logged_steps,
+)
+from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
+from adwm_core.policies.base import LLMPolicy, load_language_model
+from conftest import TINY_ENV, TINY_VARIATIONS
+
+NAME, TASK, OPTIONS = TINY_ENV
+# held-out variations of the split the tiny policies were fine-tuned on (TWX's test split
+# names objects never seen in training, which a from-scratch LM cannot spell)
+ENV = EnvSpec(NAME, TASK, OPTIONS, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
+
+
+@pytest.fixture(scope="module")
+def pool(tiny_policies):
+    return [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
+
+
+@pytest.fixture(scope="module")
+def behaviour(pool, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("behaviour") / "trajectories.parquet")
+    collect_behavior(ENV, pool, 8, out, cell="test-cell", n_workers=2, envs_per_worker=4)
+    return out
+
+
+def test_ground_truth_success_falls_with_epsilon(tiny_policies, tmp_path):
+    policy = PolicySpec("tiny-late", tiny_policies["late"])
+    timings = {}
+    summary = ground_truth_rollouts(
+        ENV, policy, 24, str(tmp_path / "gt.parquet"), str(tmp_path / "gt_summary.parquet"),
+        cell="test-cell", epsilons=(0.0, 0.5, 1.0), n_workers=2, envs_per_worker=6, timings=timings,
+    )
+    success = dict(zip(summary["epsilon"].to_pylist(), summary["success_rate"].to_pylist()))
+    assert success[0.0] > success[1.0] + 0.15, success
+    assert success[0.0] >= success[0.5] >= success[1.0] - 0.1, success
+    assert set(timings) == {0.0, 0.5, 1.0}
+    se = summary["success_stderr"].to_pylist()[0]
+    assert se == pytest.approx(math.sqrt(success[0.0] * (1 - success[0.0]) / 23), abs=1e-9)
+    table = read_table(str(tmp_path / "gt.parquet"), TRAJECTORIES)
+    assert set(table["source"].to_pylist()) == {"ground_truth"}
+    # episode k plays the same variation with the same seed at every ε
+    firsts = table.filter(pc.equal(table["t"], 0)).to_pylist()
+    by_eps = {e: [(r["variation"], r["seed"]) for r in firsts if r["epsilon"] == e] for e in (0.0, 0.5, 1.0)}
+    assert by_eps[0.0] == by_eps[0.5] == by_eps[1.0] and len(by_eps[0.0]) == 24
+
+
+def test_behaviour_pool_members_share_the_trajectories(behaviour):
+    table = read_table(behaviour, TRAJECTORIES)
+    firsts = table.filter(pc.equal(table["t"], 0))
+    assert sorted(firsts["episode"].to_pylist()) == list(range(8))
+    labels = firsts["policy"].to_pylist()
+    assert {labels.count(name) for name in set(labels)} == {2}
+    assert set(labels) == {"tiny-early@p0", "tiny-early@p1", "tiny-late@p0", "tiny-late@p1"}
+    assert table["epsilon"].null_count == table.num_rows and table["t"].to_numpy().max() < 12
+    assert all(a is not None for a in table["admissible"].to_pylist())
+
+
+def test_behaviour_collection_refuses_to_overwrite_before_running(behaviour, pool):
+    before = read_table(behaviour, TRAJECTORIES)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        collect_behavior(EnvSpec("no-such-env", TASK), pool, 8, behaviour, cell="x")  # fails on the path first
+    assert read_table(behaviour, TRAJECTORIES).equals(before)
+
+
+def test_logprobs_rescore_with_the_producing_policy_and_mix_per_epsilon(behaviour, pool, tmp_path):
+    out = str(tmp_path / "logprobs.parquet")
+    eval_spec = pool[1]
+    extract_logprobs(behaviour, NAME, pool, eval_spec, out, epsilons=(0.0, 0.5, 1.0))
+    logp = read_table(out, LOGPROBS)
+    steps = list(logged_steps(read_table(behaviour, TRAJECTORIES)))
+    assert logp.num_rows == 4 * len(steps)
+    rows = {(r["policy"], r["epsilon"], r["episode"], r["t"]): r for r in logp.to_pylist()}
+    # behaviour log-probs: the producing member (model and prompt variant) re-scores its own steps
+    row, history = next((r, h) for r, h in steps if r["policy"] == "tiny-early@p1")
+    direct, _ = LLMPolicy(load_language_model(pool[0].model), NAME, "p1").logprob([history], [row["action"]])
+    got = rows[("behavior", None, row["episode"], row["t"])]["logprob"]
+    assert got == pytest.approx(direct[0], abs=1e-6) and got < 0
+    for row, history in steps:
+        key = (row["episode"], row["t"])
+        pi_e = rows[("eval", 0.0, *key)]["logprob"]
+        n = len(history.admissible)
+        uniform = -math.log(n) if row["action"] in history.admissible else -math.inf
+        assert rows[("eval", 1.0, *key)]["logprob"] == pytest.approx(uniform)
+        assert rows[("eval", 0.5, *key)]["logprob"] == pytest.approx(np.logaddexp(pi_e, uniform) + math.log(0.5))
+        assert rows[("eval", 0.5, *key)]["n_admissible"] == n
+    # greedy behaviour under the late policy: it scores its own actions as likely
+    late = [rows[("behavior", None, r["episode"], r["t"])]["logprob"] for r, _ in steps if r["policy"] == "tiny-late@p0"]
+    assert np.mean(np.exp(late)) > 0.5
+
+
+def test_logprob_extraction_names_policies_missing_from_the_pool(behaviour, pool, tmp_path):
+    with pytest.raises(ValueError, match="tiny-early@p0"):
+        extract_logprobs(behaviour, NAME, pool[1:], pool[1], str(tmp_path / "lp.parquet"))
