@@ -102,9 +102,13 @@ def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> Episod
     )
 
 
-def episode_seed(seed: int, k: int) -> int:
-    """The k-th episode's seed under run seed ``seed`` (the same at every ε)."""
-    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
+def episode_specs(env: EnvSpec, variations: Sequence[int], ks: Sequence[int], seed: int) -> list[EpisodeSpec]:
+    """Episode k plays variation k (cycling through ``variations``) with a seed drawn from
+    ``(seed, k)``, so it is the same episode at every ε and in every rerun."""
+    return [
+        EpisodeSpec(k, env.task, variations[k % len(variations)], int(np.random.SeedSequence([seed, k]).generate_state(1)[0]))
+        for k in ks
+    ]
 
 
 def collect_behavior(
@@ -132,7 +136,7 @@ def collect_behavior(
     with _runner(env, n_workers, envs_per_worker) as runner:
         for m, member in enumerate(members):
             ks = range(m, n_trajectories, len(members))
-            specs = [EpisodeSpec(k, env.task, variations[k % len(variations)], episode_seed(seed, k)) for k in ks]
+            specs = episode_specs(env, variations, ks, seed)
             if not specs:
                 continue
             episodes = runner.run(specs, PolicyAgent(models.policy(member, env.name), 0.0))
@@ -164,7 +168,7 @@ def ground_truth_rollouts(
     if any(not 0.0 <= e <= 1.0 for e in epsilons):
         raise ValueError(f"every ε must be in [0, 1], got {list(epsilons)}")
     variations = env.variations()
-    specs = [EpisodeSpec(k, env.task, variations[k % len(variations)], episode_seed(seed, k)) for k in range(n_episodes)]
+    specs = episode_specs(env, variations, range(n_episodes), seed)
     pi = ModelCache().policy(policy, env.name)
     tables, summary = [], []
     with _runner(env, n_workers, envs_per_worker) as runner:
