@@ -1,0 +1,94 @@
+"""The Gaussian diffusion process over latents, independent of any network.
+
+The noise-prediction model is passed in as a function ``eps(z_k, k) -> ε̂``;
+nothing is clipped (latents are not images in [−1, 1]).
+
+- forward noising (paper Sec. ddpm): z_k = √ᾱ_k z_0 + √(1−ᾱ_k) ξ;
+- denoised estimate, Eq. (app_denoised): ẑ_0 = (z_k − √(1−ᾱ_k) ε̂) / √ᾱ_k;
+- DDPM reverse step: z_{k−1} = (z_k − β_k/√(1−ᾱ_k) ε̂)/√(1−β_k) + σ_k ξ, σ_k² = β̃_k;
+- classifier-free guidance, Eq. (dsm_loss) / Alg. ope-rollout: ε̂ = (1+λ) ε(c) − λ ε(∅);
+- additive guidance as in Alg. ope-rollout: the step uses ε̂ − g_k, i.e. the score
+  −ε̂/√(1−ᾱ_k) is shifted by g_k/√(1−ᾱ_k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_variance
+
+EpsModel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Guidance = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def classifier_free(eps_cond: torch.Tensor, eps_uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """ε̂ = (1+λ)·ε(z,k,h,a) − λ·ε(z,k,h,∅); λ = 0 is the conditional model alone."""
+    return (1.0 + scale) * eps_cond - scale * eps_uncond
+
+
+class GaussianDiffusion:
+    """K-step DDPM with schedule ``alpha_bar`` (default: cosine, K = 50 as in app:ope-rollout)."""
+
+    def __init__(self, alpha_bar: np.ndarray | None = None, n_steps: int = 50) -> None:
+        alpha_bar = cosine_alpha_bar(n_steps) if alpha_bar is None else np.asarray(alpha_bar, dtype=np.float64)
+        if np.any(np.diff(alpha_bar) >= 0) or not (0 < alpha_bar[-1] < alpha_bar[0] <= 1):
+            raise ValueError("alpha_bar must decrease strictly within (0, 1]")
+        self.n_steps = len(alpha_bar)
+        self.alpha_bar = torch.from_numpy(alpha_bar)
+        self.betas = torch.from_numpy(betas_from_alpha_bar(alpha_bar))
+        self.sigmas = torch.from_numpy(np.sqrt(posterior_variance(alpha_bar)))
+
+    def _at(self, values: torch.Tensor, k: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """values[k] shaped to broadcast over a batch ``like``."""
+        out = values.to(like.device)[k].to(like.dtype)
+        return out.reshape(-1, *([1] * (like.dim() - 1)))
+
+    def sample_steps(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Diffusion steps drawn uniformly (0-based)."""
+        return torch.randint(0, self.n_steps, (batch,), generator=generator)
+
+    def loss_weight(self, k: torch.Tensor) -> torch.Tensor:
+        """ω(k) = 1 − ᾱ_k (app:wm-loss, DSM)."""
+        return (1.0 - self.alpha_bar[k]).float()
+
+    def q_sample(self, z0: torch.Tensor, k: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """z_k = √ᾱ_k z_0 + √(1−ᾱ_k) ξ."""
+        a = self._at(self.alpha_bar, k, z0)
+        return a.sqrt() * z0 + (1.0 - a).sqrt() * noise
+
+    def predict_z0(self, z_k: torch.Tensor, k: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """ẑ_0 = (z_k − √(1−ᾱ_k) ε̂)/√ᾱ_k, Eq. (app_denoised)."""
+        a = self._at(self.alpha_bar, k, z_k)
+        return (z_k - (1.0 - a).sqrt() * eps) / a.sqrt()
+
+    def step(self, z_k: torch.Tensor, k: int, eps: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """One reverse step z_k → z_{k−1} given ε̂; the last step (k = 0) adds no noise."""
+        ks = torch.full((z_k.shape[0],), k, dtype=torch.long)
+        beta, a = self._at(self.betas, ks, z_k), self._at(self.alpha_bar, ks, z_k)
+        mean = (z_k - beta / (1.0 - a).sqrt() * eps) / (1.0 - beta).sqrt()
+        if k == 0 or noise is None:
+            return mean
+        return mean + self._at(self.sigmas, ks, z_k) * noise
+
+    def sample(
+        self,
+        eps_model: EpsModel,
+        shape: tuple[int, ...],
+        *,
+        guidance: Guidance | None = None,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """Ancestral sampling from z_K ~ N(0, I); ``guidance(z_k, k)`` returns g_k, used as ε̂ − g_k."""
+        z = torch.randn(shape, generator=generator, dtype=dtype)
+        for k in reversed(range(self.n_steps)):
+            ks = torch.full((shape[0],), k, dtype=torch.long)
+            eps = eps_model(z, ks)
+            if guidance is not None:
+                eps = eps - guidance(z, k)
+            noise = torch.randn(shape, generator=generator, dtype=dtype) if k > 0 else None
+            z = self.step(z, k, eps, noise)
+        return z
