@@ -1,0 +1,67 @@
+"""Observation and history encoders of the world model (app:wm-arch, Table wm-arch; d_z = 64).
+
+- :class:`ObservationEncoder` f_θ: hash-token ids → token embeddings (32,768 × 128) + learned
+  positions (128) → 4-layer Transformer encoder (width 128, 4 heads, feed-forward 512) →
+  masked mean → 2-layer SiLU MLP 128 → 256 → d_z. 5.053 M parameters.
+- :class:`HistoryEncoder` h̄: (z_t, e(a_t)) → linear to 128 → learned positions (64 steps) →
+  causal 4-layer Transformer (subsequent-token mask) → LayerNorm. 0.814 M parameters.
+- :class:`ActionEmbedding`: |A| × d_a table (|A| ≤ 256, d_a = 32), index 0 = ∅ (no action,
+  the classifier-free-guidance null token) — |A|·d_a parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+WIDTH = 128
+HEADS = 4
+FEED_FORWARD = 512
+LAYERS = 4
+
+
+def _transformer(width: int = WIDTH, layers: int = LAYERS) -> nn.TransformerEncoder:
+    layer = nn.TransformerEncoderLayer(
+        width, HEADS, FEED_FORWARD, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    )
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+
+class ObservationEncoder(nn.Module):
+    def __init__(self, d_z: int = 64, vocab_size: int = 32768, max_length: int = 128) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, WIDTH, padding_idx=0)
+        self.positions = nn.Embedding(max_length, WIDTH)
+        self.transformer = _transformer()
+        self.project = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.SiLU(), nn.Linear(2 * WIDTH, d_z))
+
+    def forward(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` ids and padding mask → ``(B, d_z)``."""
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.transformer(self.tokens(ids) + self.positions(positions), src_key_padding_mask=padding)
+        keep = (~padding).unsqueeze(-1).to(x.dtype)
+        return self.project((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))
+
+
+class ActionEmbedding(nn.Embedding):
+    NULL = 0  # ∅: no action (unconditional branch of classifier-free guidance)
+
+    def __init__(self, n_actions: int = 256, d_a: int = 32) -> None:
+        super().__init__(n_actions, d_a)
+
+
+class HistoryEncoder(nn.Module):
+    def __init__(self, d_z: int = 64, d_a: int = 32, max_steps: int = 64) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d_z + d_a, WIDTH)
+        self.positions = nn.Embedding(max_steps, WIDTH)
+        self.transformer = _transformer()
+        self.norm = nn.LayerNorm(WIDTH)
+
+    def forward(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """``(B, T, d_z)`` latents and ``(B, T, d_a)`` action embeddings → ``(B, T, 128)``;
+        output t sees steps ≤ t only."""
+        steps = z.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(steps, device=z.device)
+        x = self.inp(torch.cat([z, a], dim=-1)) + self.positions(torch.arange(steps, device=z.device))
+        return self.norm(self.transformer(x, mask=mask, is_causal=True))
