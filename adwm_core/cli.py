@@ -6,17 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-import fsspec
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from .data import TRAJECTORIES, read_table, write_table
+from .collection import run_epsilon_family
+from .data import TRAJECTORIES, check_output, read_table, write_table
 from .envs import EnvironmentUnavailable, env_names, make_env
 from .envs.agents import EpsilonGoldAgent
 from .envs.registry import DEFAULT_LOCAL_ENV
-from .envs.runner import EpisodeRunner, EpisodeSpec, episodes_table
+from .envs.runner import EpisodeRunner, EpisodeSpec
 from .paths import artifact_path
 
 
@@ -24,12 +22,11 @@ def _collect(args: argparse.Namespace) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     out = args.out or artifact_path("collect", f"{args.env}-{args.task}", "trajectories.parquet")
-    fs, fs_path = fsspec.core.url_to_fs(out)
-    if fs.exists(fs_path) and not args.overwrite:
-        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    check_output(out, overwrite=args.overwrite, hint="pass --overwrite to replace it")
     with make_env(args.env, **env_kwargs) as env:  # checks the name, options and task before any worker starts
         variations = env.variations(args.task, args.split)[: args.episodes]
-    tables, timings = [], {}
+    specs = [EpisodeSpec(k, args.task, v, seed=k) for k, v in enumerate(variations)]
+    timings: dict[float, float] = {}
     with EpisodeRunner(
         args.env,
         env_kwargs,
@@ -37,27 +34,19 @@ def _collect(args: argparse.Namespace) -> int:
         envs_per_worker=args.envs_per_worker,
         max_steps=args.max_steps,
     ) as runner:
-        runner.start()
-        for i, eps in enumerate(epsilons):
-            specs = [EpisodeSpec(i * len(variations) + k, args.task, v, seed=k) for k, v in enumerate(variations)]
-            start = time.perf_counter()
-            episodes = runner.run(specs, EpsilonGoldAgent(eps))
-            timings[eps] = (time.perf_counter() - start, sum(len(e.turns) for e in episodes))
-            tables.append(
-                episodes_table(episodes, cell=f"{args.env}-{args.task}", source="ground_truth", policy="expert", epsilon=eps)
-            )
-    write_table(pa.concat_tables(tables), out, TRAJECTORIES, overwrite=args.overwrite)
+        trajectories, summary = run_epsilon_family(
+            runner, specs, EpsilonGoldAgent, epsilons, cell=f"{args.env}-{args.task}", policy="expert", timings=timings
+        )
+    write_table(trajectories, out, TRAJECTORIES, overwrite=args.overwrite)
     table = read_table(out, TRAJECTORIES)  # read back through the validating reader
     print(f"{args.env}/{args.task} ({args.split}), {len(variations)} episodes per ε, expert ε-greedy agent")
     print(f"{'ε':>5} {'success':>8} {'return':>7} {'steps':>6} {'steps/s':>8}")
-    for eps in epsilons:
-        rows = table.filter(pc.equal(table["epsilon"], eps))
-        per_episode = rows.group_by("episode").aggregate([("reward", "sum"), ("success", "max"), ("t", "count")])
-        seconds, steps = timings[eps]
+    for row in summary.to_pylist():
+        eps = row["epsilon"]
+        steps = pc.sum(pc.equal(table["epsilon"], eps)).as_py()
         print(
-            f"{eps:>5.2f} {pc.mean(per_episode['success_max'].cast('float64')).as_py():>8.2f} "
-            f"{pc.mean(per_episode['reward_sum']).as_py():>7.2f} {pc.mean(per_episode['t_count']).as_py():>6.1f} "
-            f"{steps / seconds:>8.0f}"
+            f"{eps:>5.2f} {row['success_rate']:>8.2f} {row['mean_return']:>7.2f} "
+            f"{steps / row['n_episodes']:>6.1f} {steps / timings[eps]:>8.0f}"
         )
     print(f"wrote {table.num_rows} steps to {out}")
     return 0

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 
-from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, read_table, table_from_rows, write_table
+from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from .envs import make_env
-from .envs.runner import EpisodeRunner, EpisodeSpec, episodes_table
+from .envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
 from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_model
 from .policies.prompts import VARIANTS, History
 from .policies.scoring import eps_mix_logprob
@@ -89,13 +88,6 @@ class ModelCache:
         return LLMPolicy(self._models[key], env_name, spec.variant)
 
 
-def _check_free(*paths: str, overwrite: bool) -> None:
-    for path in paths:
-        fs, fs_path = fsspec.core.url_to_fs(path)
-        if fs.exists(fs_path) and not overwrite:
-            raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
-
-
 def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> EpisodeRunner:
     return EpisodeRunner(
         env.name, env.options, n_workers=n_workers, envs_per_worker=envs_per_worker, max_steps=env.max_steps
@@ -126,7 +118,7 @@ def collect_behavior(
 ) -> pa.Table:
     """N greedy trajectories shared round-robin among ``pool`` × ``variants``;
     the k-th trajectory plays variation k (cycling through the split)."""
-    _check_free(out, overwrite=overwrite)
+    check_output(out, overwrite=overwrite)
     if not pool or n_trajectories < 1:
         raise ValueError("behaviour collection needs at least one policy and one trajectory")
     members = [spec.with_variant(v) for spec in pool for v in variants]
@@ -163,29 +155,47 @@ def ground_truth_rollouts(
 ) -> pa.Table:
     """π_e^ε in the environment for every ε: episode k plays the same variation with the
     same seed at every ε (appendix 'ε-greedy mixing protocol'). Returns the summary;
-    ``timings`` (if given) receives the wall seconds of each ε level."""
-    _check_free(trajectories_out, summary_out, overwrite=overwrite)
+    ``timings`` as in :func:`run_epsilon_family`."""
+    for path in (trajectories_out, summary_out):
+        check_output(path, overwrite=overwrite)
     if any(not 0.0 <= e <= 1.0 for e in epsilons):
         raise ValueError(f"every ε must be in [0, 1], got {list(epsilons)}")
-    variations = env.variations()
-    specs = episode_specs(env, variations, range(n_episodes), seed)
+    specs = episode_specs(env, env.variations(), range(n_episodes), seed)
     pi = ModelCache().policy(policy, env.name)
-    tables, summary = [], []
     with _runner(env, n_workers, envs_per_worker) as runner:
-        runner.start()
-        for i, eps in enumerate(epsilons):
-            started = time.perf_counter()
-            level = [EpisodeSpec(i * n_episodes + s.episode, s.task, s.variation, s.seed) for s in specs]
-            episodes = runner.run(level, PolicyAgent(pi, eps))
-            if timings is not None:
-                timings[eps] = time.perf_counter() - started
-            tables.append(episodes_table(episodes, cell=cell, source="ground_truth", policy=policy.name, epsilon=eps))
-            returns, successes = [e.total_reward for e in episodes], [e.success for e in episodes]
-            summary.append(_summarise(cell, policy.name, eps, returns, successes))
-    table = table_from_rows(summary, GROUND_TRUTH)
-    write_table(pa.concat_tables(tables), trajectories_out, TRAJECTORIES, overwrite=overwrite)
-    write_table(table, summary_out, GROUND_TRUTH, overwrite=overwrite)
-    return table
+        trajectories, summary = run_epsilon_family(
+            runner, specs, lambda eps: PolicyAgent(pi, eps), epsilons, cell=cell, policy=policy.name, timings=timings
+        )
+    write_table(trajectories, trajectories_out, TRAJECTORIES, overwrite=overwrite)
+    write_table(summary, summary_out, GROUND_TRUTH, overwrite=overwrite)
+    return summary
+
+
+def run_epsilon_family(
+    runner: EpisodeRunner,
+    specs: Sequence[EpisodeSpec],
+    agent_for: Callable[[float], Agent],
+    epsilons: Sequence[float],
+    *,
+    cell: str,
+    policy: str,
+    timings: dict | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Run ``specs`` once per ε with ``agent_for(ε)`` (episode ids offset by i·len(specs) at
+    the i-th ε); returns the ground-truth trajectories and their summary, one row per ε.
+    ``timings`` (if given) receives the wall seconds of each ε level."""
+    runner.start()
+    tables, summary = [], []
+    for i, eps in enumerate(epsilons):
+        started = time.perf_counter()
+        level = [replace(s, episode=i * len(specs) + s.episode) for s in specs]
+        episodes = runner.run(level, agent_for(eps))
+        if timings is not None:
+            timings[eps] = time.perf_counter() - started
+        tables.append(episodes_table(episodes, cell=cell, source="ground_truth", policy=policy, epsilon=eps))
+        returns, successes = [e.total_reward for e in episodes], [e.success for e in episodes]
+        summary.append(_summarise(cell, policy, eps, returns, successes))
+    return pa.concat_tables(tables), table_from_rows(summary, GROUND_TRUTH)
 
 
 def _summarise(cell: str, policy: str, epsilon: float, returns: Sequence[float], successes: Sequence[bool]) -> dict:
@@ -235,7 +245,7 @@ def extract_logprobs(
 ) -> pa.Table:
     """log π_b(a_t|h_t) by the pool member named in each step's ``policy`` column, and
     log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε."""
-    _check_free(out, overwrite=overwrite)
+    check_output(out, overwrite=overwrite)
     table = read_table(trajectories, TRAJECTORIES)
     members = {spec.with_variant(v).name: spec.with_variant(v) for spec in pool for v in VARIANTS}
     logged = set(table.column("policy").to_pylist())

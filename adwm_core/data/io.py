@@ -61,6 +61,13 @@ def table_from_rows(rows: Iterable[Mapping], contract: Contract) -> pa.Table:
     return validate(pa.Table.from_pylist(list(rows), schema=contract.schema), contract, f"{contract.name} rows")
 
 
+def check_output(path: str, *, overwrite: bool, hint: str = "pass overwrite=True to replace it") -> None:
+    """Refuse an existing ``path`` unless ``overwrite``: stages call it before any work starts."""
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    if fs.exists(fs_path) and not overwrite:
+        raise FileExistsError(f"{path} already exists; {hint}")
+
+
 def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bool = False) -> str:
     """Validate and write ``table`` to ``path`` atomically (temporary name, then rename).
 
@@ -68,9 +75,8 @@ def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bo
     kept unless ``overwrite`` is set.
     """
     table = validate(table, contract, path)
+    check_output(path, overwrite=overwrite)
     fs, fs_path = fsspec.core.url_to_fs(path)
-    if fs.exists(fs_path) and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
     parent, base = posixpath.split(fs_path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
