@@ -25,6 +25,7 @@ demo: install
 
 bench: install
 	$(PY) bench/env_throughput.py
+	$(PY) bench/llm_throughput.py
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache

@@ -9,10 +9,11 @@ import sys
 
 import pyarrow.compute as pc
 
-from .collection import run_epsilon_family
-from .data import TRAJECTORIES, check_output, read_table, write_table
-from .envs import EnvironmentUnavailable, env_names, make_env
+from .collection import EnvSpec, run_epsilon_family
+from .data import TRAJECTORIES, check_output, write_table
+from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent
+from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.runner import EpisodeRunner, EpisodeSpec
 from .paths import artifact_path
@@ -23,8 +24,10 @@ def _collect(args: argparse.Namespace) -> int:
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     out = args.out or artifact_path("collect", f"{args.env}-{args.task}", "trajectories.parquet")
     check_output(out, overwrite=args.overwrite, hint="pass --overwrite to replace it")
-    with make_env(args.env, **env_kwargs) as env:  # checks the name, options and task before any worker starts
-        variations = env.variations(args.task, args.split)[: args.episodes]
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    # checks the name, options and task before any worker starts
+    variations = EnvSpec(args.env, args.task, env_kwargs, args.split).variations()[: args.episodes]
     specs = [EpisodeSpec(k, args.task, v, seed=k) for k, v in enumerate(variations)]
     timings: dict[float, float] = {}
     with EpisodeRunner(
@@ -38,17 +41,16 @@ def _collect(args: argparse.Namespace) -> int:
             runner, specs, EpsilonGoldAgent, epsilons, cell=f"{args.env}-{args.task}", policy="expert", timings=timings
         )
     write_table(trajectories, out, TRAJECTORIES, overwrite=args.overwrite)
-    table = read_table(out, TRAJECTORIES)  # read back through the validating reader
     print(f"{args.env}/{args.task} ({args.split}), {len(variations)} episodes per ε, expert ε-greedy agent")
     print(f"{'ε':>5} {'success':>8} {'return':>7} {'steps':>6} {'steps/s':>8}")
     for row in summary.to_pylist():
         eps = row["epsilon"]
-        steps = pc.sum(pc.equal(table["epsilon"], eps)).as_py()
+        steps = pc.sum(pc.equal(trajectories["epsilon"], eps)).as_py()
         print(
             f"{eps:>5.2f} {row['success_rate']:>8.2f} {row['mean_return']:>7.2f} "
             f"{steps / row['n_episodes']:>6.1f} {steps / timings[eps]:>8.0f}"
         )
-    print(f"wrote {table.num_rows} steps to {out}")
+    print(f"wrote {trajectories.num_rows} steps to {out}")
     return 0
 
 
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     collect.add_argument("--env", default=env_name, help=f"environment name (default {env_name})")
     collect.add_argument("--task", default=task, help=f"task type (default {task})")
     collect.add_argument("--env-kwargs", default=json.dumps(env_kwargs), help="JSON options of the environment")
-    collect.add_argument("--split", default="train", choices=["train", "dev", "test"])
+    collect.add_argument("--split", default="train", choices=SPLITS)
     collect.add_argument("--episodes", type=int, default=16, help="episodes per ε level")
     collect.add_argument("--epsilons", default="0,0.25,0.5,0.75,1")
     collect.add_argument("--max-steps", type=int, default=30)

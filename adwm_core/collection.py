@@ -16,6 +16,7 @@ an existing file is an error unless ``overwrite`` is given.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,11 +25,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, validate, write_table
 from .envs import make_env
 from .envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
 from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_model
-from .policies.prompts import VARIANTS, History
+from .policies.prompts import VARIANTS, History, episode_histories
 from .policies.scoring import eps_mix_logprob
 
 EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -92,6 +93,11 @@ def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> Episod
     return EpisodeRunner(
         env.name, env.options, n_workers=n_workers, envs_per_worker=envs_per_worker, max_steps=env.max_steps
     )
+
+
+def check_epsilons(epsilons: Sequence[float]) -> None:
+    if not epsilons or any(not 0.0 <= e <= 1.0 for e in epsilons):
+        raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
 
 
 def episode_specs(env: EnvSpec, variations: Sequence[int], ks: Sequence[int], seed: int) -> list[EpisodeSpec]:
@@ -158,8 +164,7 @@ def ground_truth_rollouts(
     ``timings`` as in :func:`run_epsilon_family`."""
     for path in (trajectories_out, summary_out):
         check_output(path, overwrite=overwrite)
-    if any(not 0.0 <= e <= 1.0 for e in epsilons):
-        raise ValueError(f"every ε must be in [0, 1], got {list(epsilons)}")
+    check_epsilons(epsilons)
     specs = episode_specs(env, env.variations(), range(n_episodes), seed)
     pi = ModelCache().policy(policy, env.name)
     with _runner(env, n_workers, envs_per_worker) as runner:
@@ -184,6 +189,7 @@ def run_epsilon_family(
     """Run ``specs`` once per ε with ``agent_for(ε)`` (episode ids offset by i·len(specs) at
     the i-th ε); returns the ground-truth trajectories and their summary, one row per ε.
     ``timings`` (if given) receives the wall seconds of each ε level."""
+    check_epsilons(epsilons)  # before any worker starts
     runner.start()
     tables, summary = [], []
     for i, eps in enumerate(epsilons):
@@ -222,15 +228,13 @@ def _summarise(cell: str, policy: str, epsilon: float, returns: Sequence[float],
 def logged_steps(table: pa.Table) -> Iterator[tuple[dict, History]]:
     """Each logged step (as a row dict) with the history the policy saw before acting."""
     rows = sorted(table.to_pylist(), key=lambda r: (r["episode"], r["t"]))
-    steps: list[tuple[str, str]] = []
-    for i, row in enumerate(rows):
-        if i == 0 or rows[i - 1]["episode"] != row["episode"]:
-            steps = []
-        elif row["t"] != rows[i - 1]["t"] + 1:
-            raise ValueError(f"episode {row['episode']}: steps jump from t={rows[i - 1]['t']} to t={row['t']}")
-        admissible = tuple(row["admissible"]) if row["admissible"] is not None else None
-        yield row, History(row["task_description"], tuple(steps), row["observation"], admissible)
-        steps.append((row["observation"], row["action"]))
+    for _, group in itertools.groupby(rows, key=lambda r: r["episode"]):
+        group = list(group)
+        for before, after in zip(group, group[1:]):
+            if after["t"] != before["t"] + 1:
+                raise ValueError(f"episode {after['episode']}: steps jump from t={before['t']} to t={after['t']}")
+        turns = [(r["observation"], r["action"], None if r["admissible"] is None else tuple(r["admissible"])) for r in group]
+        yield from zip(group, episode_histories(group[0]["task_description"], turns))
 
 
 def extract_logprobs(
@@ -246,6 +250,7 @@ def extract_logprobs(
     """log π_b(a_t|h_t) by the pool member named in each step's ``policy`` column, and
     log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε."""
     check_output(out, overwrite=overwrite)
+    check_epsilons(epsilons)
     table = read_table(trajectories, TRAJECTORIES)
     members = {spec.with_variant(v).name: spec.with_variant(v) for spec in pool for v in VARIANTS}
     logged = set(table.column("policy").to_pylist())
@@ -266,18 +271,20 @@ def extract_logprobs(
     actions = [row["action"] for row, _ in steps]
     eval_logp, eval_tokens = pi_e.logprob(histories, actions)
     in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
-    n_admissible = [len(h.admissible or ()) for h in histories]
-    keys = [{"episode": row["episode"], "t": row["t"], "n_admissible": n} for (row, _), n in zip(steps, n_admissible)]
-    rows = [
-        {**key, "policy": "behavior", "epsilon": None, "logprob": logp, "n_tokens": n_tok}
-        for key, logp, n_tok in zip(keys, behaviour_logp, behaviour_tokens)
+    n_admissible = np.array([len(h.admissible or ()) for h in histories], dtype=np.int64)
+    blocks = [("behavior", None, behaviour_logp, behaviour_tokens)] + [
+        ("eval", eps, eps_mix_logprob(eval_logp, eps, in_set, n_admissible), eval_tokens) for eps in epsilons
     ]
-    for eps in epsilons:
-        mixed = eps_mix_logprob(eval_logp, eps, in_set, n_admissible)
-        rows.extend(
-            {**key, "policy": "eval", "epsilon": eps, "logprob": logp, "n_tokens": n_tok}
-            for key, logp, n_tok in zip(keys, mixed, eval_tokens)
-        )
-    result = table_from_rows(rows, LOGPROBS)
+    n = len(steps)
+    columns = {
+        "episode": np.tile([row["episode"] for row, _ in steps], len(blocks)),
+        "t": np.tile([row["t"] for row, _ in steps], len(blocks)),
+        "policy": [role for role, *_ in blocks for _ in range(n)],
+        "epsilon": pa.array([eps for _, eps, *_ in blocks for _ in range(n)], pa.float64()),
+        "logprob": np.concatenate([logp for *_, logp, _ in blocks]),
+        "n_tokens": np.concatenate([n_tok for *_, n_tok in blocks]),
+        "n_admissible": np.tile(n_admissible, len(blocks)),
+    }
+    result = validate(pa.table(columns), LOGPROBS, "log-probs")
     write_table(result, out, LOGPROBS, overwrite=overwrite)
     return result

@@ -50,10 +50,6 @@ class GaussianDiffusion:
         """Diffusion steps drawn uniformly (0-based)."""
         return torch.randint(0, self.n_steps, (batch,), generator=generator)
 
-    def loss_weight(self, k: torch.Tensor) -> torch.Tensor:
-        """ω(k) = 1 − ᾱ_k (app:wm-loss, DSM)."""
-        return (1.0 - self.alpha_bar[k]).float()
-
     def q_sample(self, z0: torch.Tensor, k: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """z_k = √ᾱ_k z_0 + √(1−ᾱ_k) ξ."""
         a = self._at(self.alpha_bar, k, z0)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,12 +60,6 @@ def load_language_model(path: str, backend: str = "transformers", **options) -> 
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-@dataclass(frozen=True)
-class Action:
-    action: str  # mapped to the admissible set when one is known
-    response: str  # the raw generated text
-
-
 class LLMPolicy:
     """π(a|h) of an LLM under one prompt template."""
 
@@ -80,13 +73,14 @@ class LLMPolicy:
     def prompts(self, histories: Sequence[History]) -> list[str]:
         return [self.template.render(h) for h in histories]
 
-    def act(self, histories: Sequence[History]) -> list[Action]:
-        """Greedy actions for a batch of histories."""
+    def act(self, histories: Sequence[History]) -> list[Decision]:
+        """Greedy actions for a batch of histories: the parsed action, mapped to the admissible
+        set when one is known, with the raw generated text as the response."""
         if not histories:
             return []
         responses = self.lm.generate(self.prompts(histories), self.max_new_tokens)
         return [
-            Action(map_to_admissible(parse_action(text), h.admissible), text)
+            Decision(map_to_admissible(parse_action(text), h.admissible), text)
             for h, text in zip(histories, responses)
         ]
 
@@ -129,6 +123,6 @@ class PolicyAgent:
                 decisions[i] = Decision(action, action)
             else:
                 ask.append(i)
-        for i, chosen in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
-            decisions[i] = Decision(chosen.action, chosen.response)
+        for i, decision in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
+            decisions[i] = decision
         return decisions

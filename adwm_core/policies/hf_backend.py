@@ -40,6 +40,7 @@ class TransformersLM(LanguageModel):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"  # generation continues every row from its last column
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or auto_dtype).to(self.device).eval()
         limit = getattr(self.model.config, "max_position_embeddings", None) or getattr(
             self.model.config, "n_positions", 2048
@@ -49,7 +50,6 @@ class TransformersLM(LanguageModel):
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         out: list[str] = [""] * len(prompts)
         order = np.argsort([len(p) for p in prompts])  # similar lengths share a batch: less padding
-        self.tokenizer.padding_side = "left"
         for lo in range(0, len(prompts), self.batch_size):
             rows = order[lo : lo + self.batch_size]
             batch = self.tokenizer(

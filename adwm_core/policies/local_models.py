@@ -43,14 +43,21 @@ def smollm2_dir() -> str:
     model = AutoModelForCausalLM.from_pretrained(
         source, gguf_file=SMOLLM2_GGUF, quantization_config=GgufConfig(dequantize=True)
     )
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(target), prefix=".tmp-smollm2-")
+    try:
+        save_model_dir(model, tokenizer, target)
+    except OSError:  # another process won the race: keep its copy
+        if not os.path.exists(os.path.join(target, "config.json")):
+            raise
+    return target
+
+
+def save_model_dir(model, tokenizer, path: str) -> None:
+    """Save ``model`` and ``tokenizer`` as a Hugging Face folder at ``path``, atomically:
+    written under a temporary name beside it, then renamed (fails if ``path`` exists)."""
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        os.rename(tmp, target)  # atomic; if another process won the race, keep its copy
-    except OSError:
-        if not os.path.exists(os.path.join(target, "config.json")):
-            raise
+        os.rename(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target

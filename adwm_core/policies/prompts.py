@@ -14,6 +14,7 @@ from its start.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ACTION_CUE = "Action:"
@@ -64,6 +65,17 @@ class History:
     admissible: tuple[str, ...] | None = None
 
 
+Turn = tuple[str, str, "tuple[str, ...] | None"]  # (observation, action, admissible) of one logged step
+
+
+def episode_histories(task_description: str, turns: Sequence[Turn]) -> list[History]:
+    """The history before each step of one logged episode."""
+    return [
+        History(task_description, tuple((o, a) for o, a, _ in turns[:t]), observation, admissible)
+        for t, (observation, _, admissible) in enumerate(turns)
+    ]
+
+
 def instruction(env_name: str, variant: str) -> str:
     if variant not in VARIANTS:
         raise ValueError(f"unknown prompt variant {variant!r}; expected one of {VARIANTS}")
@@ -90,8 +102,12 @@ class PromptTemplate:
         if self._overhead >= max_prompt_tokens:
             raise ValueError(f"a context of {max_prompt_tokens} tokens cannot hold even the instruction")
 
+    def _counts(self, texts: list[str]) -> list[int]:
+        """Token counts of ``texts``, tokenised in one batched call."""
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
     def _count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._counts([text])[0]
 
     def _wrap(self, body: str) -> str:
         if getattr(self.tokenizer, "chat_template", None):
@@ -112,13 +128,14 @@ class PromptTemplate:
         turns = [f"Observation: {obs.strip()}\n{ACTION_CUE} {act}" for obs, act in history.steps]
         tail = self._tail(history)
         room = self.max_prompt_tokens - self._overhead
-        used = self._count(head + "\n" + tail) + 1
+        fixed, *turn_costs = self._counts([head + "\n" + tail, *(turn + "\n" for turn in turns)])
+        used = fixed + 1
         if used > room:  # even without history it does not fit: cut the newest observation's start
             tail = self._cut_start(tail, room - self._count(head + "\n") - 1)
             return self._wrap(head + "\n" + tail)
         kept: list[str] = []
-        for turn in reversed(turns):  # newest first; per-piece counts may differ from the joined count by a token
-            cost = self._count(turn + "\n") + 1
+        for turn, cost in zip(reversed(turns), reversed(turn_costs)):  # newest first; per-piece counts
+            cost += 1  # may differ from the joined count by a token, checked below
             if used + cost > room:
                 break
             kept.append(turn)

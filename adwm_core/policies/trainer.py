@@ -22,8 +22,6 @@ from __future__ import annotations
 import copy
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +31,16 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from ..envs.agents import EpsilonGoldAgent
 from ..envs.runner import Episode, EpisodeRunner, EpisodeSpec
-from .prompts import MAX_NEW_TOKENS, VARIANTS, History, PromptTemplate, action_continuation, instruction
+from .local_models import save_model_dir
+from .prompts import (
+    MAX_NEW_TOKENS,
+    VARIANTS,
+    History,
+    PromptTemplate,
+    action_continuation,
+    episode_histories,
+    instruction,
+)
 from .scoring import action_span
 
 EOS = "<|endoftext|>"
@@ -47,11 +54,8 @@ class Example:
 
 def histories_of(episode: Episode) -> list[Example]:
     """Every step of ``episode`` as (history before the step, action taken)."""
-    examples = []
-    for t, turn in enumerate(episode.turns):
-        steps = tuple((earlier.observation, earlier.action) for earlier in episode.turns[:t])
-        examples.append(Example(History(episode.task_description, steps, turn.observation, turn.admissible), turn.action))
-    return examples
+    turns = [(turn.observation, turn.action, turn.admissible) for turn in episode.turns]
+    return [Example(h, turn.action) for h, turn in zip(episode_histories(episode.task_description, turns), episode.turns)]
 
 
 def gold_examples(
@@ -118,16 +122,6 @@ def _encode(template: PromptTemplate, example: Example) -> tuple[list[int], int]
     return ids + [tokenizer.eos_token_id], start
 
 
-def _save(model, tokenizer, path: str) -> None:
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def finetune(
     model,
     tokenizer,
@@ -191,7 +185,7 @@ def finetune(
         for name, at in checkpoints.items():
             if at == step:
                 model.eval()
-                _save(copy.deepcopy(model).merge_and_unload() if lora is not None else model, tokenizer, paths[name])
+                save_model_dir(copy.deepcopy(model).merge_and_unload() if lora is not None else model, tokenizer, paths[name])
                 model.train()
     model.eval()
     return paths
