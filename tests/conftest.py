@@ -13,6 +13,17 @@ def adwm_home(tmp_path_factory):
     return home
 
 
+def refuse_mid_episode(env, task: str, variation: int, bad_action: str, after: int = 1):
+    """Play ``after`` gold actions, then ``bad_action``, then the rest of the gold sequence;
+    return the refused step's result and the results of the rest."""
+    env.reset(task, variation)
+    gold = env.gold_actions()
+    for action in gold[:after]:
+        env.step(action)
+    refused = env.step(bad_action)
+    return refused, [env.step(action) for action in gold[after:]]
+
+
 TINY_ENV = DEFAULT_LOCAL_ENV  # fast, and a tiny LM learns it in a few hundred steps
 TINY_VARIATIONS = 40  # the first training variations, used to fine-tune
 

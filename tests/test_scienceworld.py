@@ -2,6 +2,7 @@ import pytest
 
 from adwm_core.envs import StaleObservation, make_env
 from adwm_core.envs.scienceworld_env import REFUSAL
+from conftest import refuse_mid_episode
 
 
 @pytest.fixture(scope="module")
@@ -31,18 +32,14 @@ def test_gold_sequence_reaches_success(env, task):
     last = results[-1]
     assert last.success and last.done and last.score == pytest.approx(1.0)
     assert all(-1.0 <= r.reward <= 1.0 for r in results)
-    assert sum(r.reward for r in results) == pytest.approx(last.score)  # rewards are score changes / 100
+    assert sum(r.reward for r in results) == pytest.approx(last.score)  # rewards are score changes
 
 
 def test_invalid_action_mid_episode_is_flagged_and_the_episode_goes_on(env):
     env.reset("find-living-thing", 0)
-    gold = env.gold_actions()
-    half = len(gold) // 2
-    for action in gold[:half]:
-        env.step(action)
-    refused = env.step("juggle the moon")
+    half = len(env.gold_actions()) // 2
+    refused, results = refuse_mid_episode(env, "find-living-thing", 0, "juggle the moon", after=half)
     assert not refused.action_valid and refused.observation.text.strip() == REFUSAL and not refused.done
-    results = [env.step(action) for action in gold[half:]]
     assert any(r.success for r in results) and all(r.action_valid for r in results)
 
 

@@ -1,6 +1,7 @@
 import pytest
 
 from adwm_core.envs import make_env
+from conftest import refuse_mid_episode
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +28,10 @@ def test_folds_are_the_splits(env):
 
 
 def test_invalid_action_mid_episode(env):
-    env.reset("cookingworld", 5)
-    gold = env.gold_actions()
-    env.step(gold[0])
-    refused = env.step("eat the stove with a fork")
+    refused, rest = refuse_mid_episode(env, "cookingworld", 5, "eat the stove with a fork")
     assert not refused.action_valid and not refused.done
     assert "Unknown action" in refused.observation.text
-    assert [env.step(a) for a in gold[1:]][-1].success
+    assert rest[-1].success
 
 
 def test_unknown_game_and_params_are_refused(env):

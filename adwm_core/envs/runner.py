@@ -110,7 +110,7 @@ def _observation(obs, list_admissible: bool) -> dict:
     return {
         "text": obs.text,
         "task_description": obs.task_description,
-        "admissible": list(obs.admissible) if list_admissible else None,
+        "admissible": tuple(obs.admissible) if list_admissible else None,
     }
 
 
@@ -383,7 +383,7 @@ class EpisodeRunner:
             Turn(
                 t=len(live.turns),
                 observation=before["text"],
-                admissible=tuple(before["admissible"]) if before["admissible"] is not None else None,
+                admissible=before["admissible"],
                 response=decision.response if decision.response is not None else decision.action,
                 action=decision.action,
                 action_valid=payload["action_valid"],
@@ -399,8 +399,7 @@ class EpisodeRunner:
     @staticmethod
     def _state(live: _Live) -> EpisodeState:
         obs = live.observation
-        admissible = tuple(obs["admissible"]) if obs["admissible"] is not None else None
-        return EpisodeState(live.spec, live.task_description, obs["text"], admissible, live.turns, live.gold, live.rng)
+        return EpisodeState(live.spec, live.task_description, obs["text"], obs["admissible"], live.turns, live.gold, live.rng)
 
 
 def episodes_table(

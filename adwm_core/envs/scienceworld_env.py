@@ -1,7 +1,8 @@
 """ScienceWorld (Wang et al., 2022): 30 science task types, train/dev/test variations.
 
-reward = clip((score_t - score_{t-1}) / 100, -1, 1); success = score 100; a
-negative score means the task failed and ends the episode. Valid actions are
+The engine's score is normalised to [0, 1] (1 = full marks): reward =
+clip(score_t - score_{t-1}, -1, 1); success = score 1; a negative score means
+the task failed and ends the episode. Valid actions are
 listed only when ``observation.admissible`` is read: the engine step takes
 ~3 ms, listing valid actions 50-200 ms.
 """

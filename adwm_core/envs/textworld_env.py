@@ -73,6 +73,7 @@ class TextWorldEnv(TextEnv):
         )
         self._games_dir = games_dir or local_cache_dir("games", "textworld")
         self._engine = None
+        self._game_path: str | None = None
         self._state = None
 
     def tasks(self) -> list[str]:
@@ -105,7 +106,13 @@ class TextWorldEnv(TextEnv):
         with tempfile.TemporaryDirectory(dir=folder, prefix=".tmp-") as tmp:
             out = os.path.join(tmp, "game.z8")
             cmd = [tw_make, *args, "--seed", str(variation), "--output", out, "--silent", "-f"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True)
+            except FileNotFoundError as err:
+                raise EnvironmentUnavailable(
+                    f"TextWorld's game compiler {tw_make} is missing: install TextWorld in this environment "
+                    "(`pip install textworld==1.7.0`, done by `make install`)"
+                ) from err
             if done.returncode != 0 or not os.path.exists(out):
                 raise EnvironmentUnavailable(
                     f"tw-make failed to compile TextWorld game {task}/{variation}: {done.stderr.strip()[-2000:]}"
@@ -117,11 +124,13 @@ class TextWorldEnv(TextEnv):
 
     def reset(self, task: str, variation: int, seed: int = 0) -> Observation:
         path = self.game_file(task, variation)
-        self.close()
-        with warnings.catch_warnings():
-            # Jericho does not know generated games; TextWorld's own infos carry score and win.
-            warnings.filterwarnings("ignore", message=".*is not fully supported.*")
-            self._engine = self._textworld.start(path, request_infos=self._infos)
+        if self._engine is None or path != self._game_path:  # replays reset the same game: reuse its engine
+            self.close()
+            with warnings.catch_warnings():
+                # Jericho does not know generated games; TextWorld's own infos carry score and win.
+                warnings.filterwarnings("ignore", message=".*is not fully supported.*")
+                self._engine = self._textworld.start(path, request_infos=self._infos)
+            self._game_path = path
         self._state = self._engine.reset()
         return self._observation(self._state)
 

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 
 from ..paths import local_cache_dir
-from .base import Observation, StepResult, TextEnv, check_split, close_quietly, require_java
+from .base import SPLITS, Observation, StepResult, TextEnv, check_split, close_quietly, require_java
 
 GOLD_DRAWS = 5
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
@@ -76,7 +76,7 @@ class TextWorldExpressEnv(TextEnv):
         return list(self._seeds(split))
 
     def _fold_of(self, variation: int) -> str:
-        for split in ("train", "dev", "test"):
+        for split in SPLITS:
             seeds = self._seeds(split)
             if seeds[0] <= variation <= seeds[-1]:
                 return split
@@ -88,6 +88,10 @@ class TextWorldExpressEnv(TextEnv):
         self._gold = self._canonical_gold(task, variation, fold)
         text, info = self._engine.reset(seed=variation, gameFold=fold, generateGoldPath=False)
         self._info = info
+        return self._observation(text, info)
+
+    @staticmethod
+    def _observation(text: str, info: dict) -> Observation:
         return Observation(text, info["taskDescription"], info["validActions"])
 
     def _canonical_gold(self, task: str, variation: int, fold: str) -> list[str]:
@@ -101,9 +105,9 @@ class TextWorldExpressEnv(TextEnv):
                 self._engine.reset(seed=variation, gameFold=fold, generateGoldPath=True)
                 draws.append([str(a) for a in self._engine.getGoldActionSequence()])
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(min(draws, key=len), f)
             try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(min(draws, key=len), f)
                 os.link(tmp, path)  # fails if another process stored its sequence first
             except FileExistsError:
                 pass
@@ -120,7 +124,7 @@ class TextWorldExpressEnv(TextEnv):
         self._info = info
         success = bool(info["tasksuccess"])
         return StepResult(
-            observation=Observation(text, info["taskDescription"], info["validActions"]),
+            observation=self._observation(text, info),
             reward=float(reward),
             done=success or bool(info["taskfailure"]),
             score=float(info["score"]),
