@@ -19,6 +19,7 @@ ROWS = {
     TRAJECTORIES.name: {
         "cell": "c", "source": "behavior", "policy": "pi_b@p0", "epsilon": None, "seed": 0, "episode": 3,
         "task": "coin", "variation": 11, "t": 0, "task_description": "find the coin", "observation": "a room",
+        "next_observation": "a corridor",
         "response": "Thought: go.\nAction: move east", "action": "move east", "action_valid": True,
         "admissible": ["move east", "look around"], "reward": 0.0, "done": False, "score": 0.0, "success": False,
     },

@@ -102,3 +102,6 @@ def test_episodes_become_a_valid_trajectories_file(runner, reference, tmp_path):
     turn = reference[0].turns[0]
     assert (first["episode"], first["t"], first["action"], first["observation"]) == (100, 0, turn.action, turn.observation)
     assert first["admissible"] == list(turn.admissible)
+    # each step's answer is the next step's observation
+    for ep in reference:
+        assert [t.next_observation for t in ep.turns[:-1]] == [t.observation for t in ep.turns[1:]]

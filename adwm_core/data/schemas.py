@@ -48,6 +48,7 @@ TRAJECTORIES = Contract(
             _f("t", pa.int64()),
             _f("task_description", pa.string()),
             _f("observation", pa.string()),  # text the agent saw before acting at t
+            _f("next_observation", pa.string()),  # text the environment answered the action with
             _f("response", pa.string()),  # raw LLM text (the action itself for scripted agents)
             _f("action", pa.string()),
             _f("action_valid", pa.bool_()),

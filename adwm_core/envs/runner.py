@@ -49,6 +49,7 @@ class Decision:
 class Turn:
     t: int
     observation: str  # what the agent saw before acting
+    next_observation: str  # what the environment answered (the world model's target)
     admissible: tuple[str, ...] | None
     response: str
     action: str
@@ -383,6 +384,7 @@ class EpisodeRunner:
             Turn(
                 t=len(live.turns),
                 observation=before["text"],
+                next_observation=payload["obs"]["text"],
                 admissible=before["admissible"],
                 response=decision.response if decision.response is not None else decision.action,
                 action=decision.action,
@@ -419,6 +421,7 @@ def episodes_table(
             "t": turn.t,
             "task_description": ep.task_description,
             "observation": turn.observation,
+            "next_observation": turn.next_observation,
             "response": turn.response,
             "action": turn.action,
             "action_valid": turn.action_valid,
