@@ -61,3 +61,67 @@ def test_history_encoding_is_causal():
         before, after = encoder(z, a), encoder(changed, a)
     torch.testing.assert_close(after[:, :4], before[:, :4])
     assert not torch.allclose(after[:, 4:], before[:, 4:])
+
+
+def test_score_net_and_heads_match_the_papers_table():
+    from adwm_core.model.heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, termination_head
+    from adwm_core.model.psi import PsiAdapter
+    from adwm_core.model.score_net import ScoreNetwork
+
+    assert _millions(ScoreNetwork()) == 0.527
+    assert _millions(reward_head()) == 0.115
+    assert _millions(termination_head()) == 0.050
+    assert _millions(inverse_dynamics_head(256)) == 0.044
+    assert _millions(behaviour_cloning_head(256)) == 0.170
+    for d_llm in (64, 576, 4096):
+        assert sum(p.numel() for p in PsiAdapter(d_llm).parameters()) == 64 * 256 + 256 + 257 * 256 + 257 * 8 * d_llm
+    assert _millions(PsiAdapter(256)) == 0.609  # the d_llm the table was computed for
+
+
+def test_world_model_is_the_sum_of_its_modules_and_starts_at_zero_noise():
+    from adwm_core.data.actions import ActionVocabulary
+    from adwm_core.model.world_model import WorldModel, WorldModelConfig
+
+    model = WorldModel(WorldModelConfig(ActionVocabulary(tuple(f"a{i}" for i in range(254)))))
+    parts = {name: sum(p.numel() for p in m.parameters()) for name, m in model.named_children()}
+    assert parts["action_embedding"] == 256 * 32
+    assert sum(parts.values()) == sum(p.numel() for p in model.parameters())
+    z = model.encode_texts(["Simon says, 'smell apple'.", "You win."])
+    assert z.shape == (2, 64)
+    torch.testing.assert_close(z.pow(2).mean(-1), torch.ones(2), atol=1e-3, rtol=0)  # unit mean square
+    h = model.history(z[None], torch.zeros(1, 2, dtype=torch.long))[0]
+    eps = model.eps(torch.randn(2, 64), torch.tensor([3, 40]), h, torch.tensor([5, 9]))
+    assert torch.equal(eps, torch.zeros(2, 64))  # zero-initialised output projection
+
+
+def test_action_vocabulary_ranks_caps_and_maps_unknown_actions():
+    from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
+
+    vocab = ActionVocabulary.from_actions(["b", "a", "c", "a", "B ", "d"], cap=4)
+    assert vocab.actions == ("a", "b") and len(vocab) == 4  # counts 2, 2 (b and "B "), ties alphabetical
+    assert vocab.ids(["A", "b", "zzz"]) == [2, 3, UNKNOWN] and NULL == 0
+    react = ActionVocabulary.for_react()
+    assert react.ids(["Search[Paris]", "lookup[x]", "finish[yes]", "think about it"]) == [2, 3, 4, UNKNOWN]
+    assert ActionVocabulary.from_json(vocab.to_json()) == vocab
+    with pytest.raises(ValueError, match="cap"):
+        ActionVocabulary.from_actions(["a"], cap=2)
+
+
+def test_balanced_bce_and_diversity_match_hand_computation():
+    import math
+
+    from adwm_core.training.losses import balanced_bce, diversity_loss
+
+    logits, targets = torch.tensor([0.0, 1.0, -1.0, 2.0]), torch.tensor([1.0, 0.0, 0.0, 0.0])
+    w = 3.0  # n_neg / n_pos
+    sp = lambda x: math.log1p(math.exp(x))  # noqa: E731  softplus: −log σ(−x)
+    expected = (w * sp(-0.0) + sp(1.0) + sp(-1.0) + sp(2.0)) / 4
+    assert balanced_bce(logits, targets).item() == pytest.approx(expected, rel=1e-6)
+    many = torch.zeros(200)
+    many[0] = 1.0
+    capped = balanced_bce(torch.zeros(200), many).item()
+    assert capped == pytest.approx((50 * math.log(2) + 199 * math.log(2)) / 200, rel=1e-6)  # weight capped at 50
+    pooled = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    c = 1 / math.sqrt(2)
+    assert diversity_loss(pooled, torch.tensor([0, 1, 2])).item() == pytest.approx((0 + c + c) * 2 / 6, rel=1e-6)
+    assert diversity_loss(pooled, torch.tensor([0, 0, 1])).item() == pytest.approx((c + c) * 2 / 4, rel=1e-6)

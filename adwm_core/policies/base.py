@@ -42,6 +42,14 @@ class LanguageModel(ABC):
         """log P(continuation_i | prompt_i) in float64, summed over the span found by
         longest common token prefix, and the span lengths in tokens."""
 
+    def mean_input_embeddings(self, texts: Sequence[str]) -> np.ndarray:
+        """ē = mean over the tokens of ``text`` of the LLM's input embeddings, ``(N, d_llm)`` float32
+        (the ψ adapter's target, app:psi-train). Needs the model's weights in this process."""
+        raise NotImplementedError(
+            f"the {type(self).__name__} backend does not expose input embeddings; train the ψ adapter "
+            "with backend='transformers' (or use the retrieval reading of imagined states)"
+        )
+
 
 def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
     """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``."""

@@ -47,6 +47,15 @@ class TransformersLM(LanguageModel):
         )
         self.max_context = min(limit, max_context) if max_context else limit
 
+    @torch.no_grad()
+    def mean_input_embeddings(self, texts: Sequence[str]) -> np.ndarray:
+        table = self.model.get_input_embeddings()
+        out = np.zeros((len(texts), table.embedding_dim), np.float32)
+        for i, text in enumerate(texts):
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
+            out[i] = table(torch.tensor(ids, device=self.device)).float().mean(0).cpu().numpy()
+        return out
+
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         out: list[str] = [""] * len(prompts)
         order = np.argsort([len(p) for p in prompts])  # similar lengths share a batch: less padding

@@ -1,0 +1,62 @@
+"""The world model's action vocabulary (app:wm-arch).
+
+Ids: 0 = ∅ (no action: the classifier-free-guidance null and the action before the
+first step), 1 = ⟨unk⟩ (an action outside the vocabulary), then the behaviour pool's
+most frequent action strings (ties alphabetical) up to a total of 256. HotpotQA uses
+the fixed ReAct vocabulary {⟨unk⟩, search, lookup, finish}: an action maps to its type,
+the text before ``[``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+NULL, UNKNOWN = 0, 1
+MAX_ACTIONS = 256
+REACT_TYPES = ("search", "lookup", "finish")
+_REACT = re.compile(r"^\s*(\w+)\s*\[")
+
+
+def _normal(action: str) -> str:
+    return " ".join(action.lower().split())
+
+
+@dataclass(frozen=True)
+class ActionVocabulary:
+    actions: tuple[str, ...]  # the strings behind ids 2, 3, …
+    react: bool = False  # map an action to its ReAct type before lookup
+
+    @classmethod
+    def from_actions(cls, actions: Iterable[str], cap: int = MAX_ACTIONS) -> "ActionVocabulary":
+        if cap < 3:
+            raise ValueError(f"an action vocabulary needs room for ∅, ⟨unk⟩ and one action; got cap={cap}")
+        counts = Counter(_normal(a) for a in actions)
+        ranked = sorted(counts, key=lambda a: (-counts[a], a))
+        return cls(tuple(ranked[: cap - 2]))
+
+    @classmethod
+    def for_react(cls) -> "ActionVocabulary":
+        return cls(REACT_TYPES, react=True)
+
+    def __len__(self) -> int:
+        return len(self.actions) + 2
+
+    def _key(self, action: str) -> str:
+        if self.react:
+            match = _REACT.match(action)
+            return match.group(1).lower() if match else ""
+        return _normal(action)
+
+    def ids(self, actions: Sequence[str]) -> list[int]:
+        index = {a: i + 2 for i, a in enumerate(self.actions)}
+        return [index.get(self._key(a), UNKNOWN) for a in actions]
+
+    def to_json(self) -> dict:
+        return {"actions": list(self.actions), "react": self.react}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ActionVocabulary":
+        return cls(tuple(data["actions"]), bool(data["react"]))

@@ -1,0 +1,30 @@
+"""ψ adapter G_ψ: z ∈ R^{d_z} → n_soft = 8 soft tokens in π_e's input-embedding space (app:psi-train).
+
+A 3-layer GELU MLP d_z → 256 → 256 → 8·d_llm, i.e.
+(d_z+1)·256 + 257·256 + 257·8·d_llm parameters (0.609 M for d_z = 64, d_llm = 256, Table wm-arch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+N_SOFT = 8
+WIDTH = 256
+
+
+class PsiAdapter(nn.Module):
+    def __init__(self, d_llm: int, d_z: int = 64, n_soft: int = N_SOFT) -> None:
+        super().__init__()
+        self.d_llm, self.d_z, self.n_soft = d_llm, d_z, n_soft
+        self.net = nn.Sequential(
+            nn.Linear(d_z, WIDTH), nn.GELU(), nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, n_soft * d_llm)
+        )
+
+    @staticmethod
+    def n_parameters(d_llm: int, d_z: int = 64, n_soft: int = N_SOFT) -> int:
+        return (d_z + 1) * WIDTH + (WIDTH + 1) * WIDTH + (WIDTH + 1) * n_soft * d_llm
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``(N, d_z)`` → ``(N, n_soft, d_llm)`` soft tokens."""
+        return self.net(z).unflatten(-1, (self.n_soft, self.d_llm))

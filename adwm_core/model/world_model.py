@@ -1,0 +1,141 @@
+"""The latent diffusion world model: encoders, score network and heads in one module,
+saved as safetensors weights + a JSON config that is all the inference code needs.
+
+Latent scale: f_θ's output goes through a parameter-free LayerNorm, so every latent
+has zero mean and unit mean square over its d_z coordinates — the scale of the
+unit-variance noise ξ the diffusion adds. It fixes the scale, not the spread across
+observations; collapse of the latter is guarded in training (training/losses.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import fsspec
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+
+from ..data.actions import NULL, ActionVocabulary
+from ..data.hash_tokenizer import HashTokenizer
+from .encoders import WIDTH as HISTORY_WIDTH
+from .encoders import ActionEmbedding, HistoryEncoder, ObservationEncoder
+from .heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, termination_head
+from .score_net import ScoreNetwork
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+@dataclass(frozen=True)
+class RewardScale:
+    """The reward head predicts y ∈ [0, 1]; the environment's scale is low + (high − low)·y.
+
+    ``target``: ``step`` (r_t, Eq. mc_estimator) or ``to_go`` (Σ_{s≥t} r_s, app:wm-loss);
+    ``terminal_only``: supervised on terminal steps only; ``binary``: balanced BCE instead of MSE.
+    """
+
+    low: float = 0.0
+    high: float = 1.0
+    target: str = "step"
+    terminal_only: bool = False
+    binary: bool = False
+
+    def decode(self, y: torch.Tensor) -> torch.Tensor:
+        return self.low + (self.high - self.low) * y
+
+
+@dataclass(frozen=True)
+class WorldModelConfig:
+    actions: ActionVocabulary
+    reward: RewardScale = field(default_factory=RewardScale)
+    d_z: int = 64
+    d_a: int = 32
+    vocab_size: int = 32768
+    max_tokens: int = 128
+    max_steps: int = 64
+    n_denoise: int = 50
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["actions"] = self.actions.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "WorldModelConfig":
+        data = dict(data)
+        actions = ActionVocabulary.from_json(data.pop("actions"))
+        return cls(actions=actions, reward=RewardScale(**data.pop("reward")), **data)
+
+
+class WorldModel(nn.Module):
+    def __init__(self, config: WorldModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        c, n_actions = config, len(config.actions)
+        self.tokenizer = HashTokenizer(c.vocab_size, c.max_tokens)
+        self.observation_encoder = ObservationEncoder(c.d_z, c.vocab_size, c.max_tokens)
+        self.action_embedding = ActionEmbedding(n_actions, c.d_a)
+        self.history_encoder = HistoryEncoder(c.d_z, c.d_a, c.max_steps)
+        self.score_net = ScoreNetwork(c.d_z, HISTORY_WIDTH, c.d_a)
+        self.reward_head = reward_head(c.d_z, HISTORY_WIDTH)
+        self.termination_head = termination_head(c.d_z, HISTORY_WIDTH)
+        self.idm_head = inverse_dynamics_head(n_actions, c.d_z, HISTORY_WIDTH)
+        self.bc_head = behaviour_cloning_head(n_actions, c.d_z, HISTORY_WIDTH)
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_embedding.weight.device
+
+    def encode(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """Token ids → latents z = LN(f_θ(o)) ∈ R^{d_z} (unit mean square)."""
+        z = self.observation_encoder(ids, padding)
+        return nn.functional.layer_norm(z, z.shape[-1:])
+
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        ids, padding = self.tokenizer(texts)
+        width = max(1, int((~padding).sum(1).max()))
+        return self.encode(ids[:, :width].to(self.device), padding[:, :width].to(self.device))
+
+    def history(self, z: torch.Tensor, previous_actions: torch.Tensor) -> torch.Tensor:
+        """h̄_t = HistEnc((z_0, ∅), (z_1, a_0), …, (z_t, a_{t−1})): ``(B, T, d_z)``, ``(B, T)`` → ``(B, T, 128)``."""
+        return self.history_encoder(z, self.action_embedding(previous_actions))
+
+    def eps(self, z_k: torch.Tensor, k: torch.Tensor, h: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
+        """ε_θ(z_k, k, h̄, a); ``actions=None`` is the unconditional branch ε_θ(z_k, k, h̄, ∅)."""
+        if actions is None:
+            actions = torch.full(z_k.shape[:1], NULL, dtype=torch.long, device=z_k.device)
+        return self.score_net(z_k, k, h, self.action_embedding(actions))
+
+    def predicted_reward(self, z_next: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """σ(R_θ(z_{t+1}, h̄_t)) ∈ [0, 1]; ``config.reward.decode`` maps it to the environment's scale."""
+        return torch.sigmoid(self.reward_head(z_next, h))
+
+    def done_probability(self, z_next: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.termination_head(z_next, h))
+
+    def save(self, path: str) -> None:
+        """``path/config.json`` + ``path/model.safetensors`` (any fsspec URL)."""
+        fs, root = fsspec.core.url_to_fs(path)
+        fs.makedirs(root, exist_ok=True)
+        weights = {name: t.detach().to("cpu").contiguous() for name, t in self.state_dict().items()}
+        with fs.open(f"{root}/{WEIGHTS_FILE}", "wb") as f:
+            f.write(save_safetensors(weights))
+        with fs.open(f"{root}/{CONFIG_FILE}", "w") as f:
+            json.dump(self.config.to_json(), f, indent=2)
+
+    @classmethod
+    def load(cls, path: str, device: str | torch.device = "cpu") -> "WorldModel":
+        fs, root = fsspec.core.url_to_fs(path)
+        missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not fs.exists(f"{root}/{name}")]
+        if missing:
+            raise FileNotFoundError(
+                f"{path} is not a world-model checkpoint: {', '.join(missing)} missing; "
+                "point to the folder the world-model training stage wrote"
+            )
+        with fs.open(f"{root}/{CONFIG_FILE}") as f:
+            model = cls(WorldModelConfig.from_json(json.load(f)))
+        with fs.open(f"{root}/{WEIGHTS_FILE}", "rb") as f:
+            model.load_state_dict(load_safetensors(f.read()))
+        return model.to(device).eval()

@@ -1,0 +1,150 @@
+"""ψ-adapter training (app:psi-train, Eq. psi-loss).
+
+For a batch of B observations with latents z_i (frozen world-model encoder) and π_e's
+token-mean input embeddings ē_i of their text, with Ḡ_i = mean_n G_ψ(z_i)_n and
+s_ij = cos(Ḡ_i, ē_j):
+
+    L_ψ = −(1/2B) Σ_i [log softmax_j(s_ij/τ)_i + log softmax_j(s_ji/τ)_i] + 0.1 · (1/B) Σ_i ‖Ḡ_i − ē_i‖²,
+
+τ = 0.1; Adam lr 1e-4, batch 8, 20 epochs. Top-1 retrieval accuracy — the share of i
+with argmax_j s_ij = i — is reported per epoch on training and held-out batches beside
+the random baseline 1/B.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+
+from ..data.io import check_output
+from ..model.psi import PsiAdapter
+from ..model.world_model import WorldModel
+from .world_model import resolve_device, split_indices
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "adapter.safetensors"
+
+
+@dataclass(frozen=True)
+class PsiConfig:
+    epochs: int = 20
+    batch_size: int = 8
+    lr: float = 1e-4
+    temperature: float = 0.1
+    mse_weight: float = 0.1
+    heldout_fraction: float = 0.2
+    seed: int = 0
+    device: str = "auto"
+
+
+@dataclass
+class PsiResult:
+    path: str
+    history: list[dict[str, float]]
+
+    @property
+    def final(self) -> dict[str, float]:
+        return self.history[-1]
+
+
+def observation_texts(trajectories: pa.Table) -> list[str]:
+    """Every distinct observation text of the behaviour rows, first appearance first."""
+    behaviour = trajectories.filter(pa.compute.equal(trajectories["source"], "behavior"))
+    texts = behaviour["observation"].to_pylist() + behaviour["next_observation"].to_pylist()
+    return list(dict.fromkeys(texts))
+
+
+def psi_loss(soft_mean: torch.Tensor, targets: torch.Tensor, temperature: float, mse_weight: float):
+    """(L_ψ, L_InfoNCE, L_MSE, top-1 accuracy) of Eq. (psi-loss) for one batch."""
+    sim = nn.functional.normalize(soft_mean, dim=-1) @ nn.functional.normalize(targets, dim=-1).T
+    labels = torch.arange(len(sim), device=sim.device)
+    info_nce = 0.5 * (nn.functional.cross_entropy(sim / temperature, labels)
+                      + nn.functional.cross_entropy(sim.T / temperature, labels))
+    mse = ((soft_mean - targets) ** 2).sum(-1).mean()
+    top1 = (sim.argmax(1) == labels).float().mean()
+    return info_nce + mse_weight * mse, info_nce, mse, top1
+
+
+def train_psi_adapter(
+    world_model: WorldModel,
+    texts: Sequence[str],
+    target_embeddings: np.ndarray,
+    out_dir: str,
+    config: PsiConfig = PsiConfig(),
+    *,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    overwrite: bool = False,
+) -> PsiResult:
+    """Fit G_ψ so that the soft-token mean of G_ψ(f_θ(o)) retrieves π_e's ē(o); saved to ``out_dir``."""
+    check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
+    targets_np = np.asarray(target_embeddings, np.float32)
+    if targets_np.ndim != 2 or len(targets_np) != len(texts):
+        raise ValueError(f"target embeddings must be (len(texts), d_llm) = ({len(texts)}, d); got {targets_np.shape}")
+    train, heldout = split_indices(len(texts), config.heldout_fraction, config.seed, minimum=config.batch_size)
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    with torch.no_grad():
+        world_model = world_model.to(device).eval()
+        z = torch.cat([world_model.encode_texts(list(texts[i:i + 256])) for i in range(0, len(texts), 256)])
+    targets = torch.from_numpy(targets_np).to(device)
+    adapter = PsiAdapter(targets.shape[1], z.shape[1]).to(device)
+    optimiser = torch.optim.Adam(adapter.parameters(), lr=config.lr)
+    rng = np.random.default_rng(config.seed)
+    history = []
+    for epoch in range(config.epochs):
+        sums = np.zeros(4)
+        batches = _batches(rng.permutation(train), config.batch_size)
+        for rows in batches:
+            terms = psi_loss(adapter(z[rows]).mean(1), targets[rows], config.temperature, config.mse_weight)
+            optimiser.zero_grad(set_to_none=True)
+            terms[0].backward()
+            optimiser.step()
+            sums += [float(t.detach()) for t in terms]
+        metrics = {name: float(v) for name, v in zip(("train_loss", "train_infonce", "train_mse", "train_top1"), sums / len(batches))}
+        with torch.no_grad():
+            held = [psi_loss(adapter(z[rows]).mean(1), targets[rows], config.temperature, config.mse_weight)
+                    for rows in _batches(rng.permutation(heldout), config.batch_size)]
+        metrics["heldout_top1"] = float(np.mean([float(t[3]) for t in held]))
+        metrics["random_top1"] = 1.0 / config.batch_size
+        history.append(metrics)
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+    save_adapter(adapter, out_dir, {"config": asdict(config), "final": history[-1]})
+    return PsiResult(out_dir, history)
+
+
+def _batches(order: np.ndarray, size: int) -> list[np.ndarray]:
+    """Full batches only, so the random top-1 baseline is exactly 1/B."""
+    n = len(order) // size
+    return [order[i * size:(i + 1) * size] for i in range(n)]
+
+
+def save_adapter(adapter: PsiAdapter, path: str, extra: dict) -> None:
+    fs, root = fsspec.core.url_to_fs(path)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(f"{root}/{WEIGHTS_FILE}", "wb") as f:
+        f.write(save_safetensors({k: v.detach().cpu().contiguous() for k, v in adapter.state_dict().items()}))
+    with fs.open(f"{root}/{CONFIG_FILE}", "w") as f:
+        json.dump({"d_llm": adapter.d_llm, "d_z": adapter.d_z, "n_soft": adapter.n_soft, **extra}, f, indent=2)
+
+
+def load_adapter(path: str, device: str | torch.device = "cpu") -> PsiAdapter:
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.exists(f"{root}/{WEIGHTS_FILE}"):
+        raise FileNotFoundError(f"{path} is not a ψ-adapter checkpoint ({WEIGHTS_FILE} missing); "
+                                "point to the folder the ψ-adapter stage wrote")
+    with fs.open(f"{root}/{CONFIG_FILE}") as f:
+        meta = json.load(f)
+    adapter = PsiAdapter(meta["d_llm"], meta["d_z"], meta["n_soft"])
+    with fs.open(f"{root}/{WEIGHTS_FILE}", "rb") as f:
+        adapter.load_state_dict(load_safetensors(f.read()))
+    return adapter.to(device).eval()

@@ -1,0 +1,158 @@
+import json
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+import torch
+
+from adwm_core.collection import EnvSpec, PolicySpec, collect_behavior
+from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
+from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
+from adwm_core.data.windows import episode_arrays, reward_scale, windows_at
+from adwm_core.model.world_model import WorldModel
+from adwm_core.policies.base import load_language_model
+from adwm_core.training.losses import latents
+from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
+from adwm_core.training.world_model import Tokenised, TrainConfig, train_world_model
+from conftest import TINY_ENV, TINY_VARIATIONS
+
+NAME, TASK, OPTIONS = TINY_ENV
+ENV = EnvSpec(NAME, TASK, OPTIONS, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
+EPOCHS = 20
+
+
+def _rows(episode, steps, done_last=True):
+    """Trajectories rows of an episode with per-step ``steps`` = [(action, reward)]."""
+    return [
+        {"cell": "c", "source": "behavior", "policy": "p@p0", "epsilon": None, "seed": 0, "episode": episode,
+         "task": "t", "variation": 0, "t": t, "task_description": "d", "observation": f"o{episode}.{t}",
+         "next_observation": f"o{episode}.{t + 1}", "response": a, "action": a, "action_valid": True,
+         "admissible": None, "reward": r, "done": done_last and t == len(steps) - 1, "score": 0.0,
+         "success": False}
+        for t, (a, r) in enumerate(steps)
+    ]
+
+
+def test_windows_align_observations_actions_and_targets():
+    table = table_from_rows(_rows(0, [("go", 0.5), ("take", 0.5), ("go", -1.0)]) + _rows(1, [("drop", 0.5)], False),
+                            TRAJECTORIES)
+    vocab = ActionVocabulary.from_actions(table["action"].to_pylist(), cap=3)  # room for "go" only
+    scale = reward_scale(table)
+    assert (scale.low, scale.high, scale.target, scale.terminal_only, scale.binary) == (-1.0, 0.5, "step", False, False)
+    data = episode_arrays(table, vocab, scale)
+    assert [data.texts[i] for i in data.observations[0]] == ["o0.0", "o0.1", "o0.2", "o0.3"]
+    w = windows_at(data, np.array([0, 0, 1]), np.array([0, 1, 0]), 2)
+    go = 2
+    assert w.actions.tolist() == [[go, UNKNOWN], [UNKNOWN, go], [UNKNOWN, NULL]]
+    assert w.previous_actions.tolist() == [[NULL, go, UNKNOWN], [go, UNKNOWN, go], [NULL, UNKNOWN, NULL]]
+    assert [[data.texts[i] if i >= 0 else None for i in row] for row in w.observations[1:]] == [
+        ["o0.1", "o0.2", "o0.3"], ["o1.0", "o1.1", None]]
+    assert w.valid.tolist() == [[True, True], [True, True], [True, False]]
+    assert w.done.tolist() == [[False, False], [False, True], [False, False]]
+    np.testing.assert_allclose(w.reward_targets[1], [1.0, 0.0])  # (0.5 − (−1)) / 1.5, (−1 − (−1)) / 1.5
+    to_go = reward_scale(table, "to_go")
+    assert (to_go.low, to_go.high) == (-1.0, 0.5)  # reward-to-go 0, −0.5, −1 and 0.5
+    with pytest.raises(ValueError, match="'step' or 'to_go'"):
+        reward_scale(table, "return")
+
+
+def test_terminal_only_rewards_supervise_terminal_steps_with_balanced_bce():
+    table = table_from_rows(_rows(0, [("go", 0.0), ("go", 1.0)]) + _rows(1, [("go", 0.0), ("go", 0.0)]), TRAJECTORIES)
+    scale = reward_scale(table)
+    assert scale.terminal_only and scale.binary and (scale.low, scale.high) == (0.0, 1.0)
+    data = episode_arrays(table, ActionVocabulary.from_actions(["go"]), scale)
+    assert data.reward_mask.tolist() == [[False, True], [False, True]]
+
+
+def test_gaps_in_an_episode_are_refused():
+    rows = _rows(0, [("go", 0.0), ("go", 0.0), ("go", 1.0)])
+    table = table_from_rows([rows[0], rows[2]], TRAJECTORIES)
+    with pytest.raises(ValueError, match="episode 0: steps \\[0, 2\\]"):
+        episode_arrays(table, ActionVocabulary.from_actions(["go"]), reward_scale(table))
+
+
+def test_bad_training_config_and_missing_checkpoint_are_named(tmp_path):
+    with pytest.raises(ValueError, match="epochs=0"):
+        TrainConfig(epochs=0)
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        TrainConfig(heldout_fraction=1.0)
+    with pytest.raises(FileNotFoundError, match="model.safetensors missing"):
+        WorldModel.load(str(tmp_path))
+    table = table_from_rows(_rows(0, [("go", 1.0)]), TRAJECTORIES)
+    with pytest.raises(ValueError, match="no behaviour rows"):
+        train_world_model(table.filter(pc.equal(table["t"], 5)), str(tmp_path / "wm"))
+    with pytest.raises(ValueError, match="collect more behaviour data"):
+        train_world_model(table, str(tmp_path / "wm"))
+
+
+@pytest.fixture(scope="module")
+def behaviour(tiny_policies, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("wm-behaviour") / "trajectories.parquet")
+    pool = [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
+    collect_behavior(ENV, pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
+    return read_table(out, TRAJECTORIES)
+
+
+@pytest.fixture(scope="module")
+def trained(behaviour, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("wm") / "world-model")
+    seen = []
+    result = train_world_model(behaviour, out, TrainConfig(epochs=EPOCHS, device="cpu"),
+                               on_epoch=lambda epoch, metrics: seen.append(epoch))
+    return result, seen
+
+
+def test_every_loss_term_falls_and_progress_reaches_the_callback(trained):
+    result, seen = trained
+    assert seen == list(range(EPOCHS))
+    first, last = result.history[0], result.history[-1]
+    for term in ("dsm", "idm", "bc", "div", "reward", "done", "total"):
+        assert last[f"train_{term}"] < 0.9 * first[f"train_{term}"], term
+    assert result.history[-1]["lr"] < result.history[0]["lr"]
+
+
+def test_reward_and_termination_heads_beat_the_constant_predictor_on_held_out_episodes(trained):
+    best = trained[0].best
+    assert best["heldout_reward_mse"] < 0.5 * best["heldout_reward_mse_constant"]
+    assert best["heldout_done_bce"] < 0.5 * best["heldout_done_bce_constant"]
+
+
+def test_a_saved_world_model_loads_back_to_the_same_outputs(trained, behaviour):
+    result = trained[0]
+    with open(f"{result.path}/history.json") as f:
+        assert json.load(f)["best_epoch"] == result.best_epoch
+    model = WorldModel.load(result.path)
+    again = WorldModel.load(result.path)
+    assert model.config == again.config and len(model.config.actions) > 3
+    texts = behaviour["observation"].to_pylist()[:6]
+    z = model.encode_texts(texts)
+    assert torch.equal(z, again.encode_texts(texts))
+    # distinct observations keep distinct latents (no encoder collapse)
+    assert torch.cdist(z, z)[~torch.eye(6, dtype=torch.bool)].min() > 0 or len(set(texts)) < 6
+    with torch.no_grad():
+        h = model.history(z[None], torch.zeros(1, 6, dtype=torch.long))[0]
+        k, a = torch.arange(6) * 8, torch.arange(6) + 2
+        for m in (model, again):
+            assert m.training is False
+        assert torch.equal(model.eps(z, k, h, a), again.eps(z, k, h, a))
+        assert torch.equal(model.predicted_reward(z, h), again.predicted_reward(z, h))
+        assert torch.equal(model.done_probability(z, h), again.done_probability(z, h))
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        train_world_model(behaviour, result.path)
+
+
+def test_psi_adapter_retrieves_observations_well_above_chance(trained, behaviour, tiny_policies, tmp_path):
+    texts = observation_texts(behaviour)
+    lm = load_language_model(tiny_policies["late"])
+    targets = lm.mean_input_embeddings(texts)
+    assert targets.shape == (len(texts), lm.model.config.n_embd)
+    model = WorldModel.load(trained[0].path)
+    result = train_psi_adapter(model, texts, targets, str(tmp_path / "psi"), PsiConfig(device="cpu"))
+    final = result.final
+    assert final["random_top1"] == 1 / 8
+    assert final["train_top1"] > 0.5 and final["heldout_top1"] > 0.3, final
+    assert final["train_infonce"] < result.history[0]["train_infonce"]
+    adapter = load_adapter(result.path)
+    with torch.no_grad():
+        soft = adapter(model.encode_texts(texts[:3]))
+    assert soft.shape == (3, 8, targets.shape[1])
