@@ -15,15 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
-from pathlib import Path
 
 import numpy as np
 
 from adwm_core.envs import make_env
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.runner import EpisodeRunner, EpisodeSpec
+from common import RESULTS
+from common import machine as host
 
 CASES = [  # (environment, options, task, split)
     ("scienceworld", {}, "find-living-thing", "train"),
@@ -31,7 +31,6 @@ CASES = [  # (environment, options, task, split)
     ("textworld-express", {"game_params": {"coin": "numLocations=6,includeDoors=1"}}, "coin", "train"),
 ]
 MAX_STEPS = 30
-RESULTS = Path(__file__).parent / "results"
 
 
 def single_process(name, options, task, variations, seconds):
@@ -82,8 +81,7 @@ def main() -> None:
         row.update(with_runner(name, options, task, variations, args.episodes))
         rows.append(row)
         print(row, flush=True)
-    machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    machine = host()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "env_throughput.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
     lines = [

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -28,23 +26,8 @@ from adwm_core.collection import EnvSpec, PolicySpec, collect_behavior, ground_t
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.local_models import smollm2_dir
-from adwm_core.policies.trainer import train_tiny_policies
-
-RESULTS = Path(__file__).parent / "results"
-CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
-TRAIN_VARIATIONS = 40  # the first training variations fine-tune; episodes come from the rest
-
-
-def tiny_family() -> dict[str, str]:
-    folder = os.path.join(local_cache_dir("bench"), "tiny-default")
-    if all(os.path.exists(os.path.join(folder, name, "config.json")) for name in CHECKPOINTS):
-        return {name: os.path.join(folder, name) for name in CHECKPOINTS}
-    name, task, options = DEFAULT_LOCAL_ENV
-    start = time.perf_counter()
-    paths = train_tiny_policies(name, options, task, folder, CHECKPOINTS, n_variations=TRAIN_VARIATIONS)
-    print(f"trained the tiny family in {time.perf_counter() - start:.0f} s", flush=True)
-    return paths
-
+from common import CHECKPOINTS, RESULTS, TRAIN_VARIATIONS, tiny_family
+from common import machine as host
 
 def collection_rate(env: EnvSpec, spec: PolicySpec, n_episodes: int, out: str) -> dict:
     start = time.perf_counter()
@@ -83,8 +66,7 @@ def main() -> None:
             row["seconds"] = timings[row["epsilon"]]
             curves.append(row)
             print(row, flush=True)
-    machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    machine = host()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "llm_throughput.json").write_text(
         json.dumps({"machine": machine, "env": env.__dict__ | {"options": dict(options)}, "collection": collection,

