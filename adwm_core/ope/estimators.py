@@ -1,0 +1,203 @@
+"""Classical off-policy estimators on logged trajectories (COBS, Voloshin et al. 2019; app:baselines).
+
+Notation: trajectory i of N, steps t < T_i, reward r_it, discount γ (0.99), per-step
+log-ratio log ρ_it = log π_e^ε(a_it|s_it) − log π_b(a_it|s_it), cumulative ratio
+ρ_i,0:t = Π_{k≤t} ρ_ik. After its end a trajectory is padded with r = 0, ρ = 1, Q = V = 0
+(an absorbing state). Every weight is handled in log space (``signed_log``).
+
+Each estimator is a small class with one method, ``signed_estimate``; the base class adds
+the percentile bootstrap over trajectories. Subclasses register themselves by ``name``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+from scipy.special import log_softmax
+
+from .signed_log import SignedLog, log_abs_and_sign, signed_sum
+
+ESTIMATORS: dict[str, type["OffPolicyEstimator"]] = {}
+
+
+@dataclass(frozen=True)
+class LoggedTrajectories:
+    """Padded ``(N, T)`` arrays of N behaviour trajectories, scored for one π_e^ε."""
+
+    rewards: np.ndarray
+    mask: np.ndarray  # steps that happened
+    log_ratios: np.ndarray  # log π_e^ε − log π_b of the logged action
+    gamma: float = 0.99
+    q: np.ndarray | None = None  # Q^{π_e^ε}(s_t, a_t), for DR / WDR
+    v: np.ndarray | None = None  # V^{π_e^ε}(s_t), for DR / WDR
+    predicted_rewards: np.ndarray | None = None  # R̂(s_t, a_t) of a reward model, for DM
+
+    def __post_init__(self) -> None:
+        shape = np.shape(self.rewards)
+        for name in ("mask", "log_ratios", "q", "v", "predicted_rewards"):
+            array = getattr(self, name)
+            if array is not None and np.shape(array) != shape:
+                raise ValueError(f"{name} has shape {np.shape(array)}, rewards {shape}: one row per trajectory, "
+                                 "one column per step")
+        if len(shape) != 2 or shape[0] == 0:
+            raise ValueError(f"logged trajectories must be (N ≥ 1, T) arrays; got shape {shape}")
+        if np.isnan(self.log_ratios[self.mask]).any():
+            raise ValueError("log_ratios hold NaN at logged steps; recompute the log-probabilities")
+
+    @property
+    def n(self) -> int:
+        return len(self.rewards)
+
+    def take(self, rows: np.ndarray) -> "LoggedTrajectories":
+        fields = ("rewards", "mask", "log_ratios", "q", "v", "predicted_rewards")
+        return replace(self, **{f: getattr(self, f)[rows] for f in fields if getattr(self, f) is not None})
+
+    def masked(self, array: np.ndarray) -> np.ndarray:
+        return np.where(self.mask, array, 0.0)
+
+    @property
+    def log_discounts(self) -> np.ndarray:
+        return np.arange(self.rewards.shape[1]) * np.log(self.gamma)
+
+    @property
+    def cumulative_log_ratios(self) -> np.ndarray:
+        """log ρ_i,0:t, constant after the trajectory ends."""
+        return np.cumsum(self.masked(self.log_ratios), axis=1)
+
+    @property
+    def returns(self) -> np.ndarray:
+        """G_i = Σ_t γ^t r_it."""
+        return (self.masked(self.rewards) * np.exp(self.log_discounts)).sum(1)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    estimator: str
+    value: SignedLog
+    ci_low: SignedLog
+    ci_high: SignedLog
+
+
+class OffPolicyEstimator(ABC):
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()  # optional fields of LoggedTrajectories it reads
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            ESTIMATORS[cls.name] = cls
+
+    @abstractmethod
+    def signed_estimate(self, data: LoggedTrajectories) -> SignedLog:
+        """Ĵ(π_e^ε) in signed-log form."""
+
+    def estimate(self, data: LoggedTrajectories, *, n_bootstrap: int = 1000, confidence: float = 0.95,
+                 seed: int = 0) -> Estimate:
+        """Ĵ and its percentile-bootstrap interval over trajectories (resampled with replacement)."""
+        missing = [name for name in self.needs if getattr(data, name) is None]
+        if missing:
+            raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
+        rng = np.random.default_rng(seed)
+        samples = sorted(
+            (self.signed_estimate(data.take(rng.integers(0, data.n, data.n))) for _ in range(n_bootstrap)),
+            key=lambda s: s.order_key,
+        )
+        tail = (1 - confidence) / 2
+        low, high = int(np.floor(tail * (n_bootstrap - 1))), int(np.ceil((1 - tail) * (n_bootstrap - 1)))
+        return Estimate(self.name, self.signed_estimate(data), samples[low], samples[high])
+
+
+def _mean(log_terms: np.ndarray, signs: np.ndarray, n: int) -> SignedLog:
+    total = signed_sum(log_terms, signs)
+    return SignedLog(float(total.log_abs - np.log(n)), total.sign) if total.sign else total
+
+
+def _normalised_log_weights(data: LoggedTrajectories) -> np.ndarray:
+    """log w_it = log ρ_i,0:t − log Σ_j ρ_j,0:t (weights summing to 1 over trajectories at each t)."""
+    return log_softmax(data.cumulative_log_ratios, axis=0)
+
+
+class DirectMethod(OffPolicyEstimator):
+    """DM: Ĵ = (1/N) Σ_i Σ_t γ^t R̂(s_it, a_it) along the logged trajectories (app:baselines).
+
+    It never reads π_e: the same value for every evaluation policy, by construction."""
+
+    name = "DM"
+    needs = ("predicted_rewards",)
+
+    def signed_estimate(self, data):
+        total = (data.masked(data.predicted_rewards) * np.exp(data.log_discounts)).sum()
+        return SignedLog.of(total / data.n)
+
+
+class ImportanceSampling(OffPolicyEstimator):
+    """IS: Ĵ = (1/N) Σ_i ρ_i,0:T G_i (Precup et al., 2000)."""
+
+    name = "IS"
+
+    def signed_estimate(self, data):
+        log_g, sign = log_abs_and_sign(data.returns)
+        return _mean(data.cumulative_log_ratios[:, -1] + log_g, sign, data.n)
+
+
+class PerDecisionImportanceSampling(OffPolicyEstimator):
+    """PDIS: Ĵ = (1/N) Σ_i Σ_t γ^t ρ_i,0:t r_it (Precup et al., 2000)."""
+
+    name = "PDIS"
+
+    def signed_estimate(self, data):
+        log_r, sign = log_abs_and_sign(data.masked(data.rewards))
+        return _mean(data.cumulative_log_ratios + data.log_discounts + log_r, sign, data.n)
+
+
+class WeightedImportanceSampling(OffPolicyEstimator):
+    """WIS: Ĵ = Σ_i ρ_i,0:T G_i / Σ_i ρ_i,0:T — biased, consistent, bounded by the returns."""
+
+    name = "WIS"
+
+    def signed_estimate(self, data):
+        log_g, sign = log_abs_and_sign(data.returns)
+        return signed_sum(log_softmax(data.cumulative_log_ratios[:, -1]) + log_g, sign)
+
+
+class WeightedPerDecisionImportanceSampling(OffPolicyEstimator):
+    """WPDIS: Ĵ = Σ_t γ^t Σ_i w_it r_it, w_it = ρ_i,0:t / Σ_j ρ_j,0:t."""
+
+    name = "WPDIS"
+
+    def signed_estimate(self, data):
+        log_r, sign = log_abs_and_sign(data.masked(data.rewards))
+        return signed_sum(_normalised_log_weights(data) + data.log_discounts + log_r, sign)
+
+
+class DoublyRobust(OffPolicyEstimator):
+    """DR, COBS step form: Ĵ = Σ_i Σ_t γ^t [w_it (r_it − Q(s_it, a_it)) + w_i,t−1 V(s_it)],
+    w_it = ρ_i,0:t / N and w_i,−1 = 1/N (Jiang & Li, 2016; Thomas & Brunskill, 2016)."""
+
+    name = "DR"
+    needs = ("q", "v")
+
+    def log_weights(self, data: LoggedTrajectories) -> np.ndarray:
+        return data.cumulative_log_ratios - np.log(data.n)
+
+    def signed_estimate(self, data):
+        log_w = self.log_weights(data)
+        log_w_before = np.concatenate([np.full((data.n, 1), -np.log(data.n)), log_w[:, :-1]], axis=1)
+        log_td, td_sign = log_abs_and_sign(data.masked(data.rewards - data.q))
+        log_v, v_sign = log_abs_and_sign(data.masked(data.v))
+        return signed_sum(
+            np.concatenate([log_w + log_td, log_w_before + log_v]) + data.log_discounts,
+            np.concatenate([td_sign, v_sign]),
+        )
+
+
+class WeightedDoublyRobust(DoublyRobust):
+    """WDR: DR with self-normalised weights w_it = ρ_i,0:t / Σ_j ρ_j,0:t, w_i,−1 = 1/N (Thomas & Brunskill, 2016)."""
+
+    name = "WDR"
+
+    def log_weights(self, data):
+        return _normalised_log_weights(data)

@@ -1,0 +1,205 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
+from adwm_core.ope.metrics import (
+    kendall,
+    normalised_absolute_error,
+    per_seed_spearman,
+    regret_at_1,
+    spearman,
+    spearman_bootstrap,
+)
+from adwm_core.ope.signed_log import SignedLog
+
+GAMMA = 0.99
+
+
+class TabularMDP:
+    """S states + an absorbing terminal state, 2 actions, start state 0; exact values by a linear solve."""
+
+    def __init__(self, seed: int, n_states: int = 4, deterministic: bool = False) -> None:
+        rng = np.random.default_rng(seed)
+        self.n = n_states
+        if deterministic:  # a chain: action 0 steps on, action 1 jumps two ahead; past the last state → terminal
+            self.P = np.zeros((n_states, 2, n_states + 1))
+            for s in range(n_states):
+                for a in range(2):
+                    self.P[s, a, min(s + 1 + a, n_states)] = 1.0
+        else:
+            self.P = rng.dirichlet(np.r_[np.ones(n_states), 3.0], size=(n_states, 2))
+        self.R = rng.uniform(-1, 1, size=(n_states, 2))
+
+    def policy(self, seed: int) -> np.ndarray:
+        return np.random.default_rng(seed).dirichlet(np.ones(2), size=self.n)
+
+    def values(self, pi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact (V, Q) of ``pi``: V = (I − γ P_π)⁻¹ r_π, Q = R + γ P V."""
+        p_pi = np.einsum("sa,sat->st", pi, self.P[:, :, : self.n])
+        v = np.linalg.solve(np.eye(self.n) - GAMMA * p_pi, (pi * self.R).sum(1))
+        return v, self.R + GAMMA * self.P[:, :, : self.n] @ v
+
+    def simulate(self, pi_b, pi_e, n: int, rng, max_steps: int = 200) -> tuple[LoggedTrajectories, np.ndarray, np.ndarray]:
+        """N trajectories of π_b from state 0; returns them and the visited (states, actions)."""
+        state, alive = np.zeros(n, int), np.ones(n, bool)
+        cols = {k: [] for k in ("r", "m", "lr", "s", "a")}
+        for _ in range(max_steps):
+            if not alive.any():
+                break
+            s = np.minimum(state, self.n - 1)
+            a = (rng.random(n) > pi_b[s, 0]).astype(int)
+            cols["r"].append(np.where(alive, self.R[s, a], 0.0))
+            cols["m"].append(alive.copy())
+            cols["lr"].append(np.where(alive, np.log(pi_e[s, a]) - np.log(pi_b[s, a]), 0.0))
+            cols["s"].append(s)
+            cols["a"].append(a)
+            u = rng.random(n)[:, None]
+            nxt = (u > np.cumsum(self.P[s, a], axis=1)).sum(1)
+            state = np.where(alive, nxt, self.n)
+            alive &= state < self.n
+        arr = {k: np.stack(v, axis=1) for k, v in cols.items()}
+        return LoggedTrajectories(arr["r"], arr["m"], arr["lr"], GAMMA), arr["s"], arr["a"]
+
+
+def with_values(data: LoggedTrajectories, states, actions, v, q) -> LoggedTrajectories:
+    from dataclasses import replace
+
+    return replace(data, q=np.where(data.mask, q[states, actions], 0.0), v=np.where(data.mask, v[states], 0.0))
+
+
+def value(name: str, data: LoggedTrajectories) -> float:
+    return ESTIMATORS[name]().signed_estimate(data).value
+
+
+def test_is_and_pdis_are_unbiased_within_their_standard_error():
+    mdp = TabularMDP(0)
+    pi_b, pi_e = mdp.policy(1), mdp.policy(2)
+    truth = mdp.values(pi_e)[0][0]
+    rng = np.random.default_rng(3)
+    runs = {"IS": [], "PDIS": []}
+    for _ in range(400):
+        data = mdp.simulate(pi_b, pi_e, 20, rng)[0]
+        for name in runs:
+            runs[name].append(value(name, data))
+    for name, values in runs.items():
+        values = np.asarray(values)
+        se = values.std(ddof=1) / np.sqrt(len(values))
+        assert abs(values.mean() - truth) < 3.5 * se, (name, values.mean(), truth, se)
+    # and they are not trivially right: behaviour policy's own value differs
+    assert abs(mdp.values(pi_b)[0][0] - truth) > 0.05
+
+
+def test_weighted_estimators_are_consistent():
+    mdp = TabularMDP(4)
+    pi_b = mdp.policy(5)
+    pi_e = 0.5 * pi_b + 0.5 * mdp.policy(6)
+    v, q = mdp.values(pi_e)
+    rng = np.random.default_rng(7)
+    errors = {}
+    for n in (100, 50000):
+        data, s, a = mdp.simulate(pi_b, pi_e, n, rng)
+        rough = with_values(data, s, a, 0.5 * v, 0.5 * q)  # a wrong model: WDR must still converge
+        errors[n] = {name: abs(value(name, rough) - v[0]) for name in ("WIS", "WPDIS", "WDR")}
+    for name, err in errors[50000].items():
+        assert err < 0.03, (name, err)
+    assert sum(errors[50000].values()) < sum(errors[100].values())
+
+
+def test_dr_and_wdr_are_exact_with_the_true_q_on_deterministic_dynamics():
+    mdp = TabularMDP(8, deterministic=True)
+    pi_b, pi_e = mdp.policy(9), mdp.policy(10)
+    v, q = mdp.values(pi_e)
+    for n in (1, 3, 50):
+        data, s, a = mdp.simulate(pi_b, pi_e, n, np.random.default_rng(n))
+        exact = with_values(data, s, a, v, q)
+        assert value("DR", exact) == pytest.approx(v[0], abs=1e-9)
+        assert value("WDR", exact) == pytest.approx(v[0], abs=1e-9)
+    assert value("IS", data) != pytest.approx(v[0], abs=1e-3)  # the logged data alone do not give it
+
+
+def test_dm_never_reads_the_evaluation_policy():
+    mdp = TabularMDP(11)
+    data, s, a = mdp.simulate(mdp.policy(12), mdp.policy(13), 50, np.random.default_rng(0))
+    from dataclasses import replace
+
+    model = replace(data, predicted_rewards=np.where(data.mask, mdp.R[s, a] + 0.1, 0.0))
+    other = replace(model, log_ratios=-model.log_ratios)
+    assert value("DM", model) == value("DM", other) != value("DM", replace(model, predicted_rewards=data.rewards))
+    with pytest.raises(ValueError, match="DM needs predicted_rewards"):
+        ESTIMATORS["DM"]().estimate(data)
+
+
+def test_extreme_log_ratios_stay_finite_exact_and_ordered():
+    rewards = np.array([[0.0, 1.0], [0.0, 0.5], [1.0, 0.0]])
+    mask = np.ones((3, 2), bool)
+    data = LoggedTrajectories(rewards, mask, np.array([[1000.0, 1000], [995, 995], [-1000, -1000]]))
+    # WIS: weights e^2000, e^1990, e^−2000 on returns γ, γ/2, 1
+    wis = (GAMMA + 0.5 * GAMMA * np.exp(-10)) / (1 + np.exp(-10))
+    for name in ("WIS", "WPDIS"):
+        assert value(name, data) == pytest.approx(wis, rel=1e-12)
+    is_ = ESTIMATORS["IS"]().signed_estimate(data)
+    assert is_.sign == 1 and is_.log_abs == pytest.approx(2000 + np.log(GAMMA * (1 + 0.5 * np.exp(-10))) - np.log(3))
+    assert np.isfinite(is_.value) and np.isfinite(is_.order_key)
+    # two policies whose IS values underflow float64 still rank correctly, no tie
+    low = [ESTIMATORS["IS"]().signed_estimate(LoggedTrajectories(rewards, mask, np.full((3, 2), -lr)))
+           for lr in (400.0, 450.0)]
+    assert low[0].value == low[1].value == 0.0 and low[0].order_key > low[1].order_key > 0
+    huge_q = LoggedTrajectories(rewards, mask, np.full((3, 2), 800.0), q=np.ones((3, 2)), v=np.ones((3, 2)))
+    for name in ESTIMATORS:
+        if name != "DM":
+            result = ESTIMATORS[name]().estimate(huge_q, n_bootstrap=50)
+            for s in (result.value, result.ci_low, result.ci_high):
+                assert not np.isnan(s.log_abs) and np.isfinite(s.value) and np.isfinite(s.order_key), name
+
+
+def test_signed_log_order_key_is_monotone():
+    xs = [-1e300, -5.0, -1.0, -1e-200, 0.0, 1e-300, 1e-200, 0.5, 1.0, 3.0, 1e300]
+    keys = [SignedLog.of(x).order_key for x in xs]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert SignedLog(5000.0, -1).order_key < SignedLog(4000.0, -1).order_key < SignedLog(-5000.0, 1).order_key
+
+
+def test_bootstrap_interval_brackets_the_estimate_and_bad_input_is_named():
+    mdp = TabularMDP(14)
+    data = mdp.simulate(mdp.policy(15), mdp.policy(16), 200, np.random.default_rng(1))[0]
+    for name in ("IS", "WIS", "PDIS"):
+        est = ESTIMATORS[name]().estimate(data, n_bootstrap=300, seed=2)
+        assert est.ci_low.order_key <= est.value.order_key <= est.ci_high.order_key
+        assert est.ci_low.value < est.ci_high.value
+    with pytest.raises(ValueError, match="log_ratios has shape"):
+        LoggedTrajectories(np.zeros((2, 3)), np.ones((2, 3), bool), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        LoggedTrajectories(np.zeros((1, 1)), np.ones((1, 1), bool), np.full((1, 1), np.nan))
+    assert set(ESTIMATORS) >= {"DM", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"}
+
+
+def test_rank_metrics_match_scipy_and_hand_computation():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.normal(size=7), rng.normal(size=7)
+        x[3] = x[1]  # a tie
+        assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+        assert kendall(x, y) == pytest.approx(stats.kendalltau(x, y).statistic)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / np.sqrt(4.5 * 5))
+    assert kendall([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(5 / np.sqrt(30))  # τ-b, one tie
+    assert regret_at_1([0.1, 0.9, 0.9], [1.0, 0.5, 0.0]) == pytest.approx(0.75)  # tie at the top: mean of 0.5, 0
+    assert regret_at_1([3, 1, 2], [10, 0, 5]) == 0.0
+    assert normalised_absolute_error([0.1, 0.9, 0.9], [1.0, 0.5, 0.0]) == pytest.approx((0.9 + 0.4 + 0.9) / 3)
+    seeds, avg = per_seed_spearman([[1, 2, 3], [3, 2, 1]], [1, 2, 3])
+    assert seeds == pytest.approx([1.0, -1.0]) and np.isnan(avg)  # the average curve is flat
+    with pytest.raises(ValueError, match="same for every policy"):
+        regret_at_1([1, 2], [0.5, 0.5])
+    with pytest.raises(ValueError, match="finite"):
+        spearman([np.inf, 1], [1, 2])
+
+
+def test_spearman_bootstrap_ci_and_p_values():
+    perfect = spearman_bootstrap([1, 2, 3, 4, 5], [0.1, 0.2, 0.3, 0.4, 0.5])
+    assert [perfect.rho, perfect.ci_low, perfect.ci_high, perfect.p_value] == pytest.approx([1, 1, 1, 0])
+    paper = spearman_bootstrap([1, 2, 3, 5, 4], [1, 2, 3, 4, 5])  # Table main_results, HotpotQA-DPO: ρ 0.90, p 0.037
+    assert paper.rho == pytest.approx(0.9) and paper.p_value_t == pytest.approx(0.037, abs=5e-4)
+    assert paper.n_resamples < 2000 and paper.ci_low < 0.9 <= paper.ci_high
+    noise = spearman_bootstrap(np.random.default_rng(1).normal(size=12), np.arange(12))
+    assert noise.p_value > 0.05 and noise.ci_low < 0 < noise.ci_high
+    assert spearman_bootstrap([1, 3, 2], [1, 2, 3], seed=4) == spearman_bootstrap([1, 3, 2], [1, 2, 3], seed=4)
