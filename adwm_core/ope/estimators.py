@@ -133,6 +133,16 @@ class DirectMethod(OffPolicyEstimator):
         return SignedLog.of(total / data.n)
 
 
+class FittedQ(OffPolicyEstimator):
+    """FQE: Ĵ = (1/N) Σ_i V_{π_e^ε}(s_i0), V from the Q-network fitted for this ε (ope/fqe.py)."""
+
+    name = "FQE"
+    needs = ("v",)
+
+    def signed_estimate(self, data):
+        return SignedLog.of(float(data.v[:, 0].mean()))
+
+
 class ImportanceSampling(OffPolicyEstimator):
     """IS: Ĵ = (1/N) Σ_i ρ_i,0:T G_i (Precup et al., 2000)."""
 
