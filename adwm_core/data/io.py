@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import fsspec
 import pyarrow as pa
@@ -68,6 +69,24 @@ def check_output(path: str, *, overwrite: bool, hint: str = "pass overwrite=True
         raise FileExistsError(f"{path} already exists; {hint}")
 
 
+@contextmanager
+def atomic_open(path: str, mode: str = "wb") -> Iterator:
+    """A file handle on a temporary sibling of ``path``, renamed to ``path`` only when the
+    ``with`` block ends without error: an interrupted write leaves nothing under ``path``."""
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    parent, base = posixpath.split(fs_path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = posixpath.join(parent, f".{base}.tmp-{uuid.uuid4().hex}")
+    try:
+        with fs.open(tmp, mode) as f:
+            yield f
+        fs.mv(tmp, fs_path)
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+
+
 def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bool = False) -> str:
     """Validate and write ``table`` to ``path`` atomically (temporary name, then rename).
 
@@ -76,18 +95,8 @@ def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bo
     """
     table = validate(table, contract, path)
     check_output(path, overwrite=overwrite)
-    fs, fs_path = fsspec.core.url_to_fs(path)
-    parent, base = posixpath.split(fs_path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    tmp = posixpath.join(parent, f".{base}.tmp-{uuid.uuid4().hex}")
-    try:
-        with fs.open(tmp, "wb") as f:
-            pq.write_table(table, f)
-        fs.mv(tmp, fs_path)
-    finally:
-        if fs.exists(tmp):
-            fs.rm(tmp)
+    with atomic_open(path) as f:
+        pq.write_table(table, f)
     return path
 
 

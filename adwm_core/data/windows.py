@@ -46,19 +46,17 @@ class Windows:
 
 
 def _episodes(table: pa.Table) -> list[dict]:
-    """Rows grouped per episode, each episode's steps in order of t."""
-    columns = table.select(["episode", "t", "observation", "next_observation", "action", "reward", "done", "success"])
-    data = columns.to_pydict()
-    order = sorted(range(table.num_rows), key=lambda i: (data["episode"][i], data["t"][i]))
-    episodes: dict[int, dict] = {}
-    for i in order:
-        ep = episodes.setdefault(data["episode"][i], {k: [] for k in data})
-        for k in data:
-            ep[k].append(data[k][i])
-    for key, ep in episodes.items():
+    """Columns per episode, each episode's steps in order of t."""
+    columns = ["episode", "t", "observation", "next_observation", "action", "reward", "done", "success"]
+    data = table.select(columns).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pydict()
+    keys = np.asarray(data["episode"])
+    bounds = np.r_[np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]), len(keys)] if len(keys) else np.zeros(1, int)
+    episodes = [{k: v[a:b] for k, v in data.items()} for a, b in zip(bounds[:-1], bounds[1:])]
+    for ep in episodes:
         if ep["t"] != list(range(len(ep["t"]))):
-            raise ValueError(f"episode {key}: steps {ep['t']} are not 0…{len(ep['t']) - 1}; the trajectories file is incomplete")
-    return list(episodes.values())
+            raise ValueError(f"episode {ep['episode'][0]}: steps {ep['t']} are not 0…{len(ep['t']) - 1}; "
+                             "the trajectories file is incomplete")
+    return episodes
 
 
 def reward_scale(table: pa.Table, target: str = "step") -> RewardScale:

@@ -9,16 +9,18 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from ..data.io import atomic_open
+
 CONFIG_FILE = "config.json"
 
 
 def save_checkpoint(path: str, weights_file: str, module: torch.nn.Module, config: dict) -> None:
-    fs, root = fsspec.core.url_to_fs(path)
-    fs.makedirs(root, exist_ok=True)
+    """Each file is written atomically (``data.io.atomic_open``)."""
+    root = path.rstrip("/")
     weights = {name: t.detach().to("cpu").contiguous() for name, t in module.state_dict().items()}
-    with fs.open(f"{root}/{weights_file}", "wb") as f:
+    with atomic_open(f"{root}/{weights_file}") as f:
         f.write(save_safetensors(weights))
-    with fs.open(f"{root}/{CONFIG_FILE}", "w") as f:
+    with atomic_open(f"{root}/{CONFIG_FILE}", "w") as f:
         json.dump(config, f, indent=2)
 
 

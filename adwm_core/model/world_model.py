@@ -91,9 +91,8 @@ class WorldModel(nn.Module):
         return nn.functional.layer_norm(z, z.shape[-1:])
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        ids, padding = self.tokenizer(texts)
-        width = max(1, int((~padding).sum(1).max()))
-        return self.encode(ids[:, :width].to(self.device), padding[:, :width].to(self.device))
+        ids, padding = self.tokenizer(texts)  # padded to the longest text
+        return self.encode(ids.to(self.device), padding.to(self.device))
 
     def history(self, z: torch.Tensor, previous_actions: torch.Tensor) -> torch.Tensor:
         """h̄_t = HistEnc((z_0, ∅), (z_1, a_0), …, (z_t, a_{t−1})): ``(B, T, d_z)``, ``(B, T)`` → ``(B, T, 128)``."""

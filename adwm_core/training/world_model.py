@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
 
 from ..data.actions import ActionVocabulary
-from ..data.io import check_output
+from ..data.io import atomic_open, check_output
 from ..data.windows import EpisodeArrays, Windows, covering_windows, episode_arrays, reward_scale, sample_windows
 from ..diffusion.process import GaussianDiffusion
 from ..model.world_model import WorldModel, WorldModelConfig
@@ -204,10 +203,11 @@ def train_world_model(
         if metrics["heldout_reward_mse"] < best_mse:
             best_epoch, best_mse = epoch, metrics["heldout_reward_mse"]
             model.save(out_dir)
+        with atomic_open(f"{out_dir.rstrip('/')}/{HISTORY_FILE}", "w") as f:  # progress survives an interruption
+            json.dump({"config": asdict(config), "best_epoch": best_epoch, "complete": epoch == config.epochs - 1,
+                       "epochs": history}, f, indent=2)
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-    with fsspec.open(f"{out_dir.rstrip('/')}/{HISTORY_FILE}", "w") as f:
-        json.dump({"config": asdict(config), "best_epoch": best_epoch, "epochs": history}, f, indent=2)
     return TrainResult(out_dir, best_epoch, history)
 
 
