@@ -9,7 +9,7 @@ import sys
 
 import pyarrow.compute as pc
 
-from .collection import EnvSpec, run_epsilon_family
+from .collection import EnvSpec, check_epsilons, run_epsilon_family
 from .data import TRAJECTORIES, check_output, write_table
 from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent
@@ -26,17 +26,15 @@ def _collect(args: argparse.Namespace) -> int:
     check_output(out, overwrite=args.overwrite, hint="pass --overwrite to replace it")
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    check_epsilons(epsilons)
+    runner = EpisodeRunner(
+        args.env, env_kwargs, n_workers=args.workers, envs_per_worker=args.envs_per_worker, max_steps=args.max_steps
+    )  # checks the counts; no worker starts yet
     # checks the name, options and task before any worker starts
     variations = EnvSpec(args.env, args.task, env_kwargs, args.split).variations()[: args.episodes]
     specs = [EpisodeSpec(k, args.task, v, seed=k) for k, v in enumerate(variations)]
     timings: dict[float, float] = {}
-    with EpisodeRunner(
-        args.env,
-        env_kwargs,
-        n_workers=args.workers,
-        envs_per_worker=args.envs_per_worker,
-        max_steps=args.max_steps,
-    ) as runner:
+    with runner:
         trajectories, summary = run_epsilon_family(
             runner, specs, EpsilonGoldAgent, epsilons, cell=f"{args.env}-{args.task}", policy="expert", timings=timings
         )

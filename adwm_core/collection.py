@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, validate, write_table
+from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from .envs import make_env
 from .envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
 from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_model
@@ -46,7 +46,7 @@ class PolicySpec:
     options: Mapping = field(default_factory=dict)  # backend options, e.g. {"batch_size": 32}
 
     def with_variant(self, variant: str) -> PolicySpec:
-        return PolicySpec(self.label, self.model, self.backend, variant, self.options)
+        return replace(self, variant=variant)
 
     @property
     def name(self) -> str:
@@ -77,13 +77,13 @@ class EnvSpec:
 
 
 class ModelCache:
-    """Loads each (model, backend) once, so prompt variants of one model share its weights."""
+    """Loads each (model, backend, options) once, so prompt variants of one model share its weights."""
 
     def __init__(self) -> None:
-        self._models: dict[tuple[str, str], LanguageModel] = {}
+        self._models: dict[tuple[str, str, str], LanguageModel] = {}
 
     def policy(self, spec: PolicySpec, env_name: str) -> LLMPolicy:
-        key = (spec.model, spec.backend)
+        key = (spec.model, spec.backend, repr(sorted(dict(spec.options).items())))
         if key not in self._models:
             self._models[key] = load_language_model(spec.model, spec.backend, **dict(spec.options))
         return LLMPolicy(self._models[key], env_name, spec.variant)
@@ -258,14 +258,14 @@ def extract_logprobs(
         raise ValueError(f"{trajectories}: steps logged by {unknown}, which the behaviour pool {sorted(members)} lacks")
     steps = list(logged_steps(table))
     models = ModelCache()
+    pi_bs = {name: models.policy(members[name], env_name) for name in sorted(logged)}  # bad paths fail before scoring
+    pi_e = models.policy(policy, env_name)
     behaviour_logp = np.empty(len(steps))
     behaviour_tokens = np.empty(len(steps), dtype=np.int64)
-    for name in sorted(logged):
+    for name, pi_b in pi_bs.items():
         idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name]
-        pi_b = models.policy(members[name], env_name)
         logp, n_tok = pi_b.logprob([steps[i][1] for i in idx], [steps[i][0]["action"] for i in idx])
         behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
-    pi_e = models.policy(policy, env_name)
     histories = [h for _, h in steps]
     actions = [row["action"] for row, _ in steps]
     eval_logp, eval_tokens = pi_e.logprob(histories, actions)
@@ -284,6 +284,4 @@ def extract_logprobs(
         "n_tokens": np.concatenate([n_tok for *_, n_tok in blocks]),
         "n_admissible": np.tile(n_admissible, len(blocks)),
     }
-    result = validate(pa.table(columns), LOGPROBS, "log-probs")
-    write_table(result, out, LOGPROBS, overwrite=overwrite)
-    return result
+    return write_table(pa.table(columns), out, LOGPROBS, overwrite=overwrite)

@@ -11,9 +11,8 @@ from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
 from adwm_core.data.windows import episode_arrays, reward_scale, windows_at
 from adwm_core.model.world_model import WorldModel
 from adwm_core.policies.base import load_language_model
-from adwm_core.training.losses import latents
 from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
-from adwm_core.training.world_model import Tokenised, TrainConfig, train_world_model
+from adwm_core.training.world_model import TrainConfig, train_world_model
 from conftest import TINY_ENV, TINY_VARIATIONS
 
 NAME, TASK, OPTIONS = TINY_ENV

@@ -25,10 +25,13 @@ class HashTokenizer:
             raise ValueError("vocab_size must exceed the 2 reserved ids and max_length be positive")
         self.vocab_size = vocab_size
         self.max_length = max_length
+        self._ids: dict[str, int] = {}  # each distinct token is hashed once
 
     def token_id(self, token: str) -> int:
-        digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
-        return 2 + int.from_bytes(digest, "little") % (self.vocab_size - 2)
+        if token not in self._ids:
+            digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
+            self._ids[token] = 2 + int.from_bytes(digest, "little") % (self.vocab_size - 2)
+        return self._ids[token]
 
     def encode(self, text: str) -> list[int]:
         """Ids of the first ``max_length − 1`` tokens, then the end-of-text id."""
@@ -37,9 +40,9 @@ class HashTokenizer:
 
     def __call__(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Padded ids ``(B, L)`` and the padding mask (True at padding), L = longest in the batch."""
+        if not texts:
+            raise ValueError("nothing to tokenise: the list of texts is empty")
         encoded = [self.encode(t) for t in texts]
         width = max(len(ids) for ids in encoded)
-        ids = torch.full((len(encoded), width), PAD_ID, dtype=torch.long)
-        for row, seq in enumerate(encoded):
-            ids[row, : len(seq)] = torch.tensor(seq)
+        ids = torch.tensor([seq + [PAD_ID] * (width - len(seq)) for seq in encoded], dtype=torch.long)
         return ids, ids == PAD_ID

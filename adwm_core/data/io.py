@@ -59,7 +59,11 @@ def validate(table: pa.Table, contract: Contract, source: str = "table") -> pa.T
 
 def table_from_rows(rows: Iterable[Mapping], contract: Contract) -> pa.Table:
     """Build a contract table from row dicts (missing keys become nulls, then fail validation if required)."""
-    return validate(pa.Table.from_pylist(list(rows), schema=contract.schema), contract, f"{contract.name} rows")
+    try:
+        table = pa.Table.from_pylist(list(rows), schema=contract.schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise SchemaError(f"{contract.name} rows do not fit the contract: {err}") from err
+    return validate(table, contract, f"{contract.name} rows")
 
 
 def check_output(path: str, *, overwrite: bool, hint: str = "pass overwrite=True to replace it") -> None:
@@ -82,13 +86,15 @@ def atomic_open(path: str, mode: str = "wb") -> Iterator:
         with fs.open(tmp, mode) as f:
             yield f
         fs.mv(tmp, fs_path)
-    finally:
+    except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
+        raise
 
 
-def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bool = False) -> str:
-    """Validate and write ``table`` to ``path`` atomically (temporary name, then rename).
+def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bool = False) -> pa.Table:
+    """Validate and write ``table`` to ``path`` atomically (temporary name, then rename);
+    returns the validated table.
 
     An interrupted write leaves no file under ``path``; an existing file is
     kept unless ``overwrite`` is set.
@@ -97,7 +103,7 @@ def write_table(table: pa.Table, path: str, contract: Contract, *, overwrite: bo
     check_output(path, overwrite=overwrite)
     with atomic_open(path) as f:
         pq.write_table(table, f)
-    return path
+    return table
 
 
 def read_table(path: str, contract: Contract) -> pa.Table:

@@ -239,9 +239,15 @@ class EpisodeRunner:
         max_retries: int = 3,
         step_timeout: float = 300.0,
     ) -> None:
+        bad = {"n_workers": n_workers if n_workers is not None and n_workers < 1 else None,
+               "envs_per_worker": envs_per_worker if envs_per_worker < 1 else None,
+               "max_steps": max_steps if max_steps < 1 else None}
+        bad = {name: value for name, value in bad.items() if value is not None}
+        if bad:
+            raise ValueError(f"episode runner: {bad} must be at least 1 (n_workers=None uses every CPU)")
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
-        self.n_workers = n_workers or os.cpu_count() or 1
+        self.n_workers = n_workers if n_workers is not None else os.cpu_count() or 1
         self.envs_per_worker = envs_per_worker
         self.max_steps = max_steps
         self.list_admissible = list_admissible

@@ -49,12 +49,12 @@ class TransformersLM(LanguageModel):
 
     @torch.no_grad()
     def mean_input_embeddings(self, texts: Sequence[str]) -> np.ndarray:
-        table = self.model.get_input_embeddings()
-        out = np.zeros((len(texts), table.embedding_dim), np.float32)
-        for i, text in enumerate(texts):
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
-            out[i] = table(torch.tensor(ids, device=self.device)).float().mean(0).cpu().numpy()
-        return out
+        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        encoded = [ids or [self.tokenizer.eos_token_id] for ids in encoded]
+        flat = torch.tensor([i for ids in encoded for i in ids], device=self.device)
+        offsets = torch.tensor(np.cumsum([0] + [len(ids) for ids in encoded[:-1]]), device=self.device)
+        weight = self.model.get_input_embeddings().weight
+        return torch.nn.functional.embedding_bag(flat, weight, offsets, mode="mean").float().cpu().numpy()
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         out: list[str] = [""] * len(prompts)

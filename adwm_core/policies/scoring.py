@@ -87,10 +87,11 @@ def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[st
         for row, (tokens, _) in enumerate(chunk):
             ids[row, : len(tokens)] = torch.tensor(tokens)
             mask[row, : len(tokens)] = 1
+        first = min(start for _, start in chunk) - 1  # token j is predicted at position j-1
         with torch.no_grad():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-        token_logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(device))[..., 0]
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, first:-1].float()
+        token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, first + 1 :, None].to(device))[..., 0]
         token_logp = token_logp.double().cpu()
-        for row, (tokens, start) in enumerate(chunk):  # token j is predicted at position j-1
-            logprobs[lo + row] = token_logp[row, start - 1 : len(tokens) - 1].sum().item()
+        for row, (tokens, start) in enumerate(chunk):
+            logprobs[lo + row] = token_logp[row, start - 1 - first : len(tokens) - 1 - first].sum().item()
     return logprobs, n_tokens
