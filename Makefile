@@ -26,6 +26,7 @@ demo: install
 bench: install
 	$(PY) bench/env_throughput.py
 	$(PY) bench/llm_throughput.py
+	$(PY) bench/world_model_training.py
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache
