@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from adwm_core.collection import EnvSpec
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies
@@ -16,6 +17,12 @@ from adwm_core.policies.trainer import train_tiny_policies
 RESULTS = Path(__file__).parent / "results"
 CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
 TRAIN_VARIATIONS = 40  # the first training variations fine-tune; episodes come from the rest
+
+
+def default_env() -> EnvSpec:
+    """The default local environment on training variations the tiny family never saw (horizon 12)."""
+    name, task, options = DEFAULT_LOCAL_ENV
+    return EnvSpec(name, task, options, split="train", max_steps=12, skip_variations=TRAIN_VARIATIONS)
 
 
 def machine() -> dict:

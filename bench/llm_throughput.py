@@ -23,10 +23,9 @@ import time
 import pyarrow as pa
 
 from adwm_core.collection import EnvSpec, PolicySpec, collect_behavior, ground_truth_rollouts
-from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.local_models import smollm2_dir
-from common import CHECKPOINTS, RESULTS, TRAIN_VARIATIONS, tiny_family
+from common import CHECKPOINTS, RESULTS, default_env, tiny_family
 from common import machine as host
 
 def collection_rate(env: EnvSpec, spec: PolicySpec, n_episodes: int, out: str) -> dict:
@@ -42,8 +41,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32, help="episodes per measurement and per ε")
     parser.add_argument("--vllm", action="store_true", help="also measure SmolLM2 on the vLLM backend")
     args = parser.parse_args()
-    name, task, options = DEFAULT_LOCAL_ENV
-    env = EnvSpec(name, task, options, split="train", max_steps=12, skip_variations=TRAIN_VARIATIONS)
+    env = default_env()
     family = tiny_family()
     scratch = local_cache_dir("bench", "scratch")
     specs = [PolicySpec("tiny-iter2", family["iter2"]), PolicySpec("smollm2", smollm2_dir())]
@@ -69,11 +67,11 @@ def main() -> None:
     machine = host()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "llm_throughput.json").write_text(
-        json.dumps({"machine": machine, "env": env.__dict__ | {"options": dict(options)}, "collection": collection,
+        json.dumps({"machine": machine, "env": env.__dict__ | {"options": dict(env.options)}, "collection": collection,
                     "ground_truth": curves}, indent=2)
     )
     lines = [
-        f"# LLM policies on {name}/{task} ({machine['cpus']} CPUs, {machine['processor']}, {machine['date']})",
+        f"# LLM policies on {env.name}/{env.task} ({machine['cpus']} CPUs, {machine['processor']}, {machine['date']})",
         "",
         f"Behaviour collection, {args.episodes} greedy episodes, horizon {env.max_steps} (model loading included):",
         "",

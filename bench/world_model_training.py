@@ -20,7 +20,7 @@ import json
 import os
 import time
 
-from adwm_core.collection import EnvSpec, PolicySpec, collect_behavior
+from adwm_core.collection import PolicySpec, collect_behavior
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.model.world_model import WorldModel
@@ -28,12 +28,11 @@ from adwm_core.paths import local_cache_dir
 from adwm_core.policies.base import load_language_model
 from adwm_core.training.psi import PsiConfig, observation_texts, train_psi_adapter
 from adwm_core.training.world_model import TrainConfig, train_world_model
-from common import CHECKPOINTS, RESULTS, TRAIN_VARIATIONS, machine, tiny_family
+from common import CHECKPOINTS, RESULTS, default_env, machine, tiny_family
 
 
 def behaviour(n_episodes: int, family: dict[str, str]):
-    name, task, options = DEFAULT_LOCAL_ENV
-    env = EnvSpec(name, task, options, split="train", max_steps=12, skip_variations=TRAIN_VARIATIONS)
+    env = default_env()
     path = os.path.join(local_cache_dir("bench", "world-model"), f"behaviour-{n_episodes}.parquet")
     if not os.path.exists(path):
         pool = [PolicySpec(f"tiny-{label}", family[label]) for label in CHECKPOINTS]

@@ -145,6 +145,8 @@ def finetune(
     """
     if not examples:
         raise ValueError("no training examples: did the expert succeed on any training variation?")
+    if not checkpoints or min(checkpoints.values()) < 1:
+        raise ValueError(f"checkpoints must map names to training steps ≥ 1, e.g. {{'late': 600}}; got {dict(checkpoints)}")
     paths = {name: os.path.join(out_dir, name) for name in checkpoints}
     taken = [p for p in paths.values() if os.path.exists(p)]
     if taken:
