@@ -7,7 +7,8 @@
   episode seeds fixed across ε → trajectories Parquet (source ``ground_truth``) and
   the ground-truth summary (mean return, success rate, standard errors);
 - :func:`extract_logprobs`: per logged step, log π_b(a_t|h_t) re-scored by the
-  behaviour policy that produced it, and log π_e^ε(a_t|h_t) for every ε (Eq. eps-mix).
+  behaviour policy that produced it, log π_e^ε(a_t|h_t) for every ε (Eq. eps-mix),
+  and π_e's greedy action at h_t.
 
 Episodes run in parallel on the episode runner, which hands the policy every
 waiting episode as one batch. Outputs are checked before any work starts:
@@ -247,7 +248,8 @@ def extract_logprobs(
     overwrite: bool = False,
 ) -> pa.Table:
     """log π_b(a_t|h_t) by the pool member named in each step's ``policy`` column, and
-    log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε."""
+    log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε, with
+    π_e's greedy action at h_t (what π_e plays at ε = 0; FQE's target policy needs it)."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     table = read_table(trajectories, TRAJECTORIES)
@@ -269,6 +271,7 @@ def extract_logprobs(
     histories = [h for _, h in steps]
     actions = [row["action"] for row, _ in steps]
     eval_logp, eval_tokens = pi_e.logprob(histories, actions)
+    greedy = [decision.action for decision in pi_e.act(histories)]
     in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
     n_admissible = np.array([len(h.admissible or ()) for h in histories], dtype=np.int64)
     blocks = [("behavior", None, behaviour_logp, behaviour_tokens)] + [
@@ -283,5 +286,6 @@ def extract_logprobs(
         "logprob": np.concatenate([logp for *_, logp, _ in blocks]),
         "n_tokens": np.concatenate([n_tok for *_, n_tok in blocks]),
         "n_admissible": np.tile(n_admissible, len(blocks)),
+        "greedy_action": pa.array([None] * n + greedy * len(epsilons), pa.string()),
     }
     return write_table(pa.table(columns), out, LOGPROBS, overwrite=overwrite)

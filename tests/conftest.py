@@ -39,3 +39,44 @@ def tiny_policies(adwm_home):
         name, options, task, str(adwm_home / "tiny-policies"), {"early": 50, "late": 600},
         n_variations=TINY_VARIATIONS,
     )
+
+
+def tiny_env_spec():
+    """Held-out variations of the split the tiny policies were fine-tuned on (TWX's test split
+    names objects never seen in training, which a from-scratch LM cannot spell)."""
+    from adwm_core.collection import EnvSpec
+
+    name, task, options = TINY_ENV
+    return EnvSpec(name, task, options, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
+
+
+@pytest.fixture(scope="session")
+def tiny_pool(tiny_policies):
+    from adwm_core.collection import PolicySpec
+
+    return [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
+
+
+WM_EPOCHS = 20
+
+
+@pytest.fixture(scope="session")
+def tiny_behaviour(tiny_pool, adwm_home):
+    """160 behaviour trajectories of the tiny pool (path to the Parquet file)."""
+    from adwm_core.collection import collect_behavior
+
+    out = str(adwm_home / "tiny-cell" / "trajectories.parquet")
+    collect_behavior(tiny_env_spec(), tiny_pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_world_model(tiny_behaviour, adwm_home):
+    """A world model trained WM_EPOCHS epochs on ``tiny_behaviour``: (TrainResult, epochs reported)."""
+    from adwm_core.data import TRAJECTORIES, read_table
+    from adwm_core.training.world_model import TrainConfig, train_world_model
+
+    seen = []
+    result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(adwm_home / "tiny-cell" / "world-model"),
+                               TrainConfig(epochs=WM_EPOCHS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
+    return result, seen

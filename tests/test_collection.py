@@ -14,17 +14,15 @@ from adwm_core.collection import (
 )
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
 from adwm_core.policies.base import LLMPolicy, load_language_model
-from conftest import TINY_ENV, TINY_VARIATIONS
+from conftest import TINY_ENV, tiny_env_spec
 
 NAME, TASK, OPTIONS = TINY_ENV
-# held-out variations of the split the tiny policies were fine-tuned on (TWX's test split
-# names objects never seen in training, which a from-scratch LM cannot spell)
-ENV = EnvSpec(NAME, TASK, OPTIONS, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
+ENV = tiny_env_spec()
 
 
 @pytest.fixture(scope="module")
-def pool(tiny_policies):
-    return [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
+def pool(tiny_pool):
+    return tiny_pool
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +92,13 @@ def test_logprobs_rescore_with_the_producing_policy_and_mix_per_epsilon(behaviou
         assert rows[("eval", 1.0, *key)]["logprob"] == pytest.approx(uniform)
         assert rows[("eval", 0.5, *key)]["logprob"] == pytest.approx(np.logaddexp(pi_e, uniform) + math.log(0.5))
         assert rows[("eval", 0.5, *key)]["n_admissible"] == n
+    # π_e's greedy action at each logged history, the same at every ε (FQE's target policy reads it)
+    greedy = {k[2:]: r["greedy_action"] for k, r in rows.items() if k[:2] == ("eval", 0.0)}
+    assert all(rows[("eval", 1.0, *k)]["greedy_action"] == a for k, a in greedy.items())
+    assert all(r["greedy_action"] is None for k, r in rows.items() if k[0] == "behavior")
+    row, history = steps[0]
+    late = LLMPolicy(load_language_model(eval_spec.model), NAME, eval_spec.variant)
+    assert greedy[(row["episode"], row["t"])] == late.act([history])[0].action
     # greedy behaviour under the late policy: it scores its own actions as likely
     late = [rows[("behavior", None, r["episode"], r["t"])]["logprob"] for r, _ in steps if r["policy"] == "tiny-late@p0"]
     assert np.mean(np.exp(late)) > 0.5

@@ -208,7 +208,7 @@ def test_spearman_bootstrap_ci_and_p_values():
 
 
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():
-    from adwm_core.ope.fqe import FittedQEvaluation, Transitions
+    from adwm_core.ope.fqe import FittedQEvaluation, FQEConfig, Transitions
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)
@@ -224,7 +224,7 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
         states=eye[s[m]], actions=a[m], rewards=data.rewards[m], next_states=eye[nxt_state], done=done,
         next_candidates=np.tile([0, 1], (m.sum(), 1)), next_probabilities=np.where(done[:, None], 0.0, pi_e[nxt_state]),
     )
-    fqe = FittedQEvaluation(np.eye(2), mdp.n, epochs=50, seed=0)  # converged by then
+    fqe = FittedQEvaluation(np.eye(2), mdp.n, FQEConfig(epochs=50), seed=0)  # converged by then
     losses = fqe.fit(transitions)
     assert len(losses) == 50 and all(np.isfinite(losses))  # the Bellman loss tracks moving targets: no trend to test
     # tabular FQE converges to the exact Q of the data's empirical MDP (certainty equivalence)

@@ -5,7 +5,6 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-from adwm_core.collection import EnvSpec, PolicySpec, collect_behavior
 from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
 from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
 from adwm_core.data.windows import episode_arrays, reward_scale, windows_at
@@ -13,11 +12,9 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.policies.base import load_language_model
 from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
 from adwm_core.training.world_model import TrainConfig, train_world_model
-from conftest import TINY_ENV, TINY_VARIATIONS
+from conftest import WM_EPOCHS
 
-NAME, TASK, OPTIONS = TINY_ENV
-ENV = EnvSpec(NAME, TASK, OPTIONS, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
-EPOCHS = 20
+EPOCHS = WM_EPOCHS
 
 
 def _rows(episode, steps, done_last=True):
@@ -85,20 +82,13 @@ def test_bad_training_config_and_missing_checkpoint_are_named(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def behaviour(tiny_policies, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("wm-behaviour") / "trajectories.parquet")
-    pool = [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
-    collect_behavior(ENV, pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
-    return read_table(out, TRAJECTORIES)
+def behaviour(tiny_behaviour):
+    return read_table(tiny_behaviour, TRAJECTORIES)
 
 
 @pytest.fixture(scope="module")
-def trained(behaviour, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("wm") / "world-model")
-    seen = []
-    result = train_world_model(behaviour, out, TrainConfig(epochs=EPOCHS, device="cpu"),
-                               on_epoch=lambda epoch, metrics: seen.append(epoch))
-    return result, seen
+def trained(tiny_world_model):
+    return tiny_world_model
 
 
 def test_every_loss_term_falls_and_progress_reaches_the_callback(trained):

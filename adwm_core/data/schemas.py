@@ -73,6 +73,8 @@ LOGPROBS = Contract(
             _f("logprob", pa.float64()),  # log pi(a_t | h_t) of the whole action span
             _f("n_tokens", pa.int64()),
             _f("n_admissible", pa.int64()),
+            # π_e's own (greedy, ε = 0) action at h_t, for FQE's V(s); null on behaviour rows
+            _f("greedy_action", pa.string(), nullable=True),
         ]
     ),
     allowed={"policy": POLICY_ROLES},
@@ -87,9 +89,11 @@ ESTIMATES = Contract(
             _f("policy", pa.string()),
             _f("epsilon", pa.float64()),
             _f("seed", pa.int64()),
-            _f("value", pa.float64()),
+            _f("value", pa.float64()),  # saturated at ±float max; rank by (sign, log_abs_value)
             _f("ci_low", pa.float64()),
             _f("ci_high", pa.float64()),
+            _f("log_abs_value", pa.float64()),  # log|Ĵ| exactly, −inf for 0
+            _f("sign", pa.int64()),  # −1, 0 or 1
         ]
     ),
 )

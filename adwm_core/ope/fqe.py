@@ -43,14 +43,34 @@ class Transitions:
             raise ValueError("next_probabilities must sum to 1 over the candidates of every non-terminal next state")
 
 
+@dataclass(frozen=True)
+class FQEConfig:
+    """app:fqe-correction's hyper-parameters."""
+
+    hidden: int = 128
+    lr: float = 3e-4
+    batch_size: int = 64
+    epochs: int = 20
+    polyak: float = 0.99
+
+    def __post_init__(self) -> None:
+        bad = [f"{k}={v}" for k, v in (("hidden", self.hidden), ("lr", self.lr), ("batch_size", self.batch_size),
+                                       ("epochs", self.epochs)) if v <= 0]
+        if not 0 <= self.polyak < 1:
+            bad.append(f"polyak={self.polyak} (must lie in [0, 1))")
+        if bad:
+            raise ValueError(f"FQE config: {', '.join(bad)}; sizes and rates must be positive")
+
+
 class FittedQEvaluation:
-    def __init__(self, action_features: np.ndarray, d_state: int, *, gamma: float = 0.99, hidden: int = 128,
-                 lr: float = 3e-4, batch_size: int = 64, epochs: int = 20, polyak: float = 0.99, seed: int = 0) -> None:
+    def __init__(self, action_features: np.ndarray, d_state: int, config: FQEConfig = FQEConfig(), *,
+                 gamma: float = 0.99, seed: int = 0) -> None:
         torch.manual_seed(seed)
         self.actions = torch.as_tensor(action_features, dtype=torch.float32)
-        self.q = nn.Sequential(nn.Linear(d_state + self.actions.shape[1], hidden), nn.SiLU(),
-                               nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
-        self.gamma, self.lr, self.batch_size, self.epochs, self.polyak, self.seed = gamma, lr, batch_size, epochs, polyak, seed
+        width = config.hidden
+        self.q = nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), nn.SiLU(),
+                               nn.Linear(width, width), nn.SiLU(), nn.Linear(width, 1))
+        self.config, self.gamma, self.seed = config, gamma, seed
 
     def _q(self, net: nn.Module, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return net(torch.cat([states, self.actions[actions.clamp(min=0)]], dim=-1)).squeeze(-1)
@@ -68,13 +88,14 @@ class FittedQEvaluation:
         candidates = torch.as_tensor(data.next_candidates, dtype=torch.long)
         not_done = torch.as_tensor(~np.asarray(data.done), dtype=torch.float32)
         target_net = copy.deepcopy(self.q).requires_grad_(False)
-        optimiser = torch.optim.Adam(self.q.parameters(), lr=self.lr)
+        c = self.config
+        optimiser = torch.optim.Adam(self.q.parameters(), lr=c.lr)
         rng = np.random.default_rng(self.seed)
         losses = []
-        for _ in range(self.epochs):
+        for _ in range(c.epochs):
             total = 0.0
             order = rng.permutation(len(actions))
-            for rows in np.array_split(order, math.ceil(len(order) / self.batch_size)):
+            for rows in np.array_split(order, math.ceil(len(order) / c.batch_size)):
                 with torch.no_grad():
                     v_next = self._v(target_net, t["next_states"][rows], candidates[rows], t["next_probabilities"][rows])
                     y = t["rewards"][rows] + self.gamma * not_done[rows] * v_next
@@ -84,7 +105,7 @@ class FittedQEvaluation:
                 optimiser.step()
                 with torch.no_grad():
                     for p_target, p in zip(target_net.parameters(), self.q.parameters()):
-                        p_target.mul_(self.polyak).add_(p, alpha=1 - self.polyak)
+                        p_target.mul_(c.polyak).add_(p, alpha=1 - c.polyak)
                 total += float(loss.detach()) * len(rows)
             losses.append(total / len(order))
         return losses

@@ -1,0 +1,263 @@
+"""The COBS baselines stage: behaviour trajectories + log-probs + a trained world model →
+the estimates Parquet, one row per estimator × ε level × seed (app:baselines).
+
+What the estimators read:
+
+- importance weights: log ρ_t = log π_e^ε(a_t|h_t) − log π_b(a_t|h_t) from the log-prob file;
+- DM: the world model's reward head R_θ(z_{t+1}, h̄_t) along the logged steps, decoded to the
+  environment's reward scale — only at terminal steps when the head was supervised there
+  only, and only at t = 0 when it was trained on reward-to-go (its output is then a value);
+- FQE, and the Q and V of DR/WDR: states are the world-model latents z_t = LN(f_θ(o_t)),
+  actions the world model's action embeddings e(a) (⟨unk⟩ beyond its vocabulary). The
+  target policy is what π_e^ε does in the environment (``PolicyAgent``): with probability
+  1 − ε π_e's greedy action at s (written by log-prob extraction), with probability ε a
+  uniformly drawn admissible action; π_e's greedy action alone where no admissible list
+  was logged. One Q-network per ε level and seed (the per-ε correction). The last logged
+  step of an episode is terminal for FQE whether the environment or the horizon ended
+  it: ground truth is cut at the same horizon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data.actions import NULL
+from ..data.windows import EpisodeArrays, episode_arrays
+from ..model.world_model import WorldModel
+from .estimators import ESTIMATORS, LoggedTrajectories
+from .fqe import FittedQEvaluation, FQEConfig, Transitions
+
+USES_Q = ("FQE", "DR", "WDR")
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    estimators: tuple[str, ...] = tuple(ESTIMATORS)
+    seeds: tuple[int, ...] = (0,)  # each seed refits FQE and redraws the bootstrap
+    gamma: float = 0.99
+    n_bootstrap: int = 1000
+    confidence: float = 0.95
+    fqe: FQEConfig = field(default_factory=FQEConfig)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.estimators) - set(ESTIMATORS))
+        if unknown or not self.estimators:
+            raise ValueError(f"baselines config: unknown estimator(s) {unknown or '(none given)'}; "
+                             f"choose from {sorted(ESTIMATORS)}")
+        bad = [] if self.seeds else ["seeds=() (give at least one)"]
+        if not 0 < self.gamma <= 1:
+            bad.append(f"gamma={self.gamma} (must lie in (0, 1])")
+        if self.n_bootstrap < 1:
+            bad.append(f"n_bootstrap={self.n_bootstrap} (must be ≥ 1)")
+        if not 0 < self.confidence < 1:
+            bad.append(f"confidence={self.confidence} (must lie in (0, 1))")
+        if bad:
+            raise ValueError(f"baselines config: {', '.join(bad)}")
+
+
+class StepGrid:
+    """Places per-step values of logged episodes on an ``(N episodes, T steps)`` grid,
+    episodes in ascending id (the order of ``data.windows.episode_arrays``)."""
+
+    def __init__(self, episodes: np.ndarray, t: np.ndarray) -> None:
+        self.episodes = np.unique(episodes)
+        self.shape = (len(self.episodes), int(t.max()) + 1)
+        self.mask = self.place(episodes, t, np.ones(len(t), bool), False)
+
+    def place(self, episodes: np.ndarray, t: np.ndarray, values, fill) -> np.ndarray:
+        values = np.asarray(values)
+        grid = np.full(self.shape, fill, dtype=values.dtype)
+        grid[np.searchsorted(self.episodes, episodes), t] = values
+        return grid
+
+    def covers(self, episodes: np.ndarray, t: np.ndarray) -> bool:
+        """Whether (episodes, t) name every logged step exactly once and nothing else."""
+        rows = np.searchsorted(self.episodes, episodes).clip(max=len(self.episodes) - 1)
+        if not ((self.episodes[rows] == episodes) & (t >= 0) & (t < self.shape[1])).all():
+            return False
+        counts = np.zeros(self.shape, np.int64)
+        np.add.at(counts, (rows, t), 1)
+        return bool((counts == self.mask).all())
+
+
+@dataclass
+class LoggedSteps:
+    """Everything the estimators need, on the step grid of the behaviour episodes."""
+
+    grid: StepGrid
+    rewards: np.ndarray  # (N, T) environment rewards
+    behaviour_logp: np.ndarray  # (N, T)
+    eval_logp: dict[float, np.ndarray]  # ε → (N, T) log π_e^ε of the logged action
+    latents: np.ndarray  # (N, T+1, d_z) z_0 … z_T
+    actions: np.ndarray  # (N, T) vocabulary ids of the logged actions
+    predicted_rewards: np.ndarray  # (N, T) DM's R̂, 0 where the head is not read
+    candidates: np.ndarray  # (N, T, K) π_e's greedy id, then the admissible ids; −1 = padding
+    uniform: np.ndarray  # (N, T, K) share of each admissible id in the admissible list
+    listed: np.ndarray  # (N, T) an admissible list was logged
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.grid.mask.sum(1)
+
+    def candidate_probabilities(self, epsilon: float) -> np.ndarray:
+        """π_e^ε over the candidates: (1 − ε)·1[greedy] + ε·uniform, or 1[greedy] without a list."""
+        greedy = np.zeros_like(self.uniform)
+        greedy[..., 0] = 1.0
+        return np.where(self.listed[..., None], (1 - epsilon) * greedy + epsilon * self.uniform, greedy)
+
+
+def run_baselines(
+    trajectories: str,
+    logprobs: str,
+    world_model: str,
+    out: str,
+    *,
+    cell: str,
+    policy: str,
+    config: BaselineConfig = BaselineConfig(),
+    overwrite: bool = False,
+) -> pa.Table:
+    """Estimates of every configured estimator for π_e (labelled ``policy``) at every ε level
+    in ``logprobs``; written to ``out`` and returned."""
+    check_output(out, overwrite=overwrite)
+    model = WorldModel.load(world_model)
+    steps = logged_steps(trajectories, logprobs, model)
+    rows = []
+    for seed in config.seeds:
+        for epsilon, eval_logp in steps.eval_logp.items():
+            q = v = None
+            if set(USES_Q) & set(config.estimators):
+                q, v = fitted_q(steps, model, epsilon, config, seed)
+            data = LoggedTrajectories(
+                rewards=steps.rewards, mask=steps.grid.mask, gamma=config.gamma, q=q, v=v,
+                log_ratios=np.where(steps.grid.mask, eval_logp - steps.behaviour_logp, 0.0),
+                predicted_rewards=steps.predicted_rewards,
+            )
+            for name in config.estimators:
+                estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
+                                                       confidence=config.confidence, seed=seed)
+                rows.append({
+                    "cell": cell, "estimator": name, "policy": policy, "epsilon": epsilon, "seed": seed,
+                    "value": estimate.value.value, "ci_low": estimate.ci_low.value, "ci_high": estimate.ci_high.value,
+                    "log_abs_value": estimate.value.log_abs, "sign": estimate.value.sign,
+                })
+    return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)
+
+
+def logged_steps(trajectories: str, logprobs: str, model: WorldModel) -> LoggedSteps:
+    """Read and align the behaviour trajectories and their log-probs; encode them with ``model``."""
+    table = read_table(trajectories, TRAJECTORIES)
+    table = table.filter(pc.equal(table["source"], "behavior"))
+    if table.num_rows == 0:
+        raise ValueError(f"{trajectories} holds no behaviour steps (source = 'behavior'); "
+                         "the baselines read the behaviour trajectories, not ground truth")
+    episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
+    grid = StepGrid(episodes, t)
+    scores = read_table(logprobs, LOGPROBS)
+    behaviour = _aligned(scores, "behavior", None, grid, logprobs)
+    epsilons = sorted(set(scores.filter(pc.equal(scores["policy"], "eval"))["epsilon"].to_pylist()))
+    if not epsilons:
+        raise ValueError(f"{logprobs} holds no evaluation-policy rows; run log-prob extraction with π_e")
+    evaluation = {eps: _aligned(scores, "eval", eps, grid, logprobs) for eps in epsilons}
+    greedy = evaluation[epsilons[0]]["greedy_action"]
+    if greedy.null_count:
+        raise ValueError(f"{logprobs}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
+                         "rerun log-prob extraction (files written before the greedy_action column cannot serve FQE)")
+    vocabulary = model.config.actions
+    candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
+                                              evaluation[epsilons[0]], vocabulary)
+    arrays = episode_arrays(table, vocabulary, model.config.reward)
+    latents, predicted = _encode(model, arrays)
+    return LoggedSteps(
+        grid=grid,
+        rewards=grid.place(episodes, t, table["reward"].to_numpy(), 0.0),
+        behaviour_logp=_on_grid(grid, behaviour),
+        eval_logp={eps: _on_grid(grid, rows) for eps, rows in evaluation.items()},
+        latents=latents, actions=arrays.actions, predicted_rewards=predicted,
+        candidates=candidates, uniform=uniform, listed=listed,
+    )
+
+
+def _aligned(scores: pa.Table, role: str, epsilon: float | None, grid: StepGrid, source: str) -> pa.Table:
+    rows = scores.filter(pc.equal(scores["policy"], role))
+    rows = rows.filter(pc.is_null(rows["epsilon"]) if epsilon is None else pc.equal(rows["epsilon"], epsilon))
+    if not grid.covers(rows["episode"].to_numpy(), rows["t"].to_numpy()):
+        what = "behaviour" if epsilon is None else f"ε = {epsilon} evaluation"
+        raise ValueError(f"{source}: the {what} log-probs do not match the logged steps one to one "
+                         f"({rows.num_rows} rows for {int(grid.mask.sum())} steps); extract the log-probs "
+                         "from this trajectories file")
+    return rows
+
+
+def _on_grid(grid: StepGrid, rows: pa.Table) -> np.ndarray:
+    return grid.place(rows["episode"].to_numpy(), rows["t"].to_numpy(), rows["logprob"].to_numpy(), 0.0)
+
+
+def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],
+                greedy_rows: pa.Table, vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: [greedy id, distinct admissible ids…] and each admissible id's share of the list."""
+    greedy = grid.place(greedy_rows["episode"].to_numpy(), greedy_rows["t"].to_numpy(),
+                        np.asarray(vocabulary.ids(greedy_rows["greedy_action"].to_pylist())), NULL)
+    ids_and_counts = [np.unique(vocabulary.ids(a), return_counts=True) if a else (np.zeros(0, int), np.zeros(0))
+                      for a in admissible]
+    k = 1 + max(len(ids) for ids, _ in ids_and_counts)
+    candidates = np.full((*grid.shape, k), -1, np.int64)
+    uniform = np.zeros((*grid.shape, k))
+    candidates[..., 0] = np.where(grid.mask, greedy, -1)
+    rows = np.searchsorted(grid.episodes, episodes)
+    for i, j, (ids, counts) in zip(rows, t, ids_and_counts):
+        candidates[i, j, 1 : 1 + len(ids)] = ids
+        uniform[i, j, 1 : 1 + len(ids)] = counts / max(counts.sum(), 1)
+    listed = grid.place(episodes, t, [bool(a) for a in admissible], False)
+    return candidates, uniform, listed
+
+
+@torch.no_grad()
+def _encode(model: WorldModel, arrays: EpisodeArrays, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Latents z_0…z_T of every episode and DM's predicted rewards R̂_t = R_θ(z_{t+1}, h̄_t)."""
+    config = model.config
+    if arrays.observations.shape[1] - 1 > config.max_steps:
+        raise ValueError(f"episodes of {arrays.observations.shape[1] - 1} steps exceed the world model's "
+                         f"history length {config.max_steps}; cut the episodes or retrain with a longer one")
+    unique = torch.cat([model.encode_texts(arrays.texts[lo : lo + chunk]) for lo in range(0, len(arrays.texts), chunk)])
+    present = torch.as_tensor(arrays.observations >= 0)
+    z = unique[torch.as_tensor(arrays.observations).clamp(min=0)] * present.unsqueeze(-1)
+    previous = torch.as_tensor(np.concatenate([np.full((len(arrays.actions), 1), NULL), arrays.actions[:, :-1]], 1))
+    h = model.history(z[:, :-1], previous)
+    predicted = config.reward.decode(model.predicted_reward(z[:, 1:], h)).numpy().astype(np.float64)
+    predicted = np.where(arrays.reward_mask, predicted, 0.0)
+    if config.reward.target == "to_go":
+        predicted[:, 1:] = 0.0
+    return z.numpy(), predicted
+
+
+def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,
+             seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fit FQE for π_e^ε; return Q(s_t, a_t) and V(s_t) on the step grid."""
+    mask = steps.grid.mask
+    n, horizon = mask.shape
+    probabilities = steps.candidate_probabilities(epsilon)
+    done = np.arange(horizon)[None, :] == steps.lengths[:, None] - 1
+    k = steps.candidates.shape[2]  # candidates of the step after (i, t), padded past the grid's end
+    next_candidates = np.concatenate([steps.candidates[:, 1:], np.full((n, 1, k), -1)], 1)
+    next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
+    next_probabilities[done] = 0.0
+    states = steps.latents[:, :-1]
+    fqe = FittedQEvaluation(model.action_embedding.weight.detach().numpy(), states.shape[-1], config.fqe,
+                            gamma=config.gamma, seed=seed)
+    fqe.fit(Transitions(
+        states=states[mask], actions=steps.actions[mask], rewards=steps.rewards[mask],
+        next_states=steps.latents[:, 1:][mask], done=done[mask],
+        next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
+    ))
+    q, v = np.zeros(mask.shape), np.zeros(mask.shape)
+    q[mask] = fqe.q_values(states[mask], steps.actions[mask])
+    v[mask] = fqe.state_values(states[mask], steps.candidates[mask], probabilities[mask])
+    return q, v

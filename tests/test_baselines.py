@@ -1,0 +1,117 @@
+import math
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from adwm_core.collection import extract_logprobs
+from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
+from adwm_core.ope.baselines import BaselineConfig, run_baselines
+from adwm_core.ope.estimators import ESTIMATORS
+from adwm_core.ope.fqe import FQEConfig
+from conftest import TINY_ENV
+
+EPSILONS = (0.0, 0.5, 1.0)
+GAMMA = 0.99
+
+
+@pytest.fixture(scope="module")
+def logprobs(tiny_behaviour, tiny_pool, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("baselines") / "logprobs.parquet")
+    extract_logprobs(tiny_behaviour, TINY_ENV[0], tiny_pool, tiny_pool[1], out, epsilons=EPSILONS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def estimates(tiny_behaviour, logprobs, tiny_world_model, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("baselines") / "estimates.parquet")
+    config = BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA)
+    run_baselines(tiny_behaviour, logprobs, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
+                  config=config)
+    return read_table(out, ESTIMATES)
+
+
+def _by(table: pa.Table) -> dict:
+    return {(r["estimator"], r["epsilon"], r["seed"]): r for r in table.to_pylist()}
+
+
+def test_every_estimator_epsilon_and_seed_gets_a_finite_row(estimates):
+    rows = _by(estimates)
+    assert set(rows) == {(e, eps, s) for e in ESTIMATORS for eps in EPSILONS for s in (0, 1)}
+    for r in rows.values():
+        assert all(math.isfinite(r[c]) for c in ("value", "ci_low", "ci_high")), r
+        assert r["ci_low"] <= r["ci_high"]
+        assert r["sign"] == np.sign(r["value"])
+        if r["sign"]:
+            assert r["log_abs_value"] == pytest.approx(math.log(abs(r["value"])))
+    assert set(estimates["cell"].to_pylist()) == {"test-cell"} and set(estimates["policy"].to_pylist()) == {"tiny-late@p0"}
+
+
+def test_importance_sampling_reads_the_logged_steps_aligned(estimates, tiny_behaviour, logprobs):
+    """IS and WIS recomputed by hand from the two Parquet files."""
+    steps = read_table(tiny_behaviour, TRAJECTORIES).to_pylist()
+    scores = read_table(logprobs, LOGPROBS).to_pylist()
+    behaviour = {(r["episode"], r["t"]): r["logprob"] for r in scores if r["policy"] == "behavior"}
+    returns, log_ratio = defaultdict(float), defaultdict(lambda: defaultdict(float))
+    for r in steps:
+        returns[r["episode"]] += GAMMA ** r["t"] * r["reward"]
+    for r in scores:
+        if r["policy"] == "eval":
+            log_ratio[r["epsilon"]][r["episode"]] += r["logprob"] - behaviour[(r["episode"], r["t"])]
+    rows = _by(estimates)
+    for eps in EPSILONS:
+        episodes = sorted(returns)
+        w = np.exp([log_ratio[eps][e] for e in episodes])
+        g = np.array([returns[e] for e in episodes])
+        assert rows[("IS", eps, 0)]["value"] == pytest.approx((w * g).mean(), rel=1e-9, abs=1e-12)
+        assert rows[("WIS", eps, 0)]["value"] == pytest.approx((w * g).sum() / w.sum(), rel=1e-9, abs=1e-12)
+        assert rows[("WIS", eps, 0)]["value"] <= g.max() + 1e-12
+
+
+def test_dm_ignores_the_policy_and_fqe_fits_one_network_per_epsilon_and_seed(estimates, tiny_behaviour):
+    rows = _by(estimates)
+    dm = {r["value"] for k, r in rows.items() if k[0] == "DM"}
+    assert len(dm) == 1  # policy-invariant by construction, and deterministic
+    returns = defaultdict(float)
+    for r in read_table(tiny_behaviour, TRAJECTORIES).to_pylist():
+        returns[r["episode"]] += GAMMA ** r["t"] * r["reward"]
+    assert dm.pop() == pytest.approx(np.mean(list(returns.values())), abs=0.05)  # the reward head fits the logs
+    fqe = {k[1:]: r["value"] for k, r in rows.items() if k[0] == "FQE"}
+    assert len(set(fqe.values())) == len(fqe)  # a separate Q-network per (ε, seed)
+    for seed in (0, 1):
+        assert fqe[(0.0, seed)] > fqe[(1.0, seed)]  # the tiny policy beats random play, in ground truth too
+    for eps in EPSILONS:
+        assert abs(fqe[(eps, 0)] - fqe[(eps, 1)]) < 0.2  # seeds agree; step rewards lie in [−1.8, 0.2]
+
+
+def test_bad_inputs_are_named_before_any_fitting(tiny_behaviour, logprobs, tiny_world_model, tmp_path):
+    wm = tiny_world_model[0].path
+    with pytest.raises(ValueError, match="unknown estimator\\(s\\) \\['MAGIC'\\]"):
+        BaselineConfig(estimators=("IS", "MAGIC"))
+    with pytest.raises(ValueError, match="gamma=1.5"):
+        BaselineConfig(gamma=1.5)
+    with pytest.raises(ValueError, match="epochs=0"):
+        FQEConfig(epochs=0)
+    scores = read_table(logprobs, LOGPROBS)
+    short = str(tmp_path / "short.parquet")
+    write_table(scores.slice(1), short, LOGPROBS)  # the first behaviour step lost
+    out = tmp_path / "estimates.parquet"
+    with pytest.raises(ValueError, match="behaviour log-probs do not match the logged steps"):
+        run_baselines(tiny_behaviour, short, wm, str(out), cell="c", policy="p")
+    assert not out.exists()
+    legacy = str(tmp_path / "legacy.parquet")
+    write_table(scores.set_column(scores.schema.get_field_index("greedy_action"), "greedy_action",
+                                  pa.nulls(scores.num_rows, pa.string())), legacy, LOGPROBS)
+    with pytest.raises(ValueError, match="lack π_e's greedy action"):
+        run_baselines(tiny_behaviour, legacy, wm, str(out), cell="c", policy="p")
+    out.write_text("earlier results")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        run_baselines(tiny_behaviour, logprobs, wm, str(out), cell="c", policy="p")
+    assert out.read_text() == "earlier results"
+    table = read_table(tiny_behaviour, TRAJECTORIES)
+    ground_truth = str(tmp_path / "gt.parquet")
+    write_table(table.set_column(table.schema.get_field_index("source"), "source",
+                                 pa.array(["ground_truth"] * table.num_rows)), ground_truth, TRAJECTORIES)
+    with pytest.raises(ValueError, match="no behaviour steps"):
+        run_baselines(ground_truth, logprobs, wm, str(tmp_path / "e.parquet"), cell="c", policy="p")
