@@ -59,7 +59,7 @@ def test_step_guidance_and_cfg_match_hand_computation():
     # additive guidance: the sampler steps with ε̂ − g_k
     g = torch.tensor([[0.1, -0.2]], dtype=torch.float64)
     torch.manual_seed(0)
-    guided = diffusion.sample(lambda z, k: torch.zeros_like(z), (1, 2), guidance=lambda z, k: g, dtype=torch.float64)
+    guided = diffusion.sample(lambda z, k: torch.zeros_like(z), (1, 2), guidance=lambda z, k, eps: g, dtype=torch.float64)
     torch.manual_seed(0)
     zk = torch.randn((1, 2), dtype=torch.float64)
     for step in (2, 1, 0):

@@ -121,6 +121,7 @@ def test_balanced_bce_and_diversity_match_hand_computation():
     many[0] = 1.0
     capped = balanced_bce(torch.zeros(200), many).item()
     assert capped == pytest.approx((50 * math.log(2) + 199 * math.log(2)) / 200, rel=1e-6)  # weight capped at 50
+    assert balanced_bce(torch.zeros(3), torch.ones(3)).item() == pytest.approx(math.log(2))  # positives only: weight 1
     pooled = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
     c = 1 / math.sqrt(2)
     assert diversity_loss(pooled, torch.tensor([0, 1, 2])).item() == pytest.approx((0 + c + c) * 2 / 6, rel=1e-6)

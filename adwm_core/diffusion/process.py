@@ -6,6 +6,11 @@ nothing is clipped (latents are not images in [−1, 1]).
 - forward noising (paper Sec. ddpm): z_k = √ᾱ_k z_0 + √(1−ᾱ_k) ξ;
 - denoised estimate, Eq. (app_denoised): ẑ_0 = (z_k − √(1−ᾱ_k) ε̂) / √ᾱ_k;
 - DDPM reverse step: z_{k−1} = (z_k − β_k/√(1−ᾱ_k) ε̂)/√(1−β_k) + σ_k ξ, σ_k² = β̃_k;
+  equivalently the posterior mean c_0 ẑ_0 + c_k z_k. With ``project``, the step uses
+  c_0 P(ẑ_0) + c_k z_k: the denoised estimate is projected onto the data's own manifold
+  before the step (for the world model: LayerNorm, where every encoder output lies).
+  Unprojected, the first steps of a cosine schedule divide by √(1−β_K) ≈ 0.03, and a
+  small error of ε̂ at the noisiest level blows the sample up;
 - classifier-free guidance, Eq. (dsm_loss) / Alg. ope-rollout: ε̂ = (1+λ) ε(c) − λ ε(∅);
 - additive guidance as in Alg. ope-rollout: the step uses ε̂ − g_k, i.e. the score
   −ε̂/√(1−ᾱ_k) is shifted by g_k/√(1−ᾱ_k).
@@ -18,10 +23,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_variance
+from .schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_mean_coefficients, posterior_variance
 
+Projection = Callable[[torch.Tensor], torch.Tensor]
 EpsModel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-Guidance = Callable[[torch.Tensor, int], torch.Tensor]
+Guidance = Callable[[torch.Tensor, int, torch.Tensor], torch.Tensor]  # (z_k, k, ε̂) → g_k
 
 
 def classifier_free(eps_cond: torch.Tensor, eps_uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -40,6 +46,7 @@ class GaussianDiffusion:
         self.alpha_bar = torch.from_numpy(alpha_bar)
         self.betas = torch.from_numpy(betas_from_alpha_bar(alpha_bar))
         self.sigmas = torch.from_numpy(np.sqrt(posterior_variance(alpha_bar)))
+        self.mean_z0, self.mean_zk = (torch.from_numpy(c) for c in posterior_mean_coefficients(alpha_bar))
 
     def _at(self, values: torch.Tensor, k: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """values[k] shaped to broadcast over a batch ``like``."""
@@ -60,11 +67,17 @@ class GaussianDiffusion:
         a = self._at(self.alpha_bar, k, z_k)
         return (z_k - (1.0 - a).sqrt() * eps) / a.sqrt()
 
-    def step(self, z_k: torch.Tensor, k: int, eps: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
-        """One reverse step z_k → z_{k−1} given ε̂; the last step (k = 0) adds no noise."""
-        ks = torch.full((z_k.shape[0],), k, dtype=torch.long)
-        beta, a = self._at(self.betas, ks, z_k), self._at(self.alpha_bar, ks, z_k)
-        mean = (z_k - beta / (1.0 - a).sqrt() * eps) / (1.0 - beta).sqrt()
+    def step(self, z_k: torch.Tensor, k: int, eps: torch.Tensor, noise: torch.Tensor | None = None,
+             project: Projection | None = None) -> torch.Tensor:
+        """One reverse step z_k → z_{k−1} given ε̂ (and optionally a projection of ẑ_0);
+        the last step (k = 0) adds no noise."""
+        ks = torch.full((z_k.shape[0],), k, dtype=torch.long, device=z_k.device)
+        if project is None:
+            beta, a = self._at(self.betas, ks, z_k), self._at(self.alpha_bar, ks, z_k)
+            mean = (z_k - beta / (1.0 - a).sqrt() * eps) / (1.0 - beta).sqrt()
+        else:
+            z0 = project(self.predict_z0(z_k, ks, eps))
+            mean = self._at(self.mean_z0, ks, z_k) * z0 + self._at(self.mean_zk, ks, z_k) * z_k
         if k == 0 or noise is None:
             return mean
         return mean + self._at(self.sigmas, ks, z_k) * noise
@@ -76,15 +89,22 @@ class GaussianDiffusion:
         *,
         guidance: Guidance | None = None,
         generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+        project: Projection | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
-        """Ancestral sampling from z_K ~ N(0, I); ``guidance(z_k, k)`` returns g_k, used as ε̂ − g_k."""
-        z = torch.randn(shape, generator=generator, dtype=dtype)
-        for k in reversed(range(self.n_steps)):
-            ks = torch.full((shape[0],), k, dtype=torch.long)
-            eps = eps_model(z, ks)
+        """Ancestral sampling from z_K ~ N(0, I); ``guidance(z_k, k, ε̂)`` returns g_k, used as ε̂ − g_k.
+
+        ``noise`` (``(K + 1, *shape)``: z_K, then the noise of each reverse step) replaces the
+        draws from ``generator``, so callers can share random numbers between batches."""
+        if noise is None:
+            noise = torch.randn((self.n_steps + 1, *shape), generator=generator, dtype=dtype)
+        elif noise.shape != (self.n_steps + 1, *shape):
+            raise ValueError(f"noise must have shape {(self.n_steps + 1, *shape)}, got {tuple(noise.shape)}")
+        z = noise[0]
+        for i, k in enumerate(reversed(range(self.n_steps))):
+            eps = eps_model(z, torch.full((shape[0],), k, dtype=torch.long, device=z.device))
             if guidance is not None:
-                eps = eps - guidance(z, k)
-            noise = torch.randn(shape, generator=generator, dtype=dtype) if k > 0 else None
-            z = self.step(z, k, eps, noise)
+                eps = eps - guidance(z, k, eps)
+            z = self.step(z, k, eps, noise[i + 1], project)
         return z

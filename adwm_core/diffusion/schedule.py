@@ -33,3 +33,11 @@ def posterior_variance(alpha_bar: np.ndarray) -> np.ndarray:
     """β̃_k = β_k (1 − ᾱ_{k−1}) / (1 − ᾱ_k): the variance of q(z_{k−1} | z_k, z_0) (0 at the first step)."""
     previous = np.concatenate([[1.0], alpha_bar[:-1]])
     return betas_from_alpha_bar(alpha_bar) * (1.0 - previous) / (1.0 - alpha_bar)
+
+
+def posterior_mean_coefficients(alpha_bar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(c_0, c_k) with E[z_{k−1} | z_k, z_0] = c_0 z_0 + c_k z_k:
+    c_0 = √ᾱ_{k−1} β_k/(1 − ᾱ_k), c_k = √(1 − β_k) (1 − ᾱ_{k−1})/(1 − ᾱ_k)."""
+    previous = np.concatenate([[1.0], alpha_bar[:-1]])
+    betas = betas_from_alpha_bar(alpha_bar)
+    return np.sqrt(previous) * betas / (1.0 - alpha_bar), np.sqrt(1.0 - betas) * (1.0 - previous) / (1.0 - alpha_bar)

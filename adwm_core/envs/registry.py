@@ -12,6 +12,7 @@ _REGISTRY: dict[str, str] = {
     "scienceworld": "adwm_core.envs.scienceworld_env:ScienceWorldEnv",
     "textworld": "adwm_core.envs.textworld_env:TextWorldEnv",
     "textworld-express": "adwm_core.envs.twx_env:TextWorldExpressEnv",
+    "chain": "adwm_core.envs.chain:ChainEnv",  # synthetic, with exactly known values
 }
 
 # The environment local cells and the demo use by default: (name, task, options).

@@ -59,10 +59,12 @@ class Batch:
 
 
 def balanced_bce(logits: torch.Tensor, targets: torch.Tensor, cap: float = POSITIVE_WEIGHT_CAP) -> torch.Tensor:
-    """BCE with positive-class weight min(cap, n_neg/n_pos) (1 when the batch has no positives)."""
+    """BCE with positive-class weight min(cap, n_neg/n_pos) (1 when either class is absent: a
+    batch of positives only must still pull its logits up)."""
     targets = targets.float()
     n_pos = targets.sum()
-    weight = ((targets.numel() - n_pos) / n_pos).clamp(max=cap) if n_pos > 0 else targets.new_tensor(1.0)
+    n_neg = targets.numel() - n_pos
+    weight = (n_neg / n_pos).clamp(max=cap) if n_pos > 0 and n_neg > 0 else targets.new_tensor(1.0)
     return nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=weight)
 
 

@@ -5,7 +5,8 @@ Per epoch every training episode is drawn once — successful ones ``success_ups
 uniform start. AdamW (0.9, 0.999), weight decay 1e-4, peak lr 3e-4 annealed by cosine
 to 10 % over the epochs, gradient-norm clip 1.0, bf16 autocast on CUDA. After each
 epoch the held-out episodes are scored; the checkpoint with the lowest held-out
-reward MSE is kept (safetensors + JSON config, see model/world_model.py).
+reward MSE is kept (ties, e.g. rewards every epoch predicts exactly, broken by the
+termination BCE) (safetensors + JSON config, see model/world_model.py).
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def train_world_model(
     draws = np.concatenate([train] + [train[data.success[train]]] * (config.success_upsample - 1))
 
     history: list[dict[str, float]] = []
-    best_epoch, best_mse = -1, math.inf
+    best_epoch, best_key = -1, (math.inf, math.inf)
     for epoch in range(config.epochs):
         started, sums, n_batches, n_transitions = time.perf_counter(), {}, 0, 0
         for chunk in np.array_split(rng.permutation(draws), math.ceil(len(draws) / config.batch_size)):
@@ -200,8 +201,9 @@ def train_world_model(
         metrics["transitions_per_s"] = n_transitions / (time.perf_counter() - started)
         metrics.update(heldout_metrics(model, tokens, data, heldout, config.window, constants))
         history.append(metrics)
-        if metrics["heldout_reward_mse"] < best_mse:
-            best_epoch, best_mse = epoch, metrics["heldout_reward_mse"]
+        key = (metrics["heldout_reward_mse"], metrics["heldout_done_bce"])  # ties (e.g. all 0) go to termination
+        if key < best_key:
+            best_epoch, best_key = epoch, key
             model.save(out_dir)
         with atomic_open(f"{out_dir.rstrip('/')}/{HISTORY_FILE}", "w") as f:  # progress survives an interruption
             json.dump({"config": asdict(config), "best_epoch": best_epoch, "complete": epoch == config.epochs - 1,

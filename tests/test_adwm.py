@@ -1,0 +1,160 @@
+"""The ADWM estimator on the corridor, whose values are known exactly."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from adwm_core.data import TRAJECTORIES, read_table, write_table
+from adwm_core.diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
+from adwm_core.diffusion.process import GaussianDiffusion
+from adwm_core.envs.agents import EpsilonGoldAgent
+from adwm_core.envs.chain import exit_probability
+from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
+from adwm_core.model.world_model import WorldModel
+from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank, evaluate_policy, on_latent_manifold
+from adwm_core.ope.metrics import spearman
+from adwm_core.training.world_model import TrainConfig, train_world_model
+
+LENGTH, HORIZON = 4, 8
+EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+TRUTH = [exit_probability(1 - eps / 2, LENGTH, HORIZON) for eps in EPSILONS]  # "always east", ε-mixed
+
+
+class East:
+    """π_e: always ``go east`` (any object with ``act(histories)`` can be scored)."""
+
+    def act(self, histories):
+        return [Decision("go east") for _ in histories]
+
+
+def corridor_episodes(agent, n: int, first: int = 0, max_steps: int = HORIZON):
+    with EpisodeRunner("chain", {"length": LENGTH}, n_workers=1, max_steps=max_steps) as runner:
+        return runner.run([EpisodeSpec(first + k, "corridor", k % 100, first + k) for k in range(n)], agent)
+
+
+@pytest.fixture(scope="module")
+def corridor(tmp_path_factory):
+    """Behaviour data of ε-mixed experts (ε = 0.5 and 1) and a world model trained on it."""
+    root = tmp_path_factory.mktemp("corridor")
+    tables = [episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 100, first=1000 * j), cell="corridor",
+                             source="behavior", policy=f"expert-{eps}@p0", epsilon=None)
+              for j, eps in enumerate((0.5, 1.0))]
+    table = pa.concat_tables(tables)
+    path = str(root / "trajectories.parquet")
+    write_table(table, path, TRAJECTORIES)
+    train_world_model(table, str(root / "wm"), TrainConfig(epochs=120, device="cpu"))
+    return path, WorldModel.load(str(root / "wm"))
+
+
+def test_the_corridor_values_are_exact():
+    for eps, truth in zip((0.0, 1.0), (TRUTH[0], TRUTH[-1])):
+        success = [e.success for e in corridor_episodes(EpsilonGoldAgent(eps), 400)]
+        stderr = max(np.std(success) / np.sqrt(len(success)), 1e-9)
+        assert abs(np.mean(success) - truth) < 3.5 * stderr + 1e-9, (eps, np.mean(success), truth)
+    assert TRUTH == sorted(TRUTH, reverse=True) and TRUTH[0] == 1.0 and TRUTH[-1] < 0.5
+
+
+def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
+    trajectories, model = corridor
+    config = AdwmConfig(horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
+    table, runs = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
+                                  config=config)
+    rows = table.to_pylist()
+    assert {(r["estimator"], r["epsilon"], r["seed"]) for r in rows} == {
+        (f"ADWM:{name}", eps, seed) for name in ("reward_sum", "success_similarity") for eps in EPSILONS
+        for seed in (0, 1)}
+    for name in ("ADWM:reward_sum", "ADWM:success_similarity"):
+        estimate = [np.mean([r["value"] for r in rows if r["estimator"] == name and r["epsilon"] == eps])
+                    for eps in EPSILONS]
+        assert spearman(estimate, TRUTH) >= 0.9, (name, estimate)
+    reward_sum = [np.mean([r["value"] for r in rows if r["estimator"] == "ADWM:reward_sum" and r["epsilon"] == eps])
+                  for eps in EPSILONS]
+    np.testing.assert_allclose(reward_sum, TRUTH, atol=0.1)  # 64 rollouts per level: MC s.e. ≤ 0.06
+    assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
+    assert runs[0].seconds["world_model"] > 0 and runs[0].lengths.max() <= HORIZON
+
+
+def test_a_seed_fixes_every_draw(corridor):
+    trajectories, model = corridor
+    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    imagination = ImaginedRollouts(model, bank, AdwmConfig(n_rollouts=8, horizon=HORIZON))
+    first, again, other = (imagination.run(East(), (0.0, 1.0), seed) for seed in (3, 3, 4))
+    assert np.array_equal(first.reward_sum, again.reward_sum) and np.array_equal(first.lengths, again.lengths)
+    assert np.array_equal(first.success_similarity, again.success_similarity)
+    assert not np.array_equal(first.success_similarity, other.success_similarity)
+
+
+def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
+    _, model = corridor
+    diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
+    bank = StateBank.from_trajectories(read_table(corridor[0], TRAJECTORIES), model)
+    z0 = bank.latents[bank.starts[:4]]
+    h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
+    actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
+    noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    plain = AdwmConfig(cfg_scale=0.0, eta_max=0.0)
+    with torch.no_grad():
+        ours = ImaginedRollouts(model, bank, plain)._transition(h, actions, noise)
+        reference = diffusion.sample(lambda z, k: model.eps(z, k, h, actions), (4, model.config.d_z), noise=noise,
+                                     project=on_latent_manifold)
+    assert torch.equal(ours, reference)
+
+
+def test_success_bank_guidance_pulls_samples_towards_the_bank():
+    """A toy prior N(0, I) in 8 dimensions: guidance raises the similarity to the bank, and more
+    so with a larger η; η = 0 changes nothing."""
+    diffusion = GaussianDiffusion(n_steps=50)
+    bank = torch.nn.functional.normalize(torch.ones(1, 8), dim=-1)
+    noise = torch.randn((51, 512, 8), generator=torch.Generator().manual_seed(1))
+
+    def sample(eta_max: float) -> torch.Tensor:
+        guidance = success_bank_guidance(diffusion, bank, 1.0, eta_schedule(50, eta_max))
+        return diffusion.sample(lambda z, k: torch.zeros_like(z), (512, 8), guidance=guidance, noise=noise.clone())
+
+    plain = diffusion.sample(lambda z, k: torch.zeros_like(z), (512, 8), noise=noise.clone())
+    similarity = [nearest_cosine(sample(eta), bank).mean().item() for eta in (0.0, 0.5, 2.0)]
+    assert torch.equal(sample(0.0), plain)
+    assert similarity[0] < similarity[1] < similarity[2], similarity
+    schedule = eta_schedule(50, 0.5)
+    assert schedule[-1] == pytest.approx(0.01) and schedule[0] == 0.5 and np.all(np.diff(schedule) < 0)
+
+
+def test_bad_settings_are_named(corridor):
+    trajectories, model = corridor
+    with pytest.raises(ValueError, match="reading='psychic'"):
+        AdwmConfig(reading="psychic")
+    with pytest.raises(ValueError, match="n_rollouts=0"):
+        AdwmConfig(n_rollouts=0)
+    with pytest.raises(ValueError, match="history length"):
+        ImaginedRollouts(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
+                         AdwmConfig(horizon=model.config.max_steps + 1))
+    table = read_table(trajectories, TRAJECTORIES)
+    failures = table.filter(pa.compute.invert(table["success"]))
+    with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
+        ImaginedRollouts(model, StateBank.from_trajectories(failures, model), AdwmConfig())
+    with pytest.raises(ValueError, match="ε levels"):
+        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
+
+
+def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
+                                                                             tiny_pool, tmp_path):
+    from adwm_core.data import ESTIMATES
+    from adwm_core.ope.adwm import run_adwm
+    from conftest import TINY_ENV
+
+    out = tmp_path / "adwm.parquet"
+    config = AdwmConfig(n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        run_adwm(tiny_behaviour, str(tmp_path / "no-model"), tiny_pool[1], TINY_ENV[0], str(out), cell="c",
+                 epsilons=(0.0, 1.0), config=config)
+    assert not out.exists()
+    run_adwm(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], TINY_ENV[0], str(out), cell="c",
+             epsilons=(0.0, 1.0), config=config)
+    rows = read_table(str(out), ESTIMATES).to_pylist()
+    assert {(r["estimator"], r["epsilon"], r["policy"]) for r in rows} == {
+        (f"ADWM:{name}", eps, "tiny-late@p0") for name in ("reward_sum", "success_similarity") for eps in (0.0, 1.0)}
+    assert all(np.isfinite(r["value"]) for r in rows)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        run_adwm(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], TINY_ENV[0], str(out), cell="c",
+                 config=config)
