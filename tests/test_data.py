@@ -24,9 +24,9 @@ ROWS = {
         "admissible": ["move east", "look around"], "reward": 0.0, "done": False, "score": 0.0, "success": False,
     },
     LOGPROBS.name: {"episode": 3, "t": 0, "policy": "eval", "epsilon": 0.25, "logprob": -712.5, "n_tokens": 3,
-               "n_admissible": 2},
+               "n_admissible": 2, "greedy_action": "look around"},
     ESTIMATES.name: {"cell": "c", "estimator": "WIS", "policy": "pi_e", "epsilon": 0.5, "seed": 1, "value": 0.4,
-                "ci_low": 0.3, "ci_high": 0.5},
+                "ci_low": 0.3, "ci_high": 0.5, "log_abs_value": -0.916290731874155, "sign": 1},
     GROUND_TRUTH.name: {"cell": "c", "policy": "pi_e", "epsilon": 0.5, "n_episodes": 64, "mean_return": 0.4,
                    "success_rate": 0.375, "stderr": 0.06, "success_stderr": 0.06},
 }
