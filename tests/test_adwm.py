@@ -11,8 +11,8 @@ from adwm_core.diffusion.process import GaussianDiffusion
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
-from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank, evaluate_policy, on_latent_manifold
+from adwm_core.model.world_model import WorldModel, on_latent_manifold
+from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank, evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.training.world_model import TrainConfig, train_world_model
 

@@ -25,6 +25,12 @@ from .score_net import ScoreNetwork
 WEIGHTS_FILE = "model.safetensors"
 
 
+def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
+    """LayerNorm without parameters: zero mean and unit mean square over the last axis —
+    where every latent z = LN(f_θ(o)) lies."""
+    return nn.functional.layer_norm(z, z.shape[-1:])
+
+
 @dataclass(frozen=True)
 class RewardScale:
     """The reward head predicts y ∈ [0, 1]; the environment's scale is low + (high − low)·y.
@@ -87,12 +93,15 @@ class WorldModel(nn.Module):
 
     def encode(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         """Token ids → latents z = LN(f_θ(o)) ∈ R^{d_z} (unit mean square)."""
-        z = self.observation_encoder(ids, padding)
-        return nn.functional.layer_norm(z, z.shape[-1:])
+        return on_latent_manifold(self.observation_encoder(ids, padding))
 
-    def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        ids, padding = self.tokenizer(texts)  # padded to the longest text
-        return self.encode(ids.to(self.device), padding.to(self.device))
+    def encode_texts(self, texts: list[str], chunk: int = 256) -> torch.Tensor:
+        """Latents of ``texts``, encoded ``chunk`` at a time (each chunk padded to its longest text)."""
+        parts = []
+        for lo in range(0, len(texts), chunk):
+            ids, padding = self.tokenizer(list(texts[lo : lo + chunk]))
+            parts.append(self.encode(ids.to(self.device), padding.to(self.device)))
+        return torch.cat(parts) if parts else torch.zeros(0, self.config.d_z, device=self.device)
 
     def history(self, z: torch.Tensor, previous_actions: torch.Tensor) -> torch.Tensor:
         """h̄_t = HistEnc((z_0, ∅), (z_1, a_0), …, (z_t, a_{t−1})): ``(B, T, d_z)``, ``(B, T)`` → ``(B, T, 128)``."""

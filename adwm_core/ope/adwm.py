@@ -44,7 +44,7 @@ from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
 from ..diffusion.process import GaussianDiffusion, classifier_free
 from ..envs.runner import Decision
-from ..model.world_model import WorldModel
+from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 
 READINGS = ("retrieval",)
@@ -107,7 +107,7 @@ class StateBank:
     success: torch.Tensor  # (S, d_z) latents of the last observations of successful episodes
 
     @classmethod
-    def from_trajectories(cls, table: pa.Table, model: WorldModel, chunk: int = 256) -> "StateBank":
+    def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
         table = table.filter(pc.equal(table["source"], "behavior"))
         if table.num_rows == 0:
             raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
@@ -126,18 +126,13 @@ class StateBank:
         finals = [r["next_observation"] for r, after in zip(rows, rows[1:] + [None])
                   if (after is None or after["episode"] != r["episode"]) and r["success"]]
         with torch.no_grad():
-            latents = _encode(model, texts, chunk)
-            success = _encode(model, list(dict.fromkeys(finals)), chunk) if finals else torch.zeros(0, latents.shape[1])
+            latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
         return cls(texts, tasks, admissible, latents, np.asarray(starts), success)
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""
         sim = torch.nn.functional.normalize(z, dim=-1) @ torch.nn.functional.normalize(self.latents, dim=-1).T
         return sim.argmax(-1).numpy()
-
-
-def _encode(model: WorldModel, texts: list[str], chunk: int) -> torch.Tensor:
-    return torch.cat([model.encode_texts(texts[i:i + chunk]) for i in range(0, len(texts), chunk)]).cpu()
 
 
 @dataclass
@@ -169,7 +164,10 @@ class ImaginedRollouts:
                              f"{model.config.max_steps}")
         self.model, self.bank, self.config = model.eval(), bank, config
         self.diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
-        self.eta = eta_schedule(self.diffusion.n_steps, config.eta_max)
+        self.guidance = None
+        if config.guidance == "success_bank" and config.eta_max > 0 and config.alpha > 0:
+            eta = eta_schedule(self.diffusion.n_steps, config.eta_max)
+            self.guidance = success_bank_guidance(self.diffusion, bank.success, config.alpha, eta)
 
     @torch.no_grad()
     def run(self, policy: Policy, epsilons: Sequence[float], seed: int) -> Rollouts:
@@ -224,7 +222,7 @@ class ImaginedRollouts:
         bank = self.bank
         actions: list[str | None] = [None] * len(rows)
         ask = []
-        for j, (r, i) in enumerate(zip(rows, read)):
+        for j, i in enumerate(read):
             listed = bank.admissible[i]
             if explore[j] and listed:
                 actions[j] = listed[int(picks[j] * len(listed))]
@@ -248,16 +246,8 @@ class ImaginedRollouts:
             cond, uncond = both.chunk(2)
             return classifier_free(cond, uncond, c.cfg_scale)
 
-        guidance = None
-        if c.guidance == "success_bank" and c.eta_max > 0 and c.alpha > 0:
-            guidance = success_bank_guidance(self.diffusion, self.bank.success, c.alpha, self.eta)
-        return self.diffusion.sample(eps_model, tuple(noise.shape[1:]), guidance=guidance, noise=noise,
+        return self.diffusion.sample(eps_model, tuple(noise.shape[1:]), guidance=self.guidance, noise=noise,
                                      project=on_latent_manifold)
-
-
-def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
-    """LayerNorm without parameters: zero mean, unit mean square — where every z = LN(f_θ(o)) lies."""
-    return torch.nn.functional.layer_norm(z, z.shape[-1:])
 
 
 def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig) -> list[dict]:

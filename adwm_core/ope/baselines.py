@@ -30,6 +30,7 @@ import torch
 from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
+from ..training.world_model import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .estimators import ESTIMATORS, LoggedTrajectories
 from .fqe import FittedQEvaluation, FQEConfig, Transitions
@@ -205,37 +206,43 @@ def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible:
     """Per step: [greedy id, distinct admissible ids…] and each admissible id's share of the list."""
     greedy = grid.place(greedy_rows["episode"].to_numpy(), greedy_rows["t"].to_numpy(),
                         np.asarray(vocabulary.ids(greedy_rows["greedy_action"].to_pylist())), NULL)
-    ids_and_counts = [np.unique(vocabulary.ids(a), return_counts=True) if a else (np.zeros(0, int), np.zeros(0))
-                      for a in admissible]
-    k = 1 + max(len(ids) for ids, _ in ids_and_counts)
+    lists = [a or () for a in admissible]
+    sizes = np.array([len(a) for a in lists])
+    owner = np.repeat(np.arange(len(lists)), sizes)  # the step each listed action belongs to
+    n_ids = len(vocabulary)
+    keys, counts = np.unique(owner * n_ids + np.asarray(vocabulary.ids([a for lst in lists for a in lst]), np.int64),
+                             return_counts=True)
+    step, ids = keys // n_ids, keys % n_ids
+    slot = np.arange(len(keys)) - np.searchsorted(step, step)  # rank of each distinct id within its step
+    k = 1 + (int(slot.max()) + 1 if len(slot) else 0)
     candidates = np.full((*grid.shape, k), -1, np.int64)
     uniform = np.zeros((*grid.shape, k))
     candidates[..., 0] = np.where(grid.mask, greedy, -1)
     rows = np.searchsorted(grid.episodes, episodes)
-    for i, j, (ids, counts) in zip(rows, t, ids_and_counts):
-        candidates[i, j, 1 : 1 + len(ids)] = ids
-        uniform[i, j, 1 : 1 + len(ids)] = counts / max(counts.sum(), 1)
-    listed = grid.place(episodes, t, [bool(a) for a in admissible], False)
+    candidates[rows[step], t[step], 1 + slot] = ids
+    uniform[rows[step], t[step], 1 + slot] = counts / sizes[step]
+    listed = grid.place(episodes, t, sizes > 0, False)
     return candidates, uniform, listed
 
 
 @torch.no_grad()
-def _encode(model: WorldModel, arrays: EpisodeArrays, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def _encode(model: WorldModel, arrays: EpisodeArrays) -> tuple[np.ndarray, np.ndarray]:
     """Latents z_0…z_T of every episode and DM's predicted rewards R̂_t = R_θ(z_{t+1}, h̄_t)."""
     config = model.config
-    if arrays.observations.shape[1] - 1 > config.max_steps:
-        raise ValueError(f"episodes of {arrays.observations.shape[1] - 1} steps exceed the world model's "
-                         f"history length {config.max_steps}; cut the episodes or retrain with a longer one")
-    unique = torch.cat([model.encode_texts(arrays.texts[lo : lo + chunk]) for lo in range(0, len(arrays.texts), chunk)])
-    present = torch.as_tensor(arrays.observations >= 0)
-    z = unique[torch.as_tensor(arrays.observations).clamp(min=0)] * present.unsqueeze(-1)
-    previous = torch.as_tensor(np.concatenate([np.full((len(arrays.actions), 1), NULL), arrays.actions[:, :-1]], 1))
-    h = model.history(z[:, :-1], previous)
-    predicted = config.reward.decode(model.predicted_reward(z[:, 1:], h)).numpy().astype(np.float64)
-    predicted = np.where(arrays.reward_mask, predicted, 0.0)
+    horizon = arrays.actions.shape[1]
+    if horizon > config.max_steps:
+        raise ValueError(f"episodes of {horizon} steps exceed the world model's history length "
+                         f"{config.max_steps}; cut the episodes or retrain with a longer one")
+    z, predicted = [], []
+    for batch, z_chunk, h in encoded_windows(model, Tokenised(model, arrays.texts), arrays,
+                                             np.arange(len(arrays.lengths)), horizon):  # one window per episode
+        reward = config.reward.decode(model.predicted_reward(z_chunk[:, 1:], h))
+        z.append(z_chunk)
+        predicted.append(torch.where(batch.reward_mask, reward, 0.0))
+    predicted = torch.cat(predicted).double().numpy()
     if config.reward.target == "to_go":
         predicted[:, 1:] = 0.0
-    return z.numpy(), predicted
+    return torch.cat(z).numpy(), predicted
 
 
 def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,

@@ -90,7 +90,7 @@ def train_psi_adapter(
     torch.manual_seed(config.seed)
     with torch.no_grad():
         world_model = world_model.to(device).eval()
-        z = torch.cat([world_model.encode_texts(list(texts[i:i + 256])) for i in range(0, len(texts), 256)])
+        z = world_model.encode_texts(list(texts))
     targets = torch.from_numpy(targets_np).to(device)
     adapter = PsiAdapter(targets.shape[1], z.shape[1]).to(device)
     optimiser = torch.optim.Adam(adapter.parameters(), lr=config.lr)

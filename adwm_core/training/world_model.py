@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -116,17 +116,24 @@ def split_indices(n: int, fraction: float, seed: int, minimum: int = 1) -> tuple
     return np.sort(order[n_heldout:]), np.sort(order[:n_heldout])
 
 
+def encoded_windows(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
+                    length: int, chunk: int = 256) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor]]:
+    """(batch, z, h̄) for the covering windows of ``episodes`` (every transition once, in
+    episode order), ``chunk`` windows at a time."""
+    windows = covering_windows(data, episodes, length)
+    for rows in np.array_split(np.arange(len(windows.episode)), math.ceil(len(windows.episode) / chunk)):
+        batch = tokens.batch(windows.take(rows), model.device)
+        yield (batch, *latents(model, batch))
+
+
 @torch.no_grad()
 def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
-                    window: int, constants: dict[str, float], chunk: int = 256) -> dict[str, float]:
+                    window: int, constants: dict[str, float]) -> dict[str, float]:
     """Reward MSE and termination BCE over every held-out transition, beside the constant
     predictors' (training-set mean reward target and done rate)."""
     model.eval()
-    windows = covering_windows(data, episodes, window)
     rewards, targets, done_p, done = [], [], [], []
-    for rows in np.array_split(np.arange(len(windows.episode)), math.ceil(len(windows.episode) / chunk)):
-        batch = tokens.batch(windows.take(rows), model.device)
-        z, h = latents(model, batch)
+    for batch, z, h in encoded_windows(model, tokens, data, episodes, window):
         m = batch.valid
         z_next, h_t, on = z[:, 1:][m], h[m], batch.reward_mask[m]
         rewards.append(model.predicted_reward(z_next, h_t)[on])
