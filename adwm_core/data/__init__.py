@@ -1,6 +1,6 @@
 """Data contracts and their Parquet IO."""
 
-from .io import SchemaError, check_output, read_table, table_from_rows, validate, write_table
+from .io import SchemaError, behaviour_rows, check_output, read_table, table_from_rows, validate, write_table
 from .schemas import CONTRACTS, ESTIMATES, GROUND_TRUTH, LOGPROBS, TRAJECTORIES, Contract
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "TRAJECTORIES",
     "Contract",
     "SchemaError",
+    "behaviour_rows",
     "check_output",
     "read_table",
     "table_from_rows",

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 NULL, UNKNOWN = 0, 1
 MAX_ACTIONS = 256
@@ -50,9 +51,12 @@ class ActionVocabulary:
             return match.group(1).lower() if match else ""
         return _normal(action)
 
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {a: i + 2 for i, a in enumerate(self.actions)}
+
     def ids(self, actions: Sequence[str]) -> list[int]:
-        index = {a: i + 2 for i, a in enumerate(self.actions)}
-        return [index.get(self._key(a), UNKNOWN) for a in actions]
+        return [self._index.get(self._key(a), UNKNOWN) for a in actions]
 
     def to_json(self) -> dict:
         return {"actions": list(self.actions), "react": self.react}

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .schemas import Contract
@@ -55,6 +56,11 @@ def validate(table: pa.Table, contract: Contract, source: str = "table") -> pa.T
                     f"allowed: {sorted(contract.allowed[field.name])}"
                 )
     return table.select(contract.columns).cast(contract.schema)
+
+
+def behaviour_rows(trajectories: pa.Table) -> pa.Table:
+    """The steps logged by behaviour policies (``source`` = behavior)."""
+    return trajectories.filter(pc.equal(trajectories["source"], "behavior"))
 
 
 def table_from_rows(rows: Iterable[Mapping], contract: Contract) -> pa.Table:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Observation, StepResult, TextEnv, check_split
+from .base import SPLITS, Observation, StepResult, TextEnv, check_split
 
 ACTIONS = ("go east", "go west")
 TASK = "corridor"
@@ -61,7 +61,7 @@ class ChainEnv(TextEnv):
     def variations(self, task: str, split: str) -> list[int]:
         check_split(split)
         self._check_task(task)
-        first = ("train", "dev", "test").index(split) * VARIATIONS_PER_SPLIT
+        first = SPLITS.index(split) * VARIATIONS_PER_SPLIT
         return list(range(first, first + VARIATIONS_PER_SPLIT))
 
     def _check_task(self, task: str) -> None:

@@ -44,7 +44,7 @@ class ObservationEncoder(nn.Module):
 
 
 class ActionEmbedding(nn.Embedding):
-    NULL = 0  # ∅: no action (unconditional branch of classifier-free guidance)
+    """e(a) for the action vocabulary's ids (0 = ∅, data/actions.py)."""
 
     def __init__(self, n_actions: int = 256, d_a: int = 32) -> None:
         super().__init__(n_actions, d_a)

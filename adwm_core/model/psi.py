@@ -21,10 +21,6 @@ class PsiAdapter(nn.Module):
             nn.Linear(d_z, WIDTH), nn.GELU(), nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, n_soft * d_llm)
         )
 
-    @staticmethod
-    def n_parameters(d_llm: int, d_z: int = 64, n_soft: int = N_SOFT) -> int:
-        return (d_z + 1) * WIDTH + (WIDTH + 1) * WIDTH + (WIDTH + 1) * n_soft * d_llm
-
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``(N, d_z)`` → ``(N, n_soft, d_llm)`` soft tokens."""
         return self.net(z).unflatten(-1, (self.n_soft, self.d_llm))

@@ -34,12 +34,11 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from scipy import stats
 
 from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
-from ..data import ESTIMATES, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data import ESTIMATES, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
 from ..diffusion.process import GaussianDiffusion, classifier_free
@@ -108,7 +107,7 @@ class StateBank:
 
     @classmethod
     def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
-        table = table.filter(pc.equal(table["source"], "behavior"))
+        table = behaviour_rows(table)
         if table.num_rows == 0:
             raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
         rows = table.select(["episode", "t", "observation", "task_description", "admissible", "next_observation",

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..training.world_model import Tokenised, encoded_windows
@@ -154,8 +154,7 @@ def run_baselines(
 
 def logged_steps(trajectories: str, logprobs: str, model: WorldModel) -> LoggedSteps:
     """Read and align the behaviour trajectories and their log-probs; encode them with ``model``."""
-    table = read_table(trajectories, TRAJECTORIES)
-    table = table.filter(pc.equal(table["source"], "behavior"))
+    table = behaviour_rows(read_table(trajectories, TRAJECTORIES))
     if table.num_rows == 0:
         raise ValueError(f"{trajectories} holds no behaviour steps (source = 'behavior'); "
                          "the baselines read the behaviour trajectories, not ground truth")

@@ -35,7 +35,6 @@ class TransformersLM(LanguageModel):
     ) -> None:
         auto_device, auto_dtype = default_device_and_dtype()
         self.device = device or auto_device
-        self.path = path
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.pad_token_id is None:

@@ -55,7 +55,6 @@ class VLLMLM(LanguageModel):
         configure_vllm_environment(on_gpu)
         from vllm import LLM
 
-        self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         config = AutoConfig.from_pretrained(path)
         limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048)

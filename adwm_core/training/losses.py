@@ -110,7 +110,7 @@ def world_model_losses(
     dsm = (omega * (((cond - noise) ** 2).mean(-1) + ((uncond - noise) ** 2).mean(-1))).mean()
 
     present = (batch.observations >= 0).unsqueeze(-1).to(z.dtype)
-    pooled = (z * present).sum(1) / present.sum(1).clamp_min(1.0)
+    pooled = z.sum(1) / present.sum(1).clamp_min(1.0)  # latents() already zeroed the padding
 
     reward_on = batch.reward_mask[m]
     reward_logits = model.reward_head(z_next, h_t)[reward_on]

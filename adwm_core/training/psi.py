@@ -13,7 +13,7 @@ the random baseline 1/B.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,11 +21,11 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from ..data.io import check_output
+from ..data.io import behaviour_rows, check_output
 from ..model.checkpoint import load_checkpoint, save_checkpoint
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
-from .world_model import resolve_device, split_indices
+from .world_model import EpochCallback, resolve_device, split_indices
 
 WEIGHTS_FILE = "adapter.safetensors"
 
@@ -54,7 +54,7 @@ class PsiResult:
 
 def observation_texts(trajectories: pa.Table) -> list[str]:
     """Every distinct observation text of the behaviour rows, first appearance first."""
-    behaviour = trajectories.filter(pa.compute.equal(trajectories["source"], "behavior"))
+    behaviour = behaviour_rows(trajectories)
     texts = behaviour["observation"].to_pylist() + behaviour["next_observation"].to_pylist()
     return list(dict.fromkeys(texts))
 
@@ -77,7 +77,7 @@ def train_psi_adapter(
     out_dir: str,
     config: PsiConfig = PsiConfig(),
     *,
-    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    on_epoch: EpochCallback | None = None,
     overwrite: bool = False,
 ) -> PsiResult:
     """Fit G_ψ so that the soft-token mean of G_ψ(f_θ(o)) retrieves π_e's ē(o); saved to ``out_dir``."""

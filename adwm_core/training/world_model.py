@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..data.actions import ActionVocabulary
-from ..data.io import atomic_open, check_output
+from ..data.io import atomic_open, behaviour_rows, check_output
 from ..data.windows import EpisodeArrays, Windows, covering_windows, episode_arrays, reward_scale, sample_windows
 from ..diffusion.process import GaussianDiffusion
 from ..model.world_model import WorldModel, WorldModelConfig
@@ -163,7 +163,7 @@ def train_world_model(
 ) -> TrainResult:
     """Train a world model on behaviour ``trajectories``; the best checkpoint goes to ``out_dir``."""
     check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
-    behaviour = trajectories.filter(pa.compute.equal(trajectories["source"], "behavior"))
+    behaviour = behaviour_rows(trajectories)
     if behaviour.num_rows == 0:
         raise ValueError("the trajectories table holds no behaviour rows (source == 'behavior'); "
                          "run behaviour collection first")
