@@ -80,3 +80,13 @@ def tiny_world_model(tiny_behaviour, adwm_home):
     result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(adwm_home / "tiny-cell" / "world-model"),
                                TrainConfig(epochs=WM_EPOCHS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
     return result, seen
+
+
+@pytest.fixture(scope="session")
+def tiny_psi(tiny_behaviour, tiny_world_model, tiny_pool, adwm_home):
+    """The ψ adapter of π_e = tiny-late on the tiny cell (path)."""
+    from adwm_core.training.psi import PsiConfig, run_psi
+
+    out = str(adwm_home / "tiny-cell" / "psi")
+    run_psi(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], out, PsiConfig(device="cpu"))
+    return out

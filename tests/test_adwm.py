@@ -1,5 +1,7 @@
 """The ADWM estimator on the corridor, whose values are known exactly."""
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -57,7 +59,7 @@ def test_the_corridor_values_are_exact():
 
 def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
     trajectories, model = corridor
-    config = AdwmConfig(horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
     table, runs = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
                                   config=config)
     rows = table.to_pylist()
@@ -78,7 +80,7 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
 def test_a_seed_fixes_every_draw(corridor):
     trajectories, model = corridor
     bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
-    imagination = ImaginedRollouts(model, bank, AdwmConfig(n_rollouts=8, horizon=HORIZON))
+    imagination = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", n_rollouts=8, horizon=HORIZON))
     first, again, other = (imagination.run(East(), (0.0, 1.0), seed) for seed in (3, 3, 4))
     assert np.array_equal(first.reward_sum, again.reward_sum) and np.array_equal(first.lengths, again.lengths)
     assert np.array_equal(first.success_similarity, again.success_similarity)
@@ -93,7 +95,7 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
     actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
     noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
-    plain = AdwmConfig(cfg_scale=0.0, eta_max=0.0)
+    plain = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0)
     with torch.no_grad():
         ours = ImaginedRollouts(model, bank, plain)._transition(h, actions, noise)
         reference = diffusion.sample(lambda z, k: model.eps(z, k, h, actions), (4, model.config.d_z), noise=noise,
@@ -135,26 +137,60 @@ def test_bad_settings_are_named(corridor):
         ImaginedRollouts(model, StateBank.from_trajectories(failures, model), AdwmConfig())
     with pytest.raises(ValueError, match="ε levels"):
         evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
+    with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):
+        AdwmConfig(reading="retrieval", guidance="likelihood")
+    with pytest.raises(TypeError, match="SoftPromptPolicy"):
+        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,), config=AdwmConfig())
 
 
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
-                                                                             tiny_pool, tmp_path):
+                                                                             tiny_pool, tiny_psi, tmp_path):
     from adwm_core.data import ESTIMATES
     from adwm_core.ope.adwm import run_adwm
     from conftest import TINY_ENV
 
     out = tmp_path / "adwm.parquet"
+    world_model, env = tiny_world_model[0].path, TINY_ENV[0]
     config = AdwmConfig(n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
-        run_adwm(tiny_behaviour, str(tmp_path / "no-model"), tiny_pool[1], TINY_ENV[0], str(out), cell="c",
+        run_adwm(tiny_behaviour, str(tmp_path / "no-model"), tiny_pool[1], env, str(out), cell="c", psi=tiny_psi,
                  epsilons=(0.0, 1.0), config=config)
+    with pytest.raises(ValueError, match="needs π_e's ψ adapter"):
+        run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(out), cell="c", config=config)
+    with pytest.raises(FileNotFoundError, match="ψ-adapter"):
+        run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(out), cell="c", psi=str(tmp_path),
+                 config=config)
     assert not out.exists()
-    run_adwm(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], TINY_ENV[0], str(out), cell="c",
+    run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(out), cell="c", psi=tiny_psi,
              epsilons=(0.0, 1.0), config=config)
     rows = read_table(str(out), ESTIMATES).to_pylist()
     assert {(r["estimator"], r["epsilon"], r["policy"]) for r in rows} == {
         (f"ADWM:{name}", eps, "tiny-late@p0") for name in ("reward_sum", "success_similarity") for eps in (0.0, 1.0)}
     assert all(np.isfinite(r["value"]) for r in rows)
     with pytest.raises(FileExistsError, match="overwrite"):
-        run_adwm(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], TINY_ENV[0], str(out), cell="c",
-                 config=config)
+        run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(out), cell="c", psi=tiny_psi, config=config)
+    retrieval = tmp_path / "retrieval.parquet"  # any backend: no ψ needed
+    run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(retrieval), cell="c", epsilons=(0.0,),
+             config=replace(config, reading="retrieval"))
+    assert read_table(str(retrieval), ESTIMATES).num_rows == 2
+
+
+def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_behaviour, tiny_world_model, tiny_pool,
+                                                                        tiny_psi):
+    """Eq. final_score end to end on the tiny cell: the look-ahead likelihood changes the sampled
+    latents (the unguided run differs), its time is reported, and a seed fixes every draw."""
+    from adwm_core.collection import ModelCache
+    from adwm_core.policies.soft_prompt import SoftPromptPolicy
+    from adwm_core.training.psi import load_adapter
+    from conftest import TINY_ENV
+
+    model = WorldModel.load(tiny_world_model[0].path)
+    reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), load_adapter(tiny_psi))
+    bank = StateBank.from_trajectories(read_table(tiny_behaviour, TRAJECTORIES), model)
+    guided = AdwmConfig(guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
+    first, again = (ImaginedRollouts(model, bank, guided).run(reader, (0.0,), seed=5) for _ in range(2))
+    plain = ImaginedRollouts(model, bank, replace(guided, guidance="none")).run(reader, (0.0,), seed=5)
+    assert np.array_equal(first.success_similarity, again.success_similarity)
+    assert np.array_equal(first.reward_sum, again.reward_sum)
+    assert not np.array_equal(first.success_similarity, plain.success_similarity)
+    assert first.seconds["guidance"] > 0 and plain.seconds["guidance"] == 0

@@ -12,6 +12,8 @@ nothing is clipped (latents are not images in [−1, 1]).
   Unprojected, the first steps of a cosine schedule divide by √(1−β_K) ≈ 0.03, and a
   small error of ε̂ at the noisiest level blows the sample up;
 - classifier-free guidance, Eq. (dsm_loss) / Alg. ope-rollout: ε̂ = (1+λ) ε(c) − λ ε(∅);
+- deterministic DDIM (η = 0) on a few strided levels from z_K = 0: the mode-seeking, noise-free
+  transition the continuation look-ahead rolls the world model forward with;
 - additive guidance as in Alg. ope-rollout: the step uses ε̂ − g_k, i.e. the score
   −ε̂/√(1−ᾱ_k) is shifted by g_k/√(1−ᾱ_k).
 """
@@ -108,3 +110,21 @@ class GaussianDiffusion:
                 eps = eps - guidance(z, k, eps)
             z = self.step(z, k, eps, noise[i + 1], project)
         return z
+
+    def denoise_deterministic(self, eps_model: EpsModel, z: torch.Tensor, n_steps: int,
+                              project: Projection | None = None) -> torch.Tensor:
+        """DDIM with η = 0 from ``z`` at the noisiest level over ``n_steps`` evenly spaced levels:
+        ẑ_0 = P((z_k − √(1−ᾱ_k) ε̂)/√ᾱ_k), z_k' = √ᾱ_k' ẑ_0 + √(1−ᾱ_k') ε̂ at the next level k';
+        returns the last ẑ_0. Differentiable in ``z`` and in whatever ``eps_model`` closes over."""
+        levels = np.unique(np.linspace(self.n_steps - 1, 0, max(n_steps, 1)).round().astype(int))[::-1]
+        z0 = z
+        for i, k in enumerate(levels):
+            ks = torch.full((z.shape[0],), int(k), dtype=torch.long, device=z.device)
+            eps = eps_model(z, ks)
+            z0 = self.predict_z0(z, ks, eps)
+            if project is not None:
+                z0 = project(z0)
+            if i + 1 < len(levels):
+                a = self._at(self.alpha_bar, torch.full_like(ks, int(levels[i + 1])), z)
+                z = a.sqrt() * z0 + (1.0 - a).sqrt() * eps
+        return z0

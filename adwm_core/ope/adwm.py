@@ -1,20 +1,31 @@
 """The ADWM estimator: π_e^ε acts in imagined rollouts of the world model (Sec. 4.2, Alg. ope-rollout).
 
 Every rollout of every ε level advances in one batch. Rollout i starts from the first
-observation of a behaviour episode drawn uniformly, z_0 = LN(f_θ(o_0)); at step t
+observation of a behaviour episode drawn uniformly, z_0 = LN(f_θ(o_0)), with that episode's
+task; at step t
 
-1. π_e reads the imagined state z_t (``reading``): ``retrieval`` gives π_e the text of the
-   behaviour-pool observation nearest to z_t in latent space (cosine), as ordinary text;
-2. π_e^ε acts: with probability ε a uniformly drawn action of the *retrieved observation's
-   admissible list* — the list the environment showed in the state the imagination is
-   closest to, so exploring stays inside actions the world model has seen in such
-   states — otherwise π_e's own greedy action on that history, mapped to the same list
-   (exactly what ``PolicyAgent`` does in the environment);
+1. π_e reads the imagined state z_t (``reading``):
+   - ``soft_tokens`` (the paper): every observation of the history is G_ψ(z) as n_soft soft
+     tokens in π_e's input embeddings (policies/soft_prompt.py; transformers backend);
+   - ``retrieval`` (beyond the paper): the text of the behaviour-pool observation nearest to
+     z_t in latent space (cosine), as ordinary text — any backend, vLLM and remote APIs too;
+   - ``none`` (the no-ψ ablation): no observation at all — task, own past actions and the
+     admissible list only;
+2. π_e^ε acts: with probability ε a uniformly drawn action of the admissible list of the
+   behaviour observation nearest to z_t — the list the environment showed in the state the
+   imagination is closest to, so exploring stays inside actions the world model has seen in
+   such states (the world model has no admissible-set head) — otherwise π_e's own greedy
+   action, mapped to the same list (exactly what ``PolicyAgent`` does in the environment);
 3. z_{t+1} is sampled by the reverse diffusion process conditioned on (h̄_t, a_t) with
    classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
-   step, continuation guidance g_k (``guidance``; ``success_bank``: diffusion/guidance.py);
+   step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
+   J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
+   :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout);
 4. the reward and termination heads read (z_{t+1}, h̄_t); the rollout stops at
    P(done) ≥ 0.5 or after H_max steps.
+
+Ablations of the paper's figure: no-CFG ``cfg_scale=0``, no-continuation ``guidance="none"``,
+no-ψ ``reading="none"``.
 
 Value estimates per ε level, each with a percentile-bootstrap interval over rollouts:
 ``reward_sum`` = mean_i Σ_t γ^t r̂_t (Eq. mc_estimator; a head supervised on terminal steps
@@ -29,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -40,14 +51,16 @@ from scipy import stats
 from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
 from ..data import ESTIMATES, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from ..data.actions import NULL
-from ..diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
-from ..diffusion.process import GaussianDiffusion, classifier_free
+from ..diffusion.guidance import eta_schedule, gradient_guidance, nearest_cosine, success_bank_guidance
+from ..diffusion.process import GaussianDiffusion, Guidance, classifier_free
 from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
+from ..policies.soft_prompt import SoftPromptPolicy
+from ..training.psi import load_adapter
 
-READINGS = ("retrieval",)
-GUIDANCE = ("success_bank", "none")
+READINGS = ("soft_tokens", "retrieval", "none")
+GUIDANCE = ("success_bank", "likelihood", "none")
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -59,13 +72,16 @@ class Policy(Protocol):
 class AdwmConfig:
     """Inference settings; defaults from app:ope-rollout."""
 
-    reading: str = "retrieval"
+    reading: str = "soft_tokens"
     guidance: str = "success_bank"
     n_rollouts: int = 32
     horizon: int = 30  # H_max
     cfg_scale: float = 1.0  # λ, ω = 1 + λ
     alpha: float = 1.0
     eta_max: float = 0.5
+    lookahead: int = 2  # h, look-ahead steps of the likelihood guidance
+    lookahead_denoise: int = 5  # DDIM levels of each look-ahead transition
+    guided_steps: int | None = None  # continuation guidance on the last this-many denoising steps (None: all)
     gamma: float = 1.0  # discount of reward_sum (1: on the scale of undiscounted returns)
     done_threshold: float = 0.5
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -78,7 +94,12 @@ class AdwmConfig:
             bad.append(f"reading={self.reading!r} (choose from {READINGS})")
         if self.guidance not in GUIDANCE:
             bad.append(f"guidance={self.guidance!r} (choose from {GUIDANCE})")
-        for name in ("n_rollouts", "horizon", "n_bootstrap"):
+        if self.guidance == "likelihood" and self.reading != "soft_tokens":
+            bad.append(f"guidance='likelihood' with reading={self.reading!r} (the gradient of log π_e flows through "
+                       "ψ's soft tokens: use reading='soft_tokens' or guidance='success_bank')")
+        if self.guided_steps is not None and self.guided_steps < 0:
+            bad.append(f"guided_steps={self.guided_steps} (must be ≥ 0, or None for all)")
+        for name in ("n_rollouts", "horizon", "n_bootstrap", "lookahead", "lookahead_denoise"):
             if getattr(self, name) < 1:
                 bad.append(f"{name}={getattr(self, name)} (must be ≥ 1)")
         for name in ("cfg_scale", "alpha", "eta_max"):
@@ -163,19 +184,29 @@ class ImaginedRollouts:
                              f"{model.config.max_steps}")
         self.model, self.bank, self.config = model.eval(), bank, config
         self.diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
-        self.guidance = None
-        if config.guidance == "success_bank" and config.eta_max > 0 and config.alpha > 0:
-            eta = eta_schedule(self.diffusion.n_steps, config.eta_max)
-            self.guidance = success_bank_guidance(self.diffusion, bank.success, config.alpha, eta)
+        self.eta = eta_schedule(self.diffusion.n_steps, config.eta_max, config.guided_steps)
+        self.guided = config.guidance != "none" and config.alpha > 0 and bool(self.eta.any())
+        self.success_guidance = None
+        if self.guided and config.guidance == "success_bank":
+            self.success_guidance = success_bank_guidance(self.diffusion, bank.success, config.alpha, self.eta)
+
+    def check_policy(self, policy: Policy | SoftPromptPolicy) -> None:
+        """The soft-token reading needs a :class:`SoftPromptPolicy`; the text readings any ``act(histories)``."""
+        if (self.config.reading == "soft_tokens") != isinstance(policy, SoftPromptPolicy):
+            raise TypeError(f"reading={self.config.reading!r} with a {type(policy).__name__}: the soft-token reading "
+                            "scores a SoftPromptPolicy (an LLM policy with its ψ adapter), the text readings any "
+                            "policy with act(histories)")
 
     @torch.no_grad()
-    def run(self, policy: Policy, epsilons: Sequence[float], seed: int) -> Rollouts:
+    def run(self, policy: Policy | SoftPromptPolicy, epsilons: Sequence[float], seed: int) -> Rollouts:
+        self.check_policy(policy)
         c, model, bank = self.config, self.model, self.bank
         n, d = c.n_rollouts, model.config.d_z
         eps_of = np.repeat(np.asarray(epsilons, float), n)
         base = np.arange(len(eps_of)) % n  # the rollout index whose random numbers row r uses
         rng, generator = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
         starts = bank.starts[rng.integers(len(bank.starts), size=n)][base]
+        tasks = [bank.task_descriptions[i] for i in starts]
         z = torch.zeros(len(eps_of), c.horizon + 1, d)
         z[:, 0] = bank.latents[starts]
         previous = torch.full((len(eps_of), c.horizon + 1), NULL, dtype=torch.long)  # a_{t−1} beside z_t
@@ -183,7 +214,7 @@ class ImaginedRollouts:
         reward_sum = np.zeros(len(eps_of))
         similarity = np.full(len(eps_of), -np.inf if len(bank.success) else np.nan)  # NaN: no success bank
         lengths, alive = np.zeros(len(eps_of), np.int64), np.ones(len(eps_of), bool)
-        seconds = {"world_model": 0.0, "policy": 0.0}
+        seconds = {"world_model": 0.0, "policy": 0.0, "guidance": 0.0}
         scale = model.config.reward
         for t in range(c.horizon):
             flips, picks = rng.random(n), rng.random(n)  # drawn every step for every rollout index
@@ -195,12 +226,22 @@ class ImaginedRollouts:
             read = bank.nearest(z[rows, t])
             seconds["world_model"] += time.perf_counter() - started
             started = time.perf_counter()
-            actions = self._act(policy, rows, read, turns, flips[base[rows]] < eps_of[rows], picks[base[rows]])
+            histories = [History(tasks[r], tuple(turns[r]), self._observed(i), bank.admissible[i])
+                         for r, i in zip(rows, read)]
+            actions = self._act(policy, histories, z[rows, : t + 1], flips[base[rows]] < eps_of[rows],
+                                picks[base[rows]])
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
             ids = torch.as_tensor(model.config.actions.ids(actions))
             h = model.history(z[rows, : t + 1], previous[rows, : t + 1])[:, -1]
-            z_next = self._transition(h, ids, noise[:, base[rows]])
+            guidance = self.success_guidance
+            if self.guided and c.guidance == "likelihood":
+                lookahead = LookaheadLikelihood(self, policy, histories, actions, z[rows, : t + 1],
+                                                previous[rows, : t + 1], ids)
+                guidance = gradient_guidance(self.diffusion, lookahead, c.alpha, self.eta,
+                                             chunk=policy.policy.lm.batch_size)
+            guidance = _timed(guidance, seconds)
+            z_next = self._transition(h, ids, noise[:, base[rows]], guidance)
             reward = scale.decode(model.predicted_reward(z_next, h)).numpy()
             done = model.done_probability(z_next, h).numpy() >= c.done_threshold
             seconds["world_model"] += time.perf_counter() - started
@@ -210,43 +251,106 @@ class ImaginedRollouts:
             if len(bank.success):
                 similarity[rows] = np.maximum(similarity[rows], nearest_cosine(z_next, bank.success).numpy())
             for r, i, a in zip(rows, read, actions):
-                turns[r].append((bank.texts[i], a))
+                turns[r].append((self._observed(i), a))
             lengths[rows] += 1
             alive[rows[done]] = False
+        seconds["world_model"] -= seconds["guidance"]  # guidance ran inside the transitions
         return Rollouts(eps_of, reward_sum, similarity, lengths, seconds)
 
-    def _act(self, policy: Policy, rows: np.ndarray, read: np.ndarray, turns, explore: np.ndarray,
-             picks: np.ndarray) -> list[str]:
-        """π_e^ε's actions on the retrieved observations (ε-exploration from their admissible lists)."""
-        bank = self.bank
-        actions: list[str | None] = [None] * len(rows)
+    def _observed(self, row: int) -> str:
+        """The observation text π_e is shown for bank row ``row``: its text under the retrieval
+        reading; nothing under ``none``, and under ``soft_tokens`` (which reads latents)."""
+        return self.bank.texts[row] if self.config.reading == "retrieval" else ""
+
+    def _act(self, policy: Policy | SoftPromptPolicy, histories: list[History], latents: torch.Tensor,
+             explore: np.ndarray, picks: np.ndarray) -> list[str]:
+        """π_e^ε's actions: ε-exploration from the histories' admissible lists, else π_e's own."""
+        actions: list[str | None] = [None] * len(histories)
         ask = []
-        for j, i in enumerate(read):
-            listed = bank.admissible[i]
-            if explore[j] and listed:
-                actions[j] = listed[int(picks[j] * len(listed))]
+        for j, history in enumerate(histories):
+            if explore[j] and history.admissible:
+                actions[j] = history.admissible[int(picks[j] * len(history.admissible))]
             else:
                 ask.append(j)
-        histories = [History(bank.task_descriptions[read[j]], tuple(turns[rows[j]]), bank.texts[read[j]],
-                             bank.admissible[read[j]]) for j in ask]
-        for j, decision in zip(ask, policy.act(histories) if ask else []):
-            actions[j] = decision.action
+        if ask:
+            asked = [histories[j] for j in ask]
+            decisions = (policy.act(asked, latents[ask]) if isinstance(policy, SoftPromptPolicy)
+                         else policy.act(asked))
+            for j, decision in zip(ask, decisions):
+                actions[j] = decision.action
         return actions
 
-    def _transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """z_{t+1} ~ the guided reverse process given (h̄_t, a_t)."""
-        c, model = self.config, self.model
+    def eps_model(self, h: torch.Tensor, actions: torch.Tensor):
+        """ε̂(z_k, k) of the world model given (h̄, a), with classifier-free guidance λ."""
+        model, scale = self.model, self.config.cfg_scale
+        if scale == 0:
+            return lambda z_k, k: model.eps(z_k, k, h, actions)
         h2, a2 = torch.cat([h, h]), torch.cat([actions, torch.full_like(actions, NULL)])
 
-        def eps_model(z_k: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-            if c.cfg_scale == 0:
-                return model.eps(z_k, k, h, actions)
-            both = model.eps(torch.cat([z_k, z_k]), torch.cat([k, k]), h2, a2)
-            cond, uncond = both.chunk(2)
-            return classifier_free(cond, uncond, c.cfg_scale)
+        def guided(z_k: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+            cond, uncond = model.eps(torch.cat([z_k, z_k]), torch.cat([k, k]), h2, a2).chunk(2)
+            return classifier_free(cond, uncond, scale)
 
-        return self.diffusion.sample(eps_model, tuple(noise.shape[1:]), guidance=self.guidance, noise=noise,
-                                     project=on_latent_manifold)
+        return guided
+
+    def _transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
+                    guidance: Guidance | None = None) -> torch.Tensor:
+        """z_{t+1} ~ the guided reverse process given (h̄_t, a_t)."""
+        return self.diffusion.sample(self.eps_model(h, actions), tuple(noise.shape[1:]), guidance=guidance,
+                                     noise=noise, project=on_latent_manifold)
+
+
+class LookaheadLikelihood:
+    """J(ẑ_{t+1}) = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along one greedy look-ahead from ẑ_{t+1}
+    (Eq. app_cont_approx): at each u, π_e reads ẑ_u through ψ and acts greedily (â_u, mapped to
+    the admissible list of the behaviour observation nearest to ẑ_u); the world model moves on
+    to ẑ_{u+1} by deterministic DDIM from z_K = 0 given (h̄_u, â_u). Differentiable in ẑ_{t+1}
+    through ψ, the LLM and the world model; the greedy choices themselves are not."""
+
+    def __init__(self, imagination: ImaginedRollouts, policy: SoftPromptPolicy, histories: list[History],
+                 actions: list[str], past: torch.Tensor, previous: torch.Tensor, action_ids: torch.Tensor) -> None:
+        self.imagination, self.policy = imagination, policy
+        self.histories = [replace(h, steps=h.steps + ((h.observation, a),)) for h, a in zip(histories, actions)]
+        self.past, self.previous, self.action_ids = past, previous, action_ids
+
+    def __call__(self, z_hat: torch.Tensor, rows: slice) -> torch.Tensor:
+        imagination, model = self.imagination, self.imagination.model
+        bank, c = imagination.bank, imagination.config
+        histories = self.histories[rows]
+        latents, previous, ids = self.past[rows], self.previous[rows], self.action_ids[rows]
+        total = z_hat.new_zeros(len(z_hat))
+        for u in range(c.lookahead):
+            latents = torch.cat([latents, z_hat[:, None]], 1)
+            previous = torch.cat([previous, ids[:, None]], 1)
+            admissible = [bank.admissible[i] for i in bank.nearest(z_hat.detach())]
+            now = [replace(h, observation="", admissible=listed) for h, listed in zip(histories, admissible)]
+            with torch.no_grad():
+                greedy = [d.action for d in self.policy.act(now, latents.detach())]
+            total = total + self.policy.logprob(now, latents, greedy).to(total.device)
+            if u + 1 == c.lookahead:
+                return total
+            ids = torch.as_tensor(model.config.actions.ids(greedy))
+            hbar = model.history(latents, previous)[:, -1]
+            z_hat = imagination.diffusion.denoise_deterministic(imagination.eps_model(hbar, ids),
+                                                                torch.zeros_like(z_hat), c.lookahead_denoise,
+                                                                project=on_latent_manifold)
+            histories = [replace(h, steps=h.steps + (("", a),)) for h, a in zip(now, greedy)]
+        return total
+
+
+def _timed(guidance: Guidance | None, seconds: dict[str, float]) -> Guidance | None:
+    """``guidance`` adding its wall time to ``seconds["guidance"]``."""
+    if guidance is None:
+        return None
+
+    def timed(z_k: torch.Tensor, k: int, eps: torch.Tensor) -> torch.Tensor:
+        started = time.perf_counter()
+        try:
+            return guidance(z_k, k, eps)
+        finally:
+            seconds["guidance"] += time.perf_counter() - started
+
+    return timed
 
 
 def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig) -> list[dict]:
@@ -279,19 +383,21 @@ def _interval(x: np.ndarray, config: AdwmConfig, seed: int) -> tuple[float, floa
 def evaluate_policy(
     world_model: str | WorldModel,
     trajectories: str,
-    policy: Policy,
+    policy: Policy | SoftPromptPolicy,
     *,
     cell: str,
     label: str,
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
 ) -> tuple[pa.Table, list[Rollouts]]:
-    """Score one policy (anything with ``act(histories)``) against an already trained world
-    model: the estimates table (every value estimate × ε × seed) and each seed's rollouts."""
+    """Score one policy against an already trained world model: the estimates table (every
+    value estimate × ε × seed) and each seed's rollouts. ``policy``: a :class:`SoftPromptPolicy`
+    for the soft-token reading, anything with ``act(histories)`` for the text readings."""
     check_epsilons(epsilons)
     model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
     imagination = ImaginedRollouts(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
                                    config)
+    imagination.check_policy(policy)
     runs = [imagination.run(policy, epsilons, seed) for seed in config.seeds]
     rows = [row for seed, run in zip(config.seeds, runs)
             for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config)]
@@ -306,15 +412,22 @@ def run_adwm(
     out: str,
     *,
     cell: str,
+    psi: str | None = None,
     epsilons: Sequence[float] = EPSILONS,
     config: AdwmConfig = AdwmConfig(),
     overwrite: bool = False,
 ) -> pa.Table:
-    """The ADWM stage: π_e (an LLM policy spec) over the ε family → estimates Parquet at ``out``."""
+    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
+    soft-token reading) over the ε family → estimates Parquet at ``out``."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
-    model = WorldModel.load(world_model)  # a missing checkpoint fails before the LLM loads
+    if config.reading == "soft_tokens" and psi is None:
+        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
+                         "or choose reading='retrieval'")
+    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
+    adapter = load_adapter(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
-    table, _ = evaluate_policy(model, trajectories, llm, cell=cell, label=policy.name, epsilons=epsilons,
+    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
+    table, _ = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                config=config)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)
