@@ -27,6 +27,7 @@ bench: install
 	$(PY) bench/env_throughput.py
 	$(PY) bench/llm_throughput.py
 	$(PY) bench/world_model_training.py
+	$(PY) bench/adwm_estimates.py
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache
