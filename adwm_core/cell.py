@@ -1,0 +1,134 @@
+"""A cell: one environment, a behaviour-policy pool and an evaluation-policy family, with the
+settings of every stage — one YAML file per cell under ``deployments/``.
+
+Validated on load (pydantic): an unknown key, a wrong type or a bad value raises one
+:class:`CellConfigError` naming the field, before any compute. ``${VAR}`` in any string is
+replaced by the environment variable ``VAR`` (model names and data paths of seed cells);
+an unset variable is an error naming the field and the variable. Policies of local cells may
+name a checkpoint of the cell's own tiny family as ``local:<checkpoint>``: the policy
+preparation stage trains it from the environment's gold trajectories.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
+from .ope.adwm import AdwmConfig
+from .ope.baselines import BaselineConfig
+from .training.psi import PsiConfig
+from .training.world_model import TrainConfig
+
+LOCAL_PREFIX = "local:"
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+class CellConfigError(ValueError):
+    """A cell YAML that cannot run; the message names the file and every bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Behaviour(_Strict):
+    episodes: int = Field(gt=0)
+    pool: tuple[PolicySpec, ...] = Field(min_length=1)
+    variants: tuple[str, ...] = ("p0", "p1")
+
+
+class Evaluation(_Strict):
+    policy: PolicySpec
+    epsilons: tuple[float, ...] = EPSILONS
+
+    @field_validator("epsilons")
+    @classmethod
+    def _epsilons(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        check_epsilons(value)
+        return value
+
+
+class GroundTruth(_Strict):
+    episodes: int = Field(gt=0)
+    seed: int = 42
+
+
+class LocalPolicies(_Strict):
+    """The cell's own tiny GPT-2 family, trained on gold trajectories (``train_tiny_policies``)."""
+
+    checkpoints: dict[str, int] = Field(min_length=1)  # name → optimiser steps
+    n_variations: int = Field(default=40, gt=0)
+
+
+class CellConfig(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    env: EnvSpec
+    behaviour: Behaviour
+    evaluation: Evaluation
+    ground_truth: GroundTruth | None = None  # None: the environment cannot be run (no grading)
+    needs_gpu: bool = False  # seed cells: 7–8B policies
+    local_policies: LocalPolicies | None = None
+    world_model: TrainConfig = TrainConfig()
+    psi: PsiConfig = PsiConfig()
+    adwm: AdwmConfig = AdwmConfig()
+    baselines: BaselineConfig = BaselineConfig()
+
+    @classmethod
+    def load(cls, path: str, environ: Mapping[str, str] = os.environ) -> "CellConfig":
+        if not os.path.isfile(path):
+            raise CellConfigError(f"no cell config at {path}: cells live in deployments/<cell>.yaml")
+        with open(path) as f:
+            try:
+                raw = yaml.safe_load(f)
+            except yaml.YAMLError as error:
+                raise CellConfigError(f"{path} is not valid YAML: {error}") from None
+        if not isinstance(raw, dict):
+            raise CellConfigError(f"{path}: a cell config is a mapping of sections, got {type(raw).__name__}")
+        return cls.from_mapping(raw, source=path, environ=environ)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], *, source: str = "cell config",
+                     environ: Mapping[str, str] = os.environ) -> "CellConfig":
+        try:
+            config = cls.model_validate(_substitute(raw, environ, ()))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+                                 for e in error.errors())
+            raise CellConfigError(f"{source}: {problems}") from None
+        config._check_policies(source)
+        return config
+
+    def policies(self) -> list[tuple[str, PolicySpec]]:
+        """(field, spec) of every policy the cell names."""
+        return [(f"behaviour.pool[{i}]", p) for i, p in enumerate(self.behaviour.pool)] + [
+            ("evaluation.policy", self.evaluation.policy)]
+
+    def _check_policies(self, source: str) -> None:
+        for where, spec in self.policies():
+            if spec.model.startswith(LOCAL_PREFIX):
+                name = spec.model[len(LOCAL_PREFIX):]
+                if self.local_policies is None or name not in self.local_policies.checkpoints:
+                    raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
+                                          "local_policies.checkpoints; add it there or give a model path")
+
+
+def _substitute(value: Any, environ: Mapping[str, str], where: tuple) -> Any:
+    """``${VAR}`` → environ[VAR] in every string of a nested YAML value."""
+    if isinstance(value, str):
+        def lookup(match: re.Match) -> str:
+            if match.group(1) not in environ:
+                raise CellConfigError(f"{'.'.join(map(str, where))}: environment variable {match.group(1)} is not set; "
+                                      f"export {match.group(1)}=… (it names a model or data path of this cell)")
+            return environ[match.group(1)]
+        return _VARIABLE.sub(lookup, value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, environ, (*where, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, environ, (*where, i)) for i, v in enumerate(value)]
+    return value

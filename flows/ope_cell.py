@@ -1,0 +1,43 @@
+"""ope-cell: every stage of one cell, independent branches concurrently (DESIGN.md, 'Stages of a cell').
+
+    policies ─> behaviour ─┬─> log-probs ───────────────────────┐
+                           ├─> world model ─> ψ ─┬─> ADWM ───────┼─> report
+                           │                     └───────────────┤
+                           └──────────────────────> baselines <──┘
+    policies ─> ground truth (beside everything else) ─────────────> report
+"""
+
+from __future__ import annotations
+
+import mlflow
+from prefect import flow
+from prefect.runtime import flow_run
+
+from adwm_core.cell import CellConfig
+from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
+from tasks.common import tracking_uri
+
+from .cells import cell_config_path
+
+
+@flow(name="ope-cell", log_prints=True)
+def ope_cell(cell: str = "local-simonsays") -> str:
+    """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder."""
+    config = CellConfig.load(cell_config_path(cell))
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(f"cell/{config.name}")
+    with mlflow.start_run(run_name=flow_run.get_name() or config.name) as run:
+        mlflow.log_params({"cell": config.name, "flow_run_id": flow_run.get_id() or "local"})
+        mlflow.log_dict(config.model_dump(mode="json"), "cell_config.json")
+        parent = run.info.run_id
+        config, _ = policies.prepare_policies(config, parent)
+        truth = ground_truth.ground_truth.submit(config, parent)
+        logged = behaviour.collect(config, parent)
+        logps = logprobs.logprobs.submit(config, logged, parent)
+        model = world_model.world_model(config, logged, parent)
+        adapter = psi.psi.submit(config, logged, model, parent) if config.adwm.reading == "soft_tokens" else None
+        imagined = adwm.adwm.submit(config, logged, model, adapter, parent)
+        classical = baselines.baselines.submit(config, logged, logps, model, parent)
+        result = report.report(config, truth, imagined, classical, parent)
+    print((result.file(report.REPORT)))
+    return result.path

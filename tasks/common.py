@@ -1,0 +1,110 @@
+"""What every stage task shares: content-addressed artifact folders and MLflow stage runs.
+
+A stage's key is the SHA-256 of its name, its config slice (JSON), the keys of its input
+artifacts and the library version — never a live object. Its artifacts go to
+``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/`` and a ``_COMPLETE`` marker is written
+only after the stage function returned, so a rerun with the same key skips the stage, a
+killed stage leaves no folder that counts as finished (the rerun overwrites it), and a
+changed π_e reuses every stage that does not depend on it (the world model, for one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+
+import fsspec
+import mlflow
+from prefect import get_run_logger
+
+from adwm_core.paths import artifact_path
+
+MARKER = "_COMPLETE"
+LIBRARY_VERSION = version("adwm")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A finished stage's output folder and the key that names it."""
+
+    path: str
+    key: str
+
+    def file(self, name: str) -> str:
+        return f"{self.path}/{name}"
+
+
+def _plain(value):
+    """JSON-ready form of configs: pydantic models, dataclasses, tuples, mappings."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def stage_key(stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> str:
+    payload = json.dumps({"stage": stage, "config": _plain(config_slice), "inputs": [a.key for a in inputs],
+                          "version": LIBRARY_VERSION}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
+              build: Callable[[str, bool], object], parent_run: str | None) -> Artifact:
+    """Run ``build(folder, overwrite)`` unless the stage's artifact with this key is complete;
+    the run is tracked as an MLflow run nested under ``parent_run``."""
+    key = stage_key(stage, config_slice, inputs)
+    artifact = Artifact(artifact_path("cells", cell, stage, key[:16]), key)
+    fs, root = fsspec.core.url_to_fs(artifact.path)
+    logger = get_run_logger()
+    if fs.exists(f"{root}/{MARKER}"):
+        logger.info("%s: reusing %s (same config, inputs and library version)", stage, artifact.path)
+        return artifact
+    partial = fs.exists(root)
+    if partial:
+        logger.info("%s: %s was left unfinished; computing it again", stage, artifact.path)
+    fs.makedirs(root, exist_ok=True)
+    with stage_run(parent_run, stage) as _:
+        mlflow.log_params({"stage_key": key[:16], "artifact": artifact.path})
+        build(artifact.path, partial)
+    with fs.open(f"{root}/{MARKER}", "w") as f:
+        f.write(key)
+    return artifact
+
+
+@contextlib.contextmanager
+def stage_run(parent_run: str | None, stage: str) -> Iterator[object]:
+    """An MLflow run for one stage, nested under the flow run's parent run (none: untracked)."""
+    if parent_run is None:
+        yield None
+        return
+    with mlflow.start_run(run_name=stage, nested=True, parent_run_id=parent_run,
+                          experiment_id=mlflow.get_run(parent_run).info.experiment_id) as run:
+        yield run
+
+
+def epoch_logger(prefix: str = "") -> Callable[[int, dict], None]:
+    """An ``on_epoch`` callback logging every metric of an epoch to the active MLflow run."""
+    def log(epoch: int, metrics: dict) -> None:
+        if mlflow.active_run() is not None:
+            mlflow.log_metrics({f"{prefix}{k}": float(v) for k, v in metrics.items()}, step=epoch)
+    return log
+
+
+def tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` or a SQLite store under the artifact root (the file store is refused)."""
+    default = f"sqlite:///{os.path.abspath(artifact_path('mlflow.db'))}" if "://" not in artifact_path() else None
+    uri = os.environ.get("MLFLOW_TRACKING_URI", default)
+    if uri is None:
+        raise RuntimeError("ADWM_HOME is remote: set MLFLOW_TRACKING_URI to your MLflow server")
+    return uri
