@@ -46,11 +46,18 @@ def main_results(ground_truth: pa.Table, estimates: pa.Table, *, seed: int = 0) 
             "estimator": name, "rho": rank.rho, "rho_ci_low": rank.ci_low, "rho_ci_high": rank.ci_high,
             "rho_seed_mean": float(np.nanmean(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             "rho_seed_sd": float(np.nanstd(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
-            "regret_at_1": regret_at_1(mean, truth), "nmae": normalised_absolute_error(mean, truth),
+            **_errors(mean, truth),
             "n_seeds": len(per_seed),
         })
         curves["estimators"][name] = mean.tolist()
     return rows, curves
+
+
+def _errors(estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
+    """regret@1 and NMAE; NaN when every policy has the same true value (nothing to normalise by)."""
+    if np.ptp(truth) == 0:
+        return {"regret_at_1": float("nan"), "nmae": float("nan")}
+    return {"regret_at_1": regret_at_1(estimates, truth), "nmae": normalised_absolute_error(estimates, truth)}
 
 
 def markdown(cell: str, policy: str, rows: list[dict], curves: dict) -> str:

@@ -38,6 +38,7 @@ def ope_cell(cell: str = "local-simonsays") -> str:
         adapter = psi.psi.submit(config, logged, model, parent) if config.adwm.reading == "soft_tokens" else None
         imagined = adwm.adwm.submit(config, logged, model, adapter, parent)
         classical = baselines.baselines.submit(config, logged, logps, model, parent)
-        result = report.report(config, truth, imagined, classical, parent)
-    print((result.file(report.REPORT)))
+        # .result() raises a failed stage's own error, after every branch was started
+        result = report.report(config, truth.result(), imagined.result(), classical.result(), parent)
+    print(f"report: {result.file(report.REPORT)}")
     return result.path

@@ -1,6 +1,13 @@
 import os
+import tempfile
 
 import pytest
+
+# Prefect reads these when it starts its test server: a private home, no telemetry (which
+# otherwise logs "database is locked" on SQLite), and room for a slow CI machine to start.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="adwm-prefect-"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 

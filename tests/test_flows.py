@@ -1,0 +1,112 @@
+"""The ope-cell flow end to end on a tiny local cell, under Prefect's test harness, with a real
+MLflow SQLite store: every stage's artifact, the report, the MLflow runs, the Prefect
+artifacts; a rerun reuses every stage, and a stage left unfinished is computed again."""
+
+import glob
+import os
+
+import mlflow
+import pytest
+import yaml
+
+from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
+
+STAGES = ("behaviour", "ground-truth", "logprobs", "world-model", "psi", "adwm", "baselines", "report")
+
+
+def tiny_cell(path, policies: dict[str, str]) -> str:
+    """The default local cell's shape at toy sizes, with the session's tiny policies."""
+    from conftest import tiny_env_spec
+
+    env = tiny_env_spec()
+    config = {
+        "name": "tiny-flow",
+        "env": {"name": env.name, "task": env.task, "split": env.split, "max_steps": env.max_steps,
+                "skip_variations": env.skip_variations},
+        "behaviour": {"episodes": 24, "variants": ["p0"],
+                      "pool": [{"label": "early", "model": policies["early"]},
+                               {"label": "late", "model": policies["late"]}]},
+        "evaluation": {"policy": {"label": "late", "model": policies["late"]}, "epsilons": [0.0, 0.5, 1.0]},
+        "ground_truth": {"episodes": 12},
+        "world_model": {"epochs": 3, "device": "cpu"},
+        "psi": {"epochs": 2, "batch_size": 4, "device": "cpu"},
+        "adwm": {"n_rollouts": 4, "horizon": 6, "seeds": [0, 1], "n_bootstrap": 50, "guidance": "none"},
+        "baselines": {"n_bootstrap": 50, "fqe": {"epochs": 2}},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    from prefect.testing.utilities import prefect_test_harness
+
+    root = tmp_path_factory.mktemp("flow")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root}/mlflow.db"
+    with prefect_test_harness(server_startup_timeout=120):
+        yield root
+    del os.environ["MLFLOW_TRACKING_URI"]
+
+
+@pytest.fixture(scope="module")
+def first_run(harness, tiny_policies):
+    from flows.ope_cell import ope_cell
+
+    cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
+    return cell, ope_cell(cell)
+
+
+def stage_folders(stage: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow", stage, "*")))
+
+
+def test_every_stage_leaves_a_finished_artifact_and_the_report_grades_every_estimator(first_run):
+    _, report = first_run
+    for stage in STAGES:
+        (folder,) = stage_folders(stage)
+        assert os.path.exists(os.path.join(folder, "_COMPLETE")), stage
+    (behaviour,) = stage_folders("behaviour")
+    assert read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES).num_rows > 16
+    (adwm,) = stage_folders("adwm")
+    estimators = {r["estimator"] for r in read_table(os.path.join(adwm, "estimates.parquet"), ESTIMATES).to_pylist()}
+    assert "ADWM:reward_sum" in estimators  # success_similarity too when the tiny pool had a success
+    text = open(os.path.join(report, "report.md")).read()
+    for estimator in (*estimators, "IS", "WIS", "PDIS", "DR", "WDR", "FQE", "DM"):
+        assert f"| {estimator} |" in text, estimator
+    assert os.path.getsize(os.path.join(report, "estimates_vs_truth.png")) > 10_000
+
+
+def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = mlflow.get_experiment_by_name("cell/tiny-flow")
+    runs = mlflow.search_runs([experiment.experiment_id], output_format="list")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    assert set(children) == set(STAGES)
+    assert "train_dsm" in children["world-model"].data.metrics
+    assert "ADWM_reward_sum.rho" in children["report"].data.metrics
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(children["report"].info.run_id)}
+    assert {"report.md", "estimates_vs_truth.png"} <= artifacts
+
+
+def test_prefect_holds_the_results_table_and_the_report(first_run):
+    from prefect.artifacts import Artifact
+
+    table = Artifact.get("tiny-flow-main-results")
+    assert table is not None and "ADWM:reward_sum" in str(table.data)
+    assert Artifact.get("tiny-flow-report") is not None
+
+
+def test_a_rerun_reuses_finished_stages_and_redoes_an_unfinished_one(first_run):
+    from flows.ope_cell import ope_cell
+
+    cell, report = first_run
+    (behaviour,) = stage_folders("behaviour")
+    trajectories = os.path.join(behaviour, "trajectories.parquet")
+    written = os.path.getmtime(trajectories)
+    (adwm,) = stage_folders("adwm")
+    os.remove(os.path.join(adwm, "_COMPLETE"))  # as if the run had been killed inside the ADWM stage
+    assert ope_cell(cell) == report
+    assert os.path.getmtime(trajectories) == written  # reused, not rewritten
+    assert os.path.exists(os.path.join(adwm, "_COMPLETE"))
