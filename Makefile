@@ -5,6 +5,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.adwm-installed
 
 export ADWM_HOME ?= $(CURDIR)/.adwm
+export PREFECT_HOME ?= $(ADWM_HOME)/prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
 .PHONY: install test test-all demo bench clean
 
@@ -21,7 +24,8 @@ test-all: install
 	$(PY) -m pytest -m ""
 
 demo: install
-	$(VENV)/bin/adwm collect --overwrite
+	mkdir -p $(PREFECT_HOME)
+	$(PY) -m flows.ope_cell local-simonsays
 
 bench: install
 	$(PY) bench/env_throughput.py

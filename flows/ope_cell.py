@@ -42,3 +42,13 @@ def ope_cell(cell: str = "local-simonsays") -> str:
         result = report.report(config, truth.result(), imagined.result(), classical.result(), parent)
     print(f"report: {result.file(report.REPORT)}")
     return result.path
+
+
+if __name__ == "__main__":
+    import sys
+
+    import fsspec
+
+    folder = ope_cell(sys.argv[1] if len(sys.argv) > 1 else "local-simonsays")
+    with fsspec.open(f"{folder}/{report.REPORT}", "r") as f:
+        print(f.read())

@@ -10,7 +10,7 @@ from adwm_core.collection import collect_behavior
 
 from .common import Artifact, run_stage
 
-FILE = "trajectories.parquet"
+STAGE, FILE = "behaviour", "trajectories.parquet"
 
 
 @task(name="behaviour-collection", retries=2, retry_delay_seconds=exponential_backoff(10))
@@ -19,4 +19,8 @@ def collect(cell: CellConfig, parent_run: str | None) -> Artifact:
         collect_behavior(cell.env, cell.behaviour.pool, cell.behaviour.episodes, f"{folder}/{FILE}", cell=cell.name,
                          variants=cell.behaviour.variants, overwrite=overwrite)
 
-    return run_stage(cell.name, "behaviour", {"env": cell.env, "behaviour": cell.behaviour}, (), build, parent_run)
+    return run_stage(cell.name, STAGE, config_slice(cell), (), build, parent_run)
+
+
+def config_slice(cell: CellConfig) -> dict:
+    return {"env": cell.env, "behaviour": cell.behaviour}

@@ -108,3 +108,16 @@ def tracking_uri() -> str:
     if uri is None:
         raise RuntimeError("ADWM_HOME is remote: set MLFLOW_TRACKING_URI to your MLflow server")
     return uri
+
+
+def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
+    """The complete artifact a stage with these settings and inputs wrote, or an error saying
+    which flow produces it."""
+    key = stage_key(stage, config_slice, inputs)
+    artifact = Artifact(artifact_path("cells", cell, stage, key[:16]), key)
+    fs, root = fsspec.core.url_to_fs(artifact.path)
+    if not fs.exists(f"{root}/{MARKER}"):
+        raise FileNotFoundError(f"cell {cell} has no finished {stage} stage for its current config (looked for "
+                                f"{artifact.path}): run the cell first, `prefect deployment run ope-cell/{cell}` "
+                                f"or `python -m flows.ope_cell {cell}`")
+    return artifact

@@ -12,7 +12,7 @@ from adwm_core.training.world_model import train_world_model
 from . import behaviour
 from .common import Artifact, epoch_logger, run_stage
 
-FOLDER = "model"
+STAGE, FOLDER = "world-model", "model"
 
 
 @task(name="world-model-training", tags=["gpu"])
@@ -30,4 +30,8 @@ def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None
         train_world_model(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES), f"{folder}/{FOLDER}", config,
                           on_epoch=on_epoch, overwrite=overwrite)
 
-    return run_stage(cell.name, "world-model", config, (trajectories,), build, parent_run)
+    return run_stage(cell.name, STAGE, config_slice(cell), (trajectories,), build, parent_run)
+
+
+def config_slice(cell: CellConfig):
+    return cell.world_model

@@ -110,3 +110,21 @@ def test_a_rerun_reuses_finished_stages_and_redoes_an_unfinished_one(first_run):
     assert ope_cell(cell) == report
     assert os.path.getmtime(trajectories) == written  # reused, not rewritten
     assert os.path.exists(os.path.join(adwm, "_COMPLETE"))
+
+
+def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(first_run, tiny_policies, harness):
+    from flows.evaluate_policy import evaluate_policy
+
+    cell, _ = first_run
+    (model,) = stage_folders("world-model")
+    trained = os.path.getmtime(os.path.join(model, "_COMPLETE"))
+    path = evaluate_policy(cell, tiny_policies["early"], label="newcomer")
+    rows = read_table(path, ESTIMATES).to_pylist()
+    assert {r["policy"] for r in rows} == {"newcomer@p0"} and {r["epsilon"] for r in rows} == {0.0, 0.5, 1.0}
+    assert stage_folders("world-model") == [model] and os.path.getmtime(os.path.join(model, "_COMPLETE")) == trained
+    fresh = yaml.safe_load(open(cell))
+    fresh["name"] = "never-run"
+    other = harness / "never-run.yaml"
+    other.write_text(yaml.safe_dump(fresh))
+    with pytest.raises(FileNotFoundError, match="ope-cell/never-run"):
+        evaluate_policy(str(other), tiny_policies["early"])

@@ -1,0 +1,39 @@
+"""evaluate-policy: score a new agent against a cell's already-trained world model — no
+retraining of the world model, no environment episodes; ψ is trained for the new agent
+when the cell reads imagined states through soft tokens (seconds on CPU)."""
+
+from __future__ import annotations
+
+import os
+
+import mlflow
+from prefect import flow
+
+from adwm_core.cell import CellConfig
+from adwm_core.collection import PolicySpec
+from tasks import adwm, behaviour, policies, psi, world_model
+from tasks.common import finished_stage, tracking_uri
+
+from .cells import cell_config_path
+
+
+@flow(name="evaluate-policy", log_prints=True)
+def evaluate_policy(cell: str, model: str, label: str | None = None, backend: str = "transformers",
+                    variant: str = "p0") -> str:
+    """Ĵ of the agent ``model`` (a Hugging Face folder or name) over the cell's ε family; returns
+    the estimates Parquet's path."""
+    config = CellConfig.load(cell_config_path(cell))
+    agent = PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend, variant)
+    config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policy": agent})})
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(f"cell/{config.name}")
+    with mlflow.start_run(run_name=f"evaluate {agent.name}") as run:
+        parent = run.info.run_id
+        config, _ = policies.prepare_policies(config, parent)
+        logged = finished_stage(config.name, behaviour.STAGE, behaviour.config_slice(config))
+        trained = finished_stage(config.name, world_model.STAGE, world_model.config_slice(config), (logged,))
+        adapter = psi.psi(config, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None
+        estimates = adwm.adwm(config, logged, trained, adapter, parent)
+    path = estimates.file(adwm.FILE)
+    print(f"estimates of {agent.name}: {path}")
+    return path
