@@ -9,7 +9,7 @@ export PREFECT_HOME ?= $(ADWM_HOME)/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo bench clean
+.PHONY: install test test-all demo up down bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ test-all: install
 demo: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) -m flows.ope_cell local-simonsays
+
+up: install
+	VENV=$(VENV) bash scripts/stack.sh up
+
+down:
+	VENV=$(VENV) bash scripts/stack.sh down
 
 bench: install
 	$(PY) bench/env_throughput.py

@@ -14,7 +14,7 @@ from adwm_core.collection import PolicySpec
 from tasks import adwm, behaviour, policies, psi, world_model
 from tasks.common import finished_stage, tracking_uri
 
-from .cells import cell_config_path
+from flows.cells import cell_config_path
 
 
 @flow(name="evaluate-policy", log_prints=True)

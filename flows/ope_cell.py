@@ -17,7 +17,7 @@ from adwm_core.cell import CellConfig
 from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
 from tasks.common import tracking_uri
 
-from .cells import cell_config_path
+from flows.cells import cell_config_path
 
 
 @flow(name="ope-cell", log_prints=True)

@@ -10,31 +10,9 @@ import pytest
 import yaml
 
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
+from conftest import tiny_cell
 
 STAGES = ("behaviour", "ground-truth", "logprobs", "world-model", "psi", "adwm", "baselines", "report")
-
-
-def tiny_cell(path, policies: dict[str, str]) -> str:
-    """The default local cell's shape at toy sizes, with the session's tiny policies."""
-    from conftest import tiny_env_spec
-
-    env = tiny_env_spec()
-    config = {
-        "name": "tiny-flow",
-        "env": {"name": env.name, "task": env.task, "split": env.split, "max_steps": env.max_steps,
-                "skip_variations": env.skip_variations},
-        "behaviour": {"episodes": 24, "variants": ["p0"],
-                      "pool": [{"label": "early", "model": policies["early"]},
-                               {"label": "late", "model": policies["late"]}]},
-        "evaluation": {"policy": {"label": "late", "model": policies["late"]}, "epsilons": [0.0, 0.5, 1.0]},
-        "ground_truth": {"episodes": 12},
-        "world_model": {"epochs": 3, "device": "cpu"},
-        "psi": {"epochs": 2, "batch_size": 4, "device": "cpu"},
-        "adwm": {"n_rollouts": 4, "horizon": 6, "seeds": [0, 1], "n_bootstrap": 50, "guidance": "none"},
-        "baselines": {"n_bootstrap": 50, "fqe": {"epochs": 2}},
-    }
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
 
 
 @pytest.fixture(scope="module")

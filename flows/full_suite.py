@@ -1,0 +1,29 @@
+"""full-suite: every cell as its own flow run of deployment ``ope-cell/<cell>`` on the work
+pool (scheduled nightly in prefect.yaml); fails when any cell fails, after all have run."""
+
+from __future__ import annotations
+
+import os
+
+from prefect import flow, task
+from prefect.deployments import run_deployment
+
+from flows.cells import DEPLOYMENTS
+
+
+@task(name="run-cell")
+def run_cell(cell: str) -> str:
+    """Queue deployment ``ope-cell/<cell>`` and wait for its flow run; its final state."""
+    return run_deployment(f"ope-cell/{cell}", timeout=None, as_subflow=True).state.type.value
+
+
+@flow(name="full-suite", log_prints=True)
+def full_suite(cells: list[str] | None = None) -> dict[str, str]:
+    """``cells``: names under deployments/ (default: all). Returns cell → final state."""
+    names = cells or sorted(f[: -len(".yaml")] for f in os.listdir(DEPLOYMENTS) if f.endswith(".yaml"))
+    states = dict(zip(names, run_cell.map(names).result()))
+    print("\n".join(f"{name}: {state}" for name, state in states.items()))
+    failed = [name for name, state in states.items() if state != "COMPLETED"]
+    if failed:
+        raise RuntimeError(f"cells that did not complete: {failed}")
+    return states

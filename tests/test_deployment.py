@@ -1,0 +1,94 @@
+"""The product's front door for real: a Prefect server and a worker on pool `gpu` on loopback,
+`prefect deploy`, `prefect deployment run … --watch` to Completed, and the flow run's MLflow run."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import mlflow
+import pytest
+import yaml
+
+from conftest import tiny_cell
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args, env, log) -> subprocess.Popen:
+    return subprocess.Popen(args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    """A Prefect server on a free loopback port with its own database, and a worker on pool gpu."""
+    port = free_port()
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="2",
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db", ADWM_REPO=REPO)
+    os.makedirs(env["PREFECT_HOME"])
+    log = open(tmp_path / "stack.log", "w")
+    processes = [start([f"{BIN}/prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log)]
+    try:
+        for _ in range(180):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            pytest.fail(f"the Prefect server did not start: {(tmp_path / 'stack.log').read_text()[-2000:]}")
+        prefect(env, "work-pool", "create", "gpu", "--type", "process")
+        processes.append(start([f"{BIN}/prefect", "worker", "start", "--pool", "gpu", "--type", "process"], env, log))
+        yield env
+    finally:
+        for process in reversed(processes):
+            stop(process)
+        log.close()
+
+
+def prefect(env, *args, timeout=600) -> str:
+    done = subprocess.run([f"{BIN}/prefect", *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, tiny_policies, tmp_path):
+    cell = tiny_cell(tmp_path / "tiny-flow.yaml", tiny_policies)
+    project = {
+        "name": "adwm-test", "prefect-version": "3.7.7",
+        "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": REPO}}],
+        "deployments": [{"name": "tiny-flow", "entrypoint": "flows/ope_cell.py:ope_cell",
+                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"}}],
+    }
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(project))
+    prefect(stack, "--no-prompt", "deploy", "--all", "--prefect-file", str(tmp_path / "prefect.yaml"))
+    output = prefect(stack, "deployment", "run", "ope-cell/tiny-flow", "--watch")
+    assert "Flow run finished successfully in 'Completed'" in output, output[-3000:]
+    flow_run = re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
+    mlflow.set_tracking_uri(stack["MLFLOW_TRACKING_URI"])
+    experiment = mlflow.get_experiment_by_name("cell/tiny-flow")
+    runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"params.flow_run_id = '{flow_run}'",
+                              output_format="list")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
