@@ -8,13 +8,13 @@ import os
 
 import mlflow
 from prefect import flow
+from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec
-from tasks import adwm, behaviour, policies, psi, world_model
-from tasks.common import finished_stage, tracking_uri
-
 from flows.cells import cell_config_path
+from tasks import adwm, behaviour, policies, psi, world_model
+from tasks.common import cell_run, finished_stage
 
 
 @flow(name="evaluate-policy", log_prints=True)
@@ -25,10 +25,8 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     config = CellConfig.load(cell_config_path(cell))
     agent = PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend, variant)
     config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policy": agent})})
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(f"cell/{config.name}")
-    with mlflow.start_run(run_name=f"evaluate {agent.name}") as run:
-        parent = run.info.run_id
+    with cell_run(config.name, f"evaluate {agent.name}") as parent:
+        mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
         config, _ = policies.prepare_policies(config, parent)
         logged = finished_stage(config.name, behaviour.STAGE, behaviour.config_slice(config))
         trained = finished_stage(config.name, world_model.STAGE, world_model.config_slice(config), (logged,))

@@ -1,10 +1,9 @@
 """ope-cell: every stage of one cell, independent branches concurrently (DESIGN.md, 'Stages of a cell').
 
-    policies ─> behaviour ─┬─> log-probs ───────────────────────┐
-                           ├─> world model ─> ψ ─┬─> ADWM ───────┼─> report
-                           │                     └───────────────┤
-                           └──────────────────────> baselines <──┘
-    policies ─> ground truth (beside everything else) ─────────────> report
+    policies ─┬─> behaviour ─┬─> log-probs ───────────────┬─> baselines ─┐
+              │              └─> world model ─┬───────────┘              ├─> report
+              │                               └─> ψ ─> ADWM ─────────────┤
+              └─> ground truth ──────────────────────────────────────────┘
 """
 
 from __future__ import annotations
@@ -14,22 +13,18 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
-from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
-from tasks.common import tracking_uri
-
 from flows.cells import cell_config_path
+from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
+from tasks.common import cell_run
 
 
 @flow(name="ope-cell", log_prints=True)
 def ope_cell(cell: str = "local-simonsays") -> str:
     """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder."""
     config = CellConfig.load(cell_config_path(cell))
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(f"cell/{config.name}")
-    with mlflow.start_run(run_name=flow_run.get_name() or config.name) as run:
+    with cell_run(config.name, flow_run.get_name() or config.name) as parent:
         mlflow.log_params({"cell": config.name, "flow_run_id": flow_run.get_id() or "local"})
         mlflow.log_dict(config.model_dump(mode="json"), "cell_config.json")
-        parent = run.info.run_id
         config, _ = policies.prepare_policies(config, parent)
         truth = ground_truth.ground_truth.submit(config, parent)
         logged = behaviour.collect(config, parent)

@@ -67,15 +67,17 @@ def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
     artifact = Artifact(artifact_path("cells", cell, stage, key[:16]), key)
     fs, root = fsspec.core.url_to_fs(artifact.path)
     logger = get_run_logger()
-    if fs.exists(f"{root}/{MARKER}"):
-        logger.info("%s: reusing %s (same config, inputs and library version)", stage, artifact.path)
-        return artifact
-    partial = fs.exists(root)
-    if partial:
-        logger.info("%s: %s was left unfinished; computing it again", stage, artifact.path)
-    fs.makedirs(root, exist_ok=True)
-    with stage_run(parent_run, stage) as _:
-        mlflow.log_params({"stage_key": key[:16], "artifact": artifact.path})
+    finished = fs.exists(f"{root}/{MARKER}")
+    with stage_run(parent_run, stage):
+        if mlflow.active_run() is not None:
+            mlflow.log_params({"stage_key": key[:16], "artifact": artifact.path, "reused": finished})
+        if finished:
+            logger.info("%s: reusing %s (same config, inputs and library version)", stage, artifact.path)
+            return artifact
+        partial = fs.exists(root)
+        if partial:
+            logger.info("%s: %s was left unfinished; computing it again", stage, artifact.path)
+        fs.makedirs(root, exist_ok=True)
         build(artifact.path, partial)
     with fs.open(f"{root}/{MARKER}", "w") as f:
         f.write(key)
@@ -101,13 +103,25 @@ def epoch_logger(prefix: str = "") -> Callable[[int, dict], None]:
     return log
 
 
-def tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` or a SQLite store under the artifact root (the file store is refused)."""
-    default = f"sqlite:///{os.path.abspath(artifact_path('mlflow.db'))}" if "://" not in artifact_path() else None
-    uri = os.environ.get("MLFLOW_TRACKING_URI", default)
-    if uri is None:
+@contextlib.contextmanager
+def cell_run(cell: str, run_name: str) -> Iterator[str]:
+    """The flow run's parent MLflow run in experiment ``cell/<cell>``; yields its id.
+
+    Tracking goes to ``MLFLOW_TRACKING_URI``, else to a SQLite store under the artifact root
+    (MLflow refuses its file store), with run artifacts under ``$ADWM_HOME/mlartifacts``."""
+    local = "://" not in artifact_path()
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri is None and not local:
         raise RuntimeError("ADWM_HOME is remote: set MLFLOW_TRACKING_URI to your MLflow server")
-    return uri
+    mlflow.set_tracking_uri(uri or f"sqlite:///{os.path.abspath(artifact_path('mlflow.db'))}")
+    name = f"cell/{cell}"
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is None:
+        location = None if uri else os.path.abspath(artifact_path("mlartifacts"))  # a server stores its own
+        mlflow.create_experiment(name, artifact_location=location)
+    mlflow.set_experiment(name)
+    with mlflow.start_run(run_name=run_name) as run:
+        yield run.info.run_id
 
 
 def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
