@@ -16,9 +16,8 @@ FILE = "estimates.parquet"
 @task(name="cobs-baselines")
 def baselines(cell: CellConfig, trajectories: Artifact, logps: Artifact, model: Artifact,
               parent_run: str | None) -> Artifact:
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         run_baselines(trajectories.file(behaviour.FILE), logps.file(logprobs.FILE), model.file(world_model.FOLDER),
-                      f"{folder}/{FILE}", cell=cell.name, policy=cell.evaluation.policy.name, config=cell.baselines,
-                      overwrite=overwrite)
+                      f"{folder}/{FILE}", cell=cell.name, policy=cell.evaluation.policy.name, config=cell.baselines)
 
     return run_stage(cell.name, "baselines", cell.baselines, (trajectories, logps, model), build, parent_run)

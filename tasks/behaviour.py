@@ -15,9 +15,9 @@ STAGE, FILE = "behaviour", "trajectories.parquet"
 
 @task(name="behaviour-collection", retries=2, retry_delay_seconds=exponential_backoff(10))
 def collect(cell: CellConfig, parent_run: str | None) -> Artifact:
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         collect_behavior(cell.env, cell.behaviour.pool, cell.behaviour.episodes, f"{folder}/{FILE}", cell=cell.name,
-                         variants=cell.behaviour.variants, overwrite=overwrite)
+                         variants=cell.behaviour.variants)
 
     return run_stage(cell.name, STAGE, config_slice(cell), (), build, parent_run)
 

@@ -4,7 +4,7 @@ A stage's key is the SHA-256 of its name, its config slice (JSON), the keys of i
 artifacts and the library version — never a live object. Its artifacts go to
 ``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/`` and a ``_COMPLETE`` marker is written
 only after the stage function returned, so a rerun with the same key skips the stage, a
-killed stage leaves no folder that counts as finished (the rerun overwrites it), and a
+killed stage leaves no folder that counts as finished (the rerun empties it first), and a
 changed π_e reuses every stage that does not depend on it (the world model, for one).
 """
 
@@ -59,28 +59,33 @@ def stage_key(stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> st
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
-              build: Callable[[str, bool], object], parent_run: str | None) -> Artifact:
-    """Run ``build(folder, overwrite)`` unless the stage's artifact with this key is complete;
-    the run is tracked as an MLflow run nested under ``parent_run``."""
+def locate(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
+    """Where the stage's artifact with these settings and inputs lives, finished or not."""
     key = stage_key(stage, config_slice, inputs)
-    artifact = Artifact(artifact_path("cells", cell, stage, key[:16]), key)
+    return Artifact(artifact_path("cells", cell, stage, key[:16]), key)
+
+
+def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
+              build: Callable[[str], object], parent_run: str | None) -> Artifact:
+    """Run ``build(folder)`` into an empty folder unless the stage's artifact with this key is complete;
+    the run is tracked as an MLflow run nested under ``parent_run``."""
+    artifact = locate(cell, stage, config_slice, inputs)
     fs, root = fsspec.core.url_to_fs(artifact.path)
     logger = get_run_logger()
     finished = fs.exists(f"{root}/{MARKER}")
     with stage_run(parent_run, stage):
         if mlflow.active_run() is not None:
-            mlflow.log_params({"stage_key": key[:16], "artifact": artifact.path, "reused": finished})
+            mlflow.log_params({"stage_key": artifact.key[:16], "artifact": artifact.path, "reused": finished})
         if finished:
             logger.info("%s: reusing %s (same config, inputs and library version)", stage, artifact.path)
             return artifact
-        partial = fs.exists(root)
-        if partial:
-            logger.info("%s: %s was left unfinished; computing it again", stage, artifact.path)
+        if fs.exists(root):  # a killed run's leftovers, half-written files included
+            logger.info("%s: %s was left unfinished; computing it again from scratch", stage, artifact.path)
+            fs.rm(root, recursive=True)
         fs.makedirs(root, exist_ok=True)
-        build(artifact.path, partial)
+        build(artifact.path)
     with fs.open(f"{root}/{MARKER}", "w") as f:
-        f.write(key)
+        f.write(artifact.key)
     return artifact
 
 
@@ -127,8 +132,7 @@ def cell_run(cell: str, run_name: str) -> Iterator[str]:
 def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
     """The complete artifact a stage with these settings and inputs wrote, or an error saying
     which flow produces it."""
-    key = stage_key(stage, config_slice, inputs)
-    artifact = Artifact(artifact_path("cells", cell, stage, key[:16]), key)
+    artifact = locate(cell, stage, config_slice, inputs)
     fs, root = fsspec.core.url_to_fs(artifact.path)
     if not fs.exists(f"{root}/{MARKER}"):
         raise FileNotFoundError(f"cell {cell} has no finished {stage} stage for its current config (looked for "

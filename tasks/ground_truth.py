@@ -17,10 +17,10 @@ EPISODES, SUMMARY = "episodes.parquet", "summary.parquet"
 def ground_truth(cell: CellConfig, parent_run: str | None) -> Artifact:
     settings = cell.ground_truth
 
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         ground_truth_rollouts(cell.env, cell.evaluation.policy, settings.episodes, f"{folder}/{EPISODES}",
                               f"{folder}/{SUMMARY}", cell=cell.name, epsilons=cell.evaluation.epsilons,
-                              seed=settings.seed, overwrite=overwrite)
+                              seed=settings.seed)
 
     config = {"env": cell.env, "evaluation": cell.evaluation, "ground_truth": settings}
     return run_stage(cell.name, "ground-truth", config, (), build, parent_run)

@@ -16,8 +16,8 @@ FILE = "logprobs.parquet"
 
 @task(name="logprob-extraction", retries=1, retry_delay_seconds=exponential_backoff(10), tags=["gpu"])
 def logprobs(cell: CellConfig, trajectories: Artifact, parent_run: str | None) -> Artifact:
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         extract_logprobs(trajectories.file(behaviour.FILE), cell.env.name, cell.behaviour.pool, cell.evaluation.policy,
-                         f"{folder}/{FILE}", epsilons=cell.evaluation.epsilons, overwrite=overwrite)
+                         f"{folder}/{FILE}", epsilons=cell.evaluation.epsilons)
 
     return run_stage(cell.name, "logprobs", {"evaluation": cell.evaluation}, (trajectories,), build, parent_run)

@@ -21,7 +21,7 @@ def prepare_policies(cell: CellConfig, parent_run: str | None) -> tuple[CellConf
         return cell, None
     family = cell.local_policies
 
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, f"{folder}/family", family.checkpoints,
                             n_variations=family.n_variations)
 

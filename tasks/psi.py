@@ -15,9 +15,9 @@ FOLDER = "adapter"
 
 @task(name="psi-training", tags=["gpu"])
 def psi(cell: CellConfig, trajectories: Artifact, model: Artifact, parent_run: str | None) -> Artifact:
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         run_psi(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), cell.evaluation.policy,
-                f"{folder}/{FOLDER}", cell.psi, on_epoch=epoch_logger("psi_"), overwrite=overwrite)
+                f"{folder}/{FOLDER}", cell.psi, on_epoch=epoch_logger("psi_"))
 
     config = {"psi": cell.psi, "policy": cell.evaluation.policy}
     return run_stage(cell.name, "psi", config, (trajectories, model), build, parent_run)

@@ -23,7 +23,7 @@ REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "est
 @task(name="report")
 def report(cell: CellConfig, truth: Artifact, adwm_estimates: Artifact, baseline_estimates: Artifact,
            parent_run: str | None) -> Artifact:
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         estimates = pa.concat_tables([read_table(adwm_estimates.file(adwm.FILE), ESTIMATES),
                                       read_table(baseline_estimates.file(baselines.FILE), ESTIMATES)])
         rows, curves = main_results(read_table(truth.file(ground_truth.SUMMARY), GROUND_TRUTH), estimates)

@@ -19,7 +19,7 @@ STAGE, FOLDER = "world-model", "model"
 def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None) -> Artifact:
     config = cell.world_model
 
-    def build(folder: str, overwrite: bool) -> None:
+    def build(folder: str) -> None:
         progress = create_progress_artifact(0.0, description=f"{cell.name}: world-model epochs")
         log = epoch_logger()
 
@@ -28,7 +28,7 @@ def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None
             update_progress_artifact(progress, 100.0 * (epoch + 1) / config.epochs)
 
         train_world_model(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES), f"{folder}/{FOLDER}", config,
-                          on_epoch=on_epoch, overwrite=overwrite)
+                          on_epoch=on_epoch)
 
     return run_stage(cell.name, STAGE, config_slice(cell), (trajectories,), build, parent_run)
 

@@ -114,7 +114,7 @@ def tiny_cell(path, policies: dict[str, str]) -> str:
                                {"label": "late", "model": policies["late"]}]},
         "evaluation": {"policy": {"label": "late", "model": policies["late"]}, "epsilons": [0.0, 0.5, 1.0]},
         "ground_truth": {"episodes": 12},
-        "world_model": {"epochs": 3, "device": "cpu"},
+        "world_model": {"epochs": 40, "device": "cpu"},  # long enough (seconds) to be killed midway in test_flows
         "psi": {"epochs": 2, "batch_size": 4, "device": "cpu"},
         "adwm": {"n_rollouts": 4, "horizon": 6, "seeds": [0, 1], "n_bootstrap": 50, "guidance": "none"},
         "baselines": {"n_bootstrap": 50, "fqe": {"epochs": 2}},

@@ -1,9 +1,15 @@
 """The ope-cell flow end to end on a tiny local cell, under Prefect's test harness, with a real
-MLflow SQLite store: every stage's artifact, the report, the MLflow runs, the Prefect
-artifacts; a rerun reuses every stage, and a stage left unfinished is computed again."""
+MLflow SQLite store. The first run is killed (SIGKILL) inside world-model training and rerun:
+finished stages are reused, the killed one is trained again, nothing half-written is left.
+Then: every stage's artifact, the report, the MLflow runs, the Prefect artifacts,
+evaluate-policy, and a rerun after a stage lost its completion marker."""
 
 import glob
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import mlflow
 import pytest
@@ -12,6 +18,7 @@ import yaml
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
 from conftest import tiny_cell
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("behaviour", "ground-truth", "logprobs", "world-model", "psi", "adwm", "baselines", "report")
 
 
@@ -27,11 +34,46 @@ def harness(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def first_run(harness, tiny_policies):
+def killed_run(harness, tiny_policies):
+    """The flow in its own process (embedded Prefect), killed once world-model training began:
+    (cell path, mtimes of the behaviour and ground-truth artifacts it had finished)."""
+    cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
+    process = subprocess.Popen([sys.executable, "-m", "flows.ope_cell", cell], cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 600
+        while not stage_folders("world-model") and process.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert process.poll() is None, "the flow ended before world-model training started"
+        time.sleep(1.0)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    (model,) = stage_folders("world-model")
+    assert not os.path.exists(os.path.join(model, "_COMPLETE"))  # killed midway: not finished
+    finished = {stage: os.path.getmtime(os.path.join(stage_folders(stage)[0], "_COMPLETE"))
+                for stage in ("behaviour", "ground-truth")}
+    return cell, finished
+
+
+@pytest.fixture(scope="module")
+def first_run(killed_run):
     from flows.ope_cell import ope_cell
 
-    cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
+    cell, _ = killed_run
     return cell, ope_cell(cell)
+
+
+def test_a_killed_run_resumes_from_its_finished_stages_with_nothing_half_written(killed_run, first_run):
+    _, finished = killed_run
+    for stage, mtime in finished.items():
+        (folder,) = stage_folders(stage)
+        assert os.path.getmtime(os.path.join(folder, "_COMPLETE")) == mtime, f"{stage} was recomputed"
+    (model,) = stage_folders("world-model")
+    assert os.path.exists(os.path.join(model, "_COMPLETE"))
+    leftovers = [name for _, _, names in os.walk(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"))
+                 for name in names if ".tmp" in name]
+    assert leftovers == []
 
 
 def stage_folders(stage: str) -> list[str]:
@@ -58,8 +100,8 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
     experiment = mlflow.get_experiment_by_name("cell/tiny-flow")
     runs = mlflow.search_runs([experiment.experiment_id], output_format="list")
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 1
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED"]
+    assert len(parents) == 1  # the killed run never finished
     children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
     assert set(children) == set(STAGES)
     assert "train_dsm" in children["world-model"].data.metrics
