@@ -27,7 +27,7 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policy": agent})})
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
-        config, _ = policies.prepare_policies(config, parent)
+        config, _ = policies.prepare_policies(config, parent, train=False)
         logged = finished_stage(config.name, behaviour.STAGE, behaviour.config_slice(config))
         trained = finished_stage(config.name, world_model.STAGE, world_model.config_slice(config), (logged,))
         adapter = psi.psi(config, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None

@@ -9,13 +9,16 @@ from prefect import task
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.policies.trainer import train_tiny_policies
 
-from .common import Artifact, run_stage
+from .common import Artifact, finished_stage, run_stage
+
+STAGE = "policies"
 
 
 @task(name="prepare-policies")
-def prepare_policies(cell: CellConfig, parent_run: str | None) -> tuple[CellConfig, Artifact | None]:
+def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = True) -> tuple[CellConfig, Artifact | None]:
     """The cell with every ``local:<checkpoint>`` replaced by the trained checkpoint's folder,
-    and the family's artifact (None for cells without local policies)."""
+    and the family's artifact (None for cells without local policies); ``train=False`` only
+    looks the family up (an error when the cell never trained it)."""
     check_runnable(cell)
     if cell.local_policies is None:
         return cell, None
@@ -25,7 +28,9 @@ def prepare_policies(cell: CellConfig, parent_run: str | None) -> tuple[CellConf
         train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, f"{folder}/family", family.checkpoints,
                             n_variations=family.n_variations)
 
-    artifact = run_stage(cell.name, "policies", {"env": cell.env, "local_policies": family}, (), build, parent_run)
+    settings = {"env": cell.env, "local_policies": family}
+    artifact = (run_stage(cell.name, STAGE, settings, (), build, parent_run) if train
+                else finished_stage(cell.name, STAGE, settings))
 
     def resolve(spec):
         if not spec.model.startswith(LOCAL_PREFIX):
