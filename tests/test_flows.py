@@ -6,6 +6,7 @@ evaluate-policy, and a rerun after a stage lost its completion marker."""
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ def killed_run(harness, tiny_policies):
     """The flow in its own process (embedded Prefect), killed once world-model training began:
     (cell path, mtimes of the behaviour and ground-truth artifacts it had finished)."""
     cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
+    shutil.rmtree(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"), ignore_errors=True)  # run first
     process = subprocess.Popen([sys.executable, "-m", "flows.ope_cell", cell], cwd=REPO, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

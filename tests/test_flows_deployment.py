@@ -1,5 +1,6 @@
 """The product's front door for real: a Prefect server and a worker on pool `gpu` on loopback,
-`prefect deploy`, `prefect deployment run … --watch` to Completed, and the flow run's MLflow run."""
+`prefect deploy`, `prefect deployment run … --watch` to Completed, and the flow run's MLflow run.
+(Named to run after test_flows.py, whose tiny cell it shares: its stages are then reused.)"""
 
 import os
 import re
