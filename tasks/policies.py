@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from prefect import task
@@ -35,7 +36,7 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
     def resolve(spec):
         if not spec.model.startswith(LOCAL_PREFIX):
             return spec
-        return spec.__class__(**{**spec.__dict__, "model": artifact.file(f"family/{spec.model[len(LOCAL_PREFIX):]}")})
+        return dataclasses.replace(spec, model=artifact.file(f"family/{spec.model[len(LOCAL_PREFIX):]}"))
 
     resolved = cell.model_copy(update={
         "behaviour": cell.behaviour.model_copy(update={"pool": tuple(resolve(p) for p in cell.behaviour.pool)}),
