@@ -20,7 +20,23 @@ if ! command -v java >/dev/null 2>&1; then
     fi
 fi
 
+if [[ ",$extras," == *",alfworld,"* ]]; then
+    # textworld[pddl] builds fast-downward from source for ALFWorld's planner.
+    for tool in cmake make g++; do
+        command -v "$tool" >/dev/null 2>&1 && continue
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake build-essential >/dev/null
+            break
+        fi
+        echo "setup: ERROR: the alfworld extra builds fast-downward and needs cmake, make and g++ ('$tool' is" \
+             "missing); install them (e.g. 'sudo apt-get install cmake build-essential') or drop the extra." >&2
+        exit 1
+    done
+fi
+
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+# fast-downward's build calls whatever `python` is on PATH: make it the venv's
+export PATH="$(cd "$venv" && pwd)/bin:$PATH"
 pip="$venv/bin/python -m pip"
 $pip install -q --upgrade pip
 # torch first and pinned: on CPU machines 2.13.0 resolves to the local CPU wheel;
