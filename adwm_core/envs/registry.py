@@ -12,6 +12,9 @@ _REGISTRY: dict[str, str] = {
     "scienceworld": "adwm_core.envs.scienceworld_env:ScienceWorldEnv",
     "textworld": "adwm_core.envs.textworld_env:TextWorldEnv",
     "textworld-express": "adwm_core.envs.twx_env:TextWorldExpressEnv",
+    "alfworld": "adwm_core.envs.alfworld_env:AlfWorldEnv",
+    "webshop": "adwm_core.envs.webshop_env:WebShopEnv",
+    "hotpotqa": "adwm_core.envs.hotpotqa_env:HotpotQAEnv",
     "chain": "adwm_core.envs.chain:ChainEnv",  # synthetic, with exactly known values
 }
 
