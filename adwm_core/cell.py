@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
+from .envs import env_names
 from .ope.adwm import AdwmConfig
 from .ope.baselines import BaselineConfig
 from .training.psi import PsiConfig
@@ -44,8 +45,20 @@ class Behaviour(_Strict):
 
 
 class Evaluation(_Strict):
-    policy: PolicySpec
+    """The π_e family: every policy at every ε. Several policies (e.g. HotpotQA-cross, DPO and
+    PRM checkpoints) are ranked together over all (policy, ε) points."""
+
+    policies: tuple[PolicySpec, ...] = Field(min_length=1)
     epsilons: tuple[float, ...] = EPSILONS
+
+    @field_validator("policies")
+    @classmethod
+    def _distinct(cls, value: tuple[PolicySpec, ...]) -> tuple[PolicySpec, ...]:
+        names = [p.name for p in value]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"two evaluation policies share the name {repeated} (label@variant); give each its own label")
+        return value
 
     @field_validator("epsilons")
     @classmethod
@@ -79,6 +92,13 @@ class CellConfig(_Strict):
     adwm: AdwmConfig = AdwmConfig()
     baselines: BaselineConfig = BaselineConfig()
 
+    @field_validator("env")
+    @classmethod
+    def _known_environment(cls, value: EnvSpec) -> EnvSpec:
+        if value.name not in env_names():
+            raise ValueError(f"unknown environment {value.name!r}; known: {', '.join(env_names())}")
+        return value
+
     @classmethod
     def load(cls, path: str, environ: Mapping[str, str] = os.environ) -> "CellConfig":
         if not os.path.isfile(path):
@@ -107,7 +127,7 @@ class CellConfig(_Strict):
     def policies(self) -> list[tuple[str, PolicySpec]]:
         """(field, spec) of every policy the cell names."""
         return [(f"behaviour.pool[{i}]", p) for i, p in enumerate(self.behaviour.pool)] + [
-            ("evaluation.policy", self.evaluation.policy)]
+            (f"evaluation.policies[{i}]", p) for i, p in enumerate(self.evaluation.policies)]
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():

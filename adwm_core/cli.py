@@ -31,15 +31,15 @@ def _collect(args: argparse.Namespace) -> int:
         args.env, env_kwargs, n_workers=args.workers, envs_per_worker=args.envs_per_worker, max_steps=args.max_steps
     )  # checks the counts; no worker starts yet
     # checks the name, options and task before any worker starts
-    variations = EnvSpec(args.env, args.task, env_kwargs, args.split).variations()[: args.episodes]
-    specs = [EpisodeSpec(k, args.task, v, seed=k) for k, v in enumerate(variations)]
+    instances = EnvSpec(args.env, args.task, env_kwargs, args.split).instances()[: args.episodes]
+    specs = [EpisodeSpec(k, task, v, seed=k) for k, (task, v) in enumerate(instances)]
     timings: dict[float, float] = {}
     with runner:
         trajectories, summary = run_epsilon_family(
             runner, specs, EpsilonGoldAgent, epsilons, cell=f"{args.env}-{args.task}", policy="expert", timings=timings
         )
     write_table(trajectories, out, TRAJECTORIES, overwrite=args.overwrite)
-    print(f"{args.env}/{args.task} ({args.split}), {len(variations)} episodes per ε, expert ε-greedy agent")
+    print(f"{args.env}/{args.task} ({args.split}), {len(instances)} episodes per ε, expert ε-greedy agent")
     print(f"{'ε':>5} {'success':>8} {'return':>7} {'steps':>6} {'steps/s':>8}")
     for row in summary.to_pylist():
         eps = row["epsilon"]

@@ -57,10 +57,13 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """Where episodes come from: environment, its options, task type, split, horizon cap.
+    """Where episodes come from: environment, its options, task type(s), split, horizon cap.
 
-    ``skip_variations`` leaves out the split's first variations, e.g. those a local
-    policy was fine-tuned on when episodes are drawn from the same split."""
+    ``task`` is one task type, several separated by commas, or ``*`` for every task type of
+    the environment (the paper's ScienceWorld and ALFWorld cells span their task types).
+    ``skip_variations`` leaves out each task's first variations in the split, e.g. those a
+    local policy was fine-tuned on when episodes are drawn from the same split;
+    ``n_instances`` keeps only the first (task, variation) pairs, e.g. exactly those."""
 
     name: str
     task: str
@@ -68,13 +71,19 @@ class EnvSpec:
     split: str = "test"
     max_steps: int = 12
     skip_variations: int = 0
+    n_instances: int | None = None
 
-    def variations(self) -> list[int]:
-        with make_env(self.name, **self.options) as env:  # checks name, options and task up front
-            variations = list(env.variations(self.task, self.split))[self.skip_variations :]
-        if not variations:
-            raise ValueError(f"{self.name}/{self.task} has no {self.split} variations after skipping {self.skip_variations}")
-        return variations
+    def instances(self) -> list[tuple[str, int]]:
+        """(task, variation) pairs, task types interleaved so that any first n episodes cover them evenly."""
+        with make_env(self.name, **self.options) as env:  # checks name, options and tasks up front
+            tasks = env.tasks() if self.task == "*" else [t.strip() for t in self.task.split(",")]
+            per_task = [[(t, v) for v in list(env.variations(t, self.split))[self.skip_variations :]] for t in tasks]
+        empty = [t for t, pairs in zip(tasks, per_task) if not pairs]
+        if empty:
+            raise ValueError(f"{self.name}: task(s) {empty} have no {self.split} variations after skipping "
+                             f"{self.skip_variations}")
+        longest = max(map(len, per_task))
+        return [pairs[i] for i in range(longest) for pairs in per_task if i < len(pairs)][: self.n_instances]
 
 
 class ModelCache:
@@ -101,13 +110,11 @@ def check_epsilons(epsilons: Sequence[float]) -> None:
         raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
 
 
-def episode_specs(env: EnvSpec, variations: Sequence[int], ks: Sequence[int], seed: int) -> list[EpisodeSpec]:
-    """Episode k plays variation k (cycling through ``variations``) with a seed drawn from
-    ``(seed, k)``, so it is the same episode at every ε and in every rerun."""
-    return [
-        EpisodeSpec(k, env.task, variations[k % len(variations)], int(np.random.SeedSequence([seed, k]).generate_state(1)[0]))
-        for k in ks
-    ]
+def episode_specs(instances: Sequence[tuple[str, int]], ks: Sequence[int], seed: int) -> list[EpisodeSpec]:
+    """Episode k plays (task, variation) k (cycling through ``instances``) with a seed drawn
+    from ``(seed, k)``, so it is the same episode at every ε and in every rerun."""
+    return [EpisodeSpec(k, *instances[k % len(instances)], int(np.random.SeedSequence([seed, k]).generate_state(1)[0]))
+            for k in ks]
 
 
 def collect_behavior(
@@ -129,13 +136,13 @@ def collect_behavior(
     if not pool or n_trajectories < 1:
         raise ValueError("behaviour collection needs at least one policy and one trajectory")
     members = [spec.with_variant(v) for spec in pool for v in variants]
-    variations = env.variations()
+    instances = env.instances()
     models = ModelCache()
     policies = [models.policy(member, env.name) for member in members]  # a bad model path fails before any episode
     tables = []
     with _runner(env, n_workers, envs_per_worker) as runner:
         for m, (member, policy) in enumerate(zip(members, policies)):
-            specs = episode_specs(env, variations, range(m, n_trajectories, len(members)), seed)
+            specs = episode_specs(instances, range(m, n_trajectories, len(members)), seed)
             if specs:
                 episodes = runner.run(specs, PolicyAgent(policy, 0.0))
                 tables.append(episodes_table(episodes, cell=cell, source="behavior", policy=member.name, epsilon=None))
@@ -165,7 +172,7 @@ def ground_truth_rollouts(
     for path in (trajectories_out, summary_out):
         check_output(path, overwrite=overwrite)
     check_epsilons(epsilons)
-    specs = episode_specs(env, env.variations(), range(n_episodes), seed)
+    specs = episode_specs(env.instances(), range(n_episodes), seed)
     pi = ModelCache().policy(policy, env.name)
     with _runner(env, n_workers, envs_per_worker) as runner:
         trajectories, summary = run_epsilon_family(

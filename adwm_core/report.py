@@ -1,8 +1,9 @@
-"""The cell report: every estimator graded against ground truth over the ε family.
+"""The cell report: every estimator graded against ground truth over the π_e family — each
+π_e of the cell at each ε level, a *point*.
 
-Per estimator, Ĵ(ε) is the mean over seeds of its estimate at each ε level; against the
-ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval over ε
-levels), the per-seed ρ (mean ± s.d.), regret@1 and the normalised mean absolute error
+Per estimator, Ĵ is the mean over seeds of its estimate at each point; against the
+ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval over
+points), the per-seed ρ (mean ± s.d.), regret@1 and the normalised mean absolute error
 (|Ĵ − J| / range of J; meaningful for estimators on the return scale —
 ``ADWM:success_similarity`` is a cosine, ranked but not calibrated).
 """
@@ -19,28 +20,40 @@ from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_seed_mean", "rho_seed_sd", "regret_at_1",
                   "nmae", "n_seeds")
 
+Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 
-def estimate_curves(estimates: pa.Table, epsilons: list[float]) -> dict[str, np.ndarray]:
-    """estimator → ``(n_seeds, n_ε)`` estimates (seeds missing an ε level are left out)."""
-    values: dict[str, dict[int, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
-    for row in estimates.select(["estimator", "seed", "epsilon", "value"]).to_pylist():
-        values[row["estimator"]][row["seed"]][row["epsilon"]] = row["value"]
-    return {name: np.array([[by_eps[e] for e in epsilons] for by_eps in seeds.values()
-                            if all(e in by_eps for e in epsilons)])
+
+def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, np.ndarray]:
+    """estimator → ``(n_seeds, n_points)`` estimates (seeds missing a point are left out)."""
+    values: dict[str, dict[int, dict[Point, float]]] = defaultdict(lambda: defaultdict(dict))
+    for row in estimates.select(["estimator", "seed", "policy", "epsilon", "value"]).to_pylist():
+        values[row["estimator"]][row["seed"]][(row["policy"], row["epsilon"])] = row["value"]
+    return {name: np.array([[by_point[p] for p in points] for by_point in seeds.values()
+                            if all(p in by_point for p in points)])
             for name, seeds in sorted(values.items())}
 
 
-def main_results(ground_truth: pa.Table, estimates: pa.Table, *, seed: int = 0) -> tuple[list[dict], dict]:
-    """(one row per estimator, the curves: ε levels, ground truth and each estimator's mean Ĵ)."""
-    truth_rows = sorted(ground_truth.to_pylist(), key=lambda r: r["epsilon"])
-    epsilons = [r["epsilon"] for r in truth_rows]
-    truth = [r["mean_return"] for r in truth_rows]
-    rows, curves = [], {"epsilon": epsilons, "ground_truth": truth, "estimators": {}}
-    for name, per_seed in estimate_curves(estimates, epsilons).items():
+def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: int = 0) -> tuple[list[dict], dict]:
+    """(one row per estimator, the curves: the (policy, ε) points, ground truth and each
+    estimator's mean Ĵ). Several π_e are ranked together over all their points (HotpotQA-cross);
+    without ground truth (an environment that cannot be run) there are curves but no rows."""
+    source = estimates if ground_truth is None else ground_truth
+    points = sorted({(r["policy"], r["epsilon"]) for r in source.select(["policy", "epsilon"]).to_pylist()})
+    curves = {"policy": [p for p, _ in points], "epsilon": [e for _, e in points], "ground_truth": None,
+              "estimators": {}}
+    truth = None
+    if ground_truth is not None:
+        by_point = {(r["policy"], r["epsilon"]): r["mean_return"] for r in ground_truth.to_pylist()}
+        truth = curves["ground_truth"] = [by_point[p] for p in points]
+    rows = []
+    for name, per_seed in estimate_curves(estimates, points).items():
         if len(per_seed) == 0:
             continue
-        seed_rhos, _ = per_seed_spearman(per_seed, truth)
         mean = per_seed.mean(0)
+        curves["estimators"][name] = mean.tolist()
+        if truth is None:
+            continue
+        seed_rhos, _ = per_seed_spearman(per_seed, truth)
         rank = spearman_bootstrap(mean, truth, seed=seed)
         rows.append({
             "estimator": name, "rho": rank.rho, "rho_ci_low": rank.ci_low, "rho_ci_high": rank.ci_high,
@@ -49,7 +62,6 @@ def main_results(ground_truth: pa.Table, estimates: pa.Table, *, seed: int = 0) 
             **_errors(mean, truth),
             "n_seeds": len(per_seed),
         })
-        curves["estimators"][name] = mean.tolist()
     return rows, curves
 
 
@@ -60,24 +72,37 @@ def _errors(estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
     return {"regret_at_1": regret_at_1(estimates, truth), "nmae": normalised_absolute_error(estimates, truth)}
 
 
-def markdown(cell: str, policy: str, rows: list[dict], curves: dict) -> str:
-    eps = " | ".join(f"ε={e:g}" for e in curves["epsilon"])
-    lines = [f"# {cell}: off-policy estimates of {policy}", "",
-             "| estimator | Spearman ρ [95 % CI] | ρ per seed | regret@1 | NMAE |", "|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
-        lines.append(f"| {r['estimator']} | {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}] | "
-                     f"{r['rho_seed_mean']:+.2f} ± {r['rho_seed_sd']:.2f} ({r['n_seeds']}) | "
-                     f"{r['regret_at_1']:.2f} | {r['nmae']:.2f} |")
-    lines += ["", f"| Ĵ | {eps} |", "|---|" + "---|" * len(curves["epsilon"]),
-              "| ground truth | " + " | ".join(f"{v:.3f}" for v in curves["ground_truth"]) + " |"]
+def _point_labels(curves: dict) -> list[str]:
+    if len(set(curves["policy"])) == 1:
+        return [f"ε={e:g}" for e in curves["epsilon"]]
+    return [f"{p} ε={e:g}" for p, e in zip(curves["policy"], curves["epsilon"])]
+
+
+def markdown(cell: str, rows: list[dict], curves: dict) -> str:
+    policies = ", ".join(dict.fromkeys(curves["policy"]))
+    lines = [f"# {cell}: off-policy estimates of {policies}", ""]
+    if curves["ground_truth"] is None:
+        lines += ["No ground truth for this cell (its environment cannot be run here): estimates only.", ""]
+    else:
+        lines += ["| estimator | Spearman ρ [95 % CI] | ρ per seed | regret@1 | NMAE |", "|---|---|---|---|---|"]
+        for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
+            lines.append(f"| {r['estimator']} | {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}] | "
+                         f"{r['rho_seed_mean']:+.2f} ± {r['rho_seed_sd']:.2f} ({r['n_seeds']}) | "
+                         f"{r['regret_at_1']:.2f} | {r['nmae']:.2f} |")
+        lines.append("")
+    labels = _point_labels(curves)
+    lines += [f"| Ĵ | {' | '.join(labels)} |", "|---|" + "---|" * len(labels)]
+    if curves["ground_truth"] is not None:
+        lines.append("| ground truth | " + " | ".join(f"{v:.3f}" for v in curves["ground_truth"]) + " |")
     lines += [f"| {name} | " + " | ".join(f"{v:.3g}" for v in values) + " |"
               for name, values in curves["estimators"].items()]
     return "\n".join(lines) + "\n"
 
 
-def plot(curves: dict, path: str, title: str) -> None:
-    """Ĵ over ε, one line per estimator and ground truth, each min–max normalised (ranks are
-    what ρ grades; the estimators' scales differ by orders of magnitude)."""
+def plot(curves: dict, path, title: str) -> None:
+    """Ĵ over ε, one panel per π_e, one line per estimator and ground truth, each min–max
+    normalised over all points (ranks are what ρ grades; the estimators' scales differ by
+    orders of magnitude)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,12 +112,21 @@ def plot(curves: dict, path: str, title: str) -> None:
         v = np.asarray(values, dtype=np.float64)
         return (v - v.min()) / np.ptp(v) if np.ptp(v) > 0 else np.full_like(v, 0.5)
 
-    figure, axes = pyplot.subplots(figsize=(7, 4.5))
-    axes.plot(curves["epsilon"], normalised(curves["ground_truth"]), "k-", linewidth=3, label="ground truth")
-    for name, values in curves["estimators"].items():
-        axes.plot(curves["epsilon"], normalised(values), marker="o", linewidth=1.2, label=name)
-    axes.set(xlabel="ε", ylabel="Ĵ, min–max normalised", title=title)
-    axes.legend(fontsize=7, ncol=2)
+    lines = ([("ground truth", normalised(curves["ground_truth"]), {"color": "k", "linewidth": 3})]
+             if curves["ground_truth"] is not None else [])
+    lines += [(name, normalised(values), {"marker": "o", "linewidth": 1.2})
+              for name, values in curves["estimators"].items()]
+    policies = list(dict.fromkeys(curves["policy"]))
+    figure, panels = pyplot.subplots(1, len(policies), figsize=(7 * len(policies), 4.5), sharey=True, squeeze=False)
+    for panel, policy in zip(panels[0], policies):
+        at = [i for i, p in enumerate(curves["policy"]) if p == policy]
+        for name, values, style in lines:
+            panel.plot([curves["epsilon"][i] for i in at], values[at], label=name, **style)
+        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title)
+    panels[0][0].set_ylabel("Ĵ, min–max normalised")
+    panels[0][-1].legend(fontsize=7, ncol=2)
+    if len(policies) > 1:
+        figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)

@@ -24,14 +24,15 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     the estimates Parquet's path."""
     config = CellConfig.load(cell_config_path(cell))
     agent = PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend, variant)
-    config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policy": agent})})
+    config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policies": (agent,)})})
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
         config, _ = policies.prepare_policies(config, parent, train=False)
+        agent = config.evaluation.policies[0]  # a local: checkpoint resolved to its folder
         logged = finished_stage(config.name, behaviour.STAGE, behaviour.config_slice(config))
         trained = finished_stage(config.name, world_model.STAGE, world_model.config_slice(config), (logged,))
-        adapter = psi.psi(config, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None
-        estimates = adwm.adwm(config, logged, trained, adapter, parent)
+        adapter = psi.psi(config, agent, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None
+        estimates = adwm.adwm(config, agent, logged, trained, adapter, parent)
     path = estimates.file(adwm.FILE)
     print(f"estimates of {agent.name}: {path}")
     return path

@@ -4,6 +4,8 @@
               │              └─> world model ─┬───────────┘              ├─> report
               │                               └─> ψ ─> ADWM ─────────────┤
               └─> ground truth ──────────────────────────────────────────┘
+
+Stages right of behaviour and world model (and ground truth) run once per π_e of the cell.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
 from flows.cells import cell_config_path
+from flows.runners import cell_task_runner
 from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
 from tasks.common import cell_run
 
 
-@flow(name="ope-cell", log_prints=True)
+@flow(name="ope-cell", log_prints=True, task_runner=cell_task_runner())
 def ope_cell(cell: str = "local-simonsays") -> str:
     """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder."""
     config = CellConfig.load(cell_config_path(cell))
@@ -26,15 +29,18 @@ def ope_cell(cell: str = "local-simonsays") -> str:
         mlflow.log_params({"cell": config.name, "flow_run_id": flow_run.get_id() or "local"})
         mlflow.log_dict(config.model_dump(mode="json"), "cell_config.json")
         config, _ = policies.prepare_policies(config, parent)
-        truth = ground_truth.ground_truth.submit(config, parent)
+        targets = config.evaluation.policies
+        truths = [ground_truth.ground_truth.submit(config, p, parent) for p in targets] if config.ground_truth else []
         logged = behaviour.collect(config, parent)
-        logps = logprobs.logprobs.submit(config, logged, parent)
+        logps = [logprobs.logprobs.submit(config, p, logged, parent) for p in targets]
         model = world_model.world_model(config, logged, parent)
-        adapter = psi.psi.submit(config, logged, model, parent) if config.adwm.reading == "soft_tokens" else None
-        imagined = adwm.adwm.submit(config, logged, model, adapter, parent)
-        classical = baselines.baselines.submit(config, logged, logps, model, parent)
+        soft = config.adwm.reading == "soft_tokens"
+        adapters = [psi.psi.submit(config, p, logged, model, parent) if soft else None for p in targets]
+        imagined = [adwm.adwm.submit(config, p, logged, model, a, parent) for p, a in zip(targets, adapters)]
+        classical = [baselines.baselines.submit(config, p, logged, lp, model, parent) for p, lp in zip(targets, logps)]
         # .result() raises a failed stage's own error, after every branch was started
-        result = report.report(config, truth.result(), imagined.result(), classical.result(), parent)
+        result = report.report(config, [t.result() for t in truths], [f.result() for f in imagined],
+                               [f.result() for f in classical], parent)
     print(f"report: {result.file(report.REPORT)}")
     return result.path
 

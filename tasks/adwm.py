@@ -1,26 +1,27 @@
-"""ADWM inference: π_e^ε in imagined rollouts of the world model."""
+"""ADWM inference: one π_e^ε in imagined rollouts of the world model."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from adwm_core.cell import CellConfig
+from adwm_core.collection import PolicySpec
 from adwm_core.ope.adwm import run_adwm
 
 from . import behaviour, psi, world_model
-from .common import Artifact, run_stage
+from .common import Artifact, evaluation_slice, run_stage
 
 FILE = "estimates.parquet"
 
 
-@task(name="adwm-inference", tags=["gpu"])
-def adwm(cell: CellConfig, trajectories: Artifact, model: Artifact, adapter: Artifact | None,
+@task(name="adwm-inference", task_run_name="adwm-inference [{policy.label}]", tags=["gpu"])
+def adwm(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Artifact, adapter: Artifact | None,
          parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
-        run_adwm(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), cell.evaluation.policy,
-                 cell.env.name, f"{folder}/{FILE}", cell=cell.name,
-                 psi=adapter.file(psi.FOLDER) if adapter is not None else None,
+        run_adwm(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, cell.env.name,
+                 f"{folder}/{FILE}", cell=cell.name, psi=adapter.file(psi.FOLDER) if adapter is not None else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm)
 
     inputs = (trajectories, model) + ((adapter,) if adapter is not None else ())
-    return run_stage(cell.name, "adwm", {"adwm": cell.adwm, "evaluation": cell.evaluation}, inputs, build, parent_run)
+    config = {"adwm": cell.adwm, "evaluation": evaluation_slice(cell, policy)}
+    return run_stage(cell.name, "adwm", config, inputs, build, parent_run, policy.label)

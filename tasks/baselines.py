@@ -1,10 +1,11 @@
-"""COBS baselines: DM, IS, PDIS, WIS, WPDIS, DR, WDR, FQE for π_e^ε from the logs."""
+"""COBS baselines: DM, IS, PDIS, WIS, WPDIS, DR, WDR, FQE for one π_e^ε from the logs."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from adwm_core.cell import CellConfig
+from adwm_core.collection import PolicySpec
 from adwm_core.ope.baselines import run_baselines
 
 from . import behaviour, logprobs, world_model
@@ -13,11 +14,12 @@ from .common import Artifact, run_stage
 FILE = "estimates.parquet"
 
 
-@task(name="cobs-baselines")
-def baselines(cell: CellConfig, trajectories: Artifact, logps: Artifact, model: Artifact,
+@task(name="cobs-baselines", task_run_name="cobs-baselines [{policy.label}]")
+def baselines(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, logps: Artifact, model: Artifact,
               parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
         run_baselines(trajectories.file(behaviour.FILE), logps.file(logprobs.FILE), model.file(world_model.FOLDER),
-                      f"{folder}/{FILE}", cell=cell.name, policy=cell.evaluation.policy.name, config=cell.baselines)
+                      f"{folder}/{FILE}", cell=cell.name, policy=policy.name, config=cell.baselines)
 
-    return run_stage(cell.name, "baselines", cell.baselines, (trajectories, logps, model), build, parent_run)
+    config = {"baselines": cell.baselines, "policy": policy.name}
+    return run_stage(cell.name, "baselines", config, (trajectories, logps, model), build, parent_run, policy.label)

@@ -65,15 +65,21 @@ def locate(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = (
     return Artifact(artifact_path("cells", cell, stage, key[:16]), key)
 
 
+def evaluation_slice(cell, policy) -> dict:
+    """The settings a per-π_e stage depends on: that policy and the ε levels (not the other π_e)."""
+    return {"policy": policy, "epsilons": cell.evaluation.epsilons}
+
+
 def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
-              build: Callable[[str], object], parent_run: str | None) -> Artifact:
+              build: Callable[[str], object], parent_run: str | None, policy: str | None = None) -> Artifact:
     """Run ``build(folder)`` into an empty folder unless the stage's artifact with this key is complete;
-    the run is tracked as an MLflow run nested under ``parent_run``."""
+    the run is tracked as an MLflow run nested under ``parent_run`` (named after ``policy`` too
+    for per-π_e stages)."""
     artifact = locate(cell, stage, config_slice, inputs)
     fs, root = fsspec.core.url_to_fs(artifact.path)
     logger = get_run_logger()
     finished = fs.exists(f"{root}/{MARKER}")
-    with stage_run(parent_run, stage):
+    with stage_run(parent_run, stage if policy is None else f"{stage} [{policy}]"):
         if mlflow.active_run() is not None:
             mlflow.log_params({"stage_key": artifact.key[:16], "artifact": artifact.path, "reused": finished})
         if finished:

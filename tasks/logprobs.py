@@ -1,4 +1,4 @@
-"""Log-prob extraction: log π_b and log π_e^ε of every logged action."""
+"""Log-prob extraction: log π_b and log π_e^ε of every logged action (one π_e per task)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import extract_logprobs
+from adwm_core.collection import PolicySpec, extract_logprobs
 
 from . import behaviour
-from .common import Artifact, run_stage
+from .common import Artifact, evaluation_slice, run_stage
 
 FILE = "logprobs.parquet"
 
 
-@task(name="logprob-extraction", retries=1, retry_delay_seconds=exponential_backoff(10), tags=["gpu"])
-def logprobs(cell: CellConfig, trajectories: Artifact, parent_run: str | None) -> Artifact:
+@task(name="logprob-extraction", task_run_name="logprob-extraction [{policy.label}]", retries=1,
+      retry_delay_seconds=exponential_backoff(10), tags=["gpu"])
+def logprobs(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
-        extract_logprobs(trajectories.file(behaviour.FILE), cell.env.name, cell.behaviour.pool, cell.evaluation.policy,
+        extract_logprobs(trajectories.file(behaviour.FILE), cell.env.name, cell.behaviour.pool, policy,
                          f"{folder}/{FILE}", epsilons=cell.evaluation.epsilons)
 
-    return run_stage(cell.name, "logprobs", {"evaluation": cell.evaluation}, (trajectories,), build, parent_run)
+    return run_stage(cell.name, "logprobs", {"evaluation": evaluation_slice(cell, policy)}, (trajectories,), build,
+                     parent_run, policy.label)

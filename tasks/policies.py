@@ -20,7 +20,7 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
     """The cell with every ``local:<checkpoint>`` replaced by the trained checkpoint's folder,
     and the family's artifact (None for cells without local policies); ``train=False`` only
     looks the family up (an error when the cell never trained it)."""
-    check_runnable(cell)
+    check_runnable(cell, environment=train)
     if cell.local_policies is None:
         return cell, None
     family = cell.local_policies
@@ -39,23 +39,50 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
         return dataclasses.replace(spec, model=artifact.file(f"family/{spec.model[len(LOCAL_PREFIX):]}"))
 
     resolved = cell.model_copy(update={
-        "behaviour": cell.behaviour.model_copy(update={"pool": tuple(resolve(p) for p in cell.behaviour.pool)}),
-        "evaluation": cell.evaluation.model_copy(update={"policy": resolve(cell.evaluation.policy)}),
+        "behaviour": cell.behaviour.model_copy(update={"pool": tuple(map(resolve, cell.behaviour.pool))}),
+        "evaluation": cell.evaluation.model_copy(update={"policies": tuple(map(resolve, cell.evaluation.policies))}),
     })
     return resolved, artifact
 
 
-def check_runnable(cell: CellConfig) -> None:
-    """Fail the first stage, naming what is missing, when this machine cannot run the cell."""
+def check_runnable(cell: CellConfig, environment: bool = True) -> None:
+    """Fail the first stage, naming what is missing, when this machine cannot run the cell: its GPU,
+    its models' weights, its environment (the engine's own error: Java, a package, a data
+    folder's missing file, an unknown task; skipped with ``environment=False``)."""
     import torch
 
     if cell.needs_gpu and not torch.cuda.is_available():
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see README, 'Running it')")
     for where, spec in cell.policies():
-        if spec.model.startswith(LOCAL_PREFIX) or not os.path.isabs(os.path.expanduser(spec.model)):
+        if spec.model.startswith(LOCAL_PREFIX):
             continue
-        if not os.path.isfile(os.path.join(os.path.expanduser(spec.model), "config.json")):
-            raise FileNotFoundError(f"cell {cell.name}: {where}.model = {spec.model} holds no Hugging Face model "
-                                    "(no config.json); download the weights there or point the field (or its "
-                                    "environment variable) at them")
+        folder = os.path.expanduser(spec.model)
+        if os.path.isabs(folder) or os.path.isdir(folder):
+            if not os.path.isfile(os.path.join(folder, "config.json")):
+                raise FileNotFoundError(f"cell {cell.name}: {where}.model = {spec.model} holds no Hugging Face "
+                                        "model (no config.json); download the weights there or point the field "
+                                        "(or its environment variable) at them")
+        elif not _on_hub(spec.model):
+            raise FileNotFoundError(
+                f"cell {cell.name}: {where}.model = {spec.model!r} is neither a local folder nor in this machine's "
+                "Hugging Face cache, and the hub cannot be reached: on a connected machine run "
+                f"`hf download {spec.model}` (then copy the cache, $HF_HOME) or point the field (or its "
+                "environment variable) at a folder holding the weights")
+    if environment:
+        cell.env.instances()
+
+
+def _on_hub(name: str) -> bool:
+    """The model is in the local Hugging Face cache, or (unless HF_HUB_OFFLINE) the hub answers for it."""
+    import huggingface_hub
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        return True
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        huggingface_hub.model_info(name, timeout=10)
+    except Exception:  # offline, unknown, gated: the loader would fail the same way, later
+        return False
+    return True

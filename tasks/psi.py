@@ -1,10 +1,11 @@
-"""ψ-adapter training for π_e on the trained world model's latents."""
+"""ψ-adapter training for one π_e on the trained world model's latents."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from adwm_core.cell import CellConfig
+from adwm_core.collection import PolicySpec
 from adwm_core.training.psi import run_psi
 
 from . import behaviour, world_model
@@ -13,11 +14,12 @@ from .common import Artifact, epoch_logger, run_stage
 FOLDER = "adapter"
 
 
-@task(name="psi-training", tags=["gpu"])
-def psi(cell: CellConfig, trajectories: Artifact, model: Artifact, parent_run: str | None) -> Artifact:
+@task(name="psi-training", task_run_name="psi-training [{policy.label}]", tags=["gpu"])
+def psi(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Artifact,
+        parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
-        run_psi(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), cell.evaluation.policy,
-                f"{folder}/{FOLDER}", cell.psi, on_epoch=epoch_logger("psi_"))
+        run_psi(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, f"{folder}/{FOLDER}",
+                cell.psi, on_epoch=epoch_logger("psi_"))
 
-    config = {"psi": cell.psi, "policy": cell.evaluation.policy}
-    return run_stage(cell.name, "psi", config, (trajectories, model), build, parent_run)
+    config = {"psi": cell.psi, "policy": policy}
+    return run_stage(cell.name, "psi", config, (trajectories, model), build, parent_run, policy.label)

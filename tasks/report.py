@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 
 import fsspec
 import mlflow
@@ -21,42 +23,39 @@ REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "est
 
 
 @task(name="report")
-def report(cell: CellConfig, truth: Artifact, adwm_estimates: Artifact, baseline_estimates: Artifact,
-           parent_run: str | None) -> Artifact:
+def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifact],
+           baseline_estimates: list[Artifact], parent_run: str | None) -> Artifact:
+    """``truths`` empty: a cell without ground truth, reported ungraded."""
     def build(folder: str) -> None:
-        estimates = pa.concat_tables([read_table(adwm_estimates.file(adwm.FILE), ESTIMATES),
-                                      read_table(baseline_estimates.file(baselines.FILE), ESTIMATES)])
-        rows, curves = main_results(read_table(truth.file(ground_truth.SUMMARY), GROUND_TRUTH), estimates)
-        text = markdown(cell.name, cell.evaluation.policy.name, rows, curves)
+        estimates = pa.concat_tables([read_table(a.file(adwm.FILE), ESTIMATES) for a in adwm_estimates] +
+                                     [read_table(a.file(baselines.FILE), ESTIMATES) for a in baseline_estimates])
+        truth = (pa.concat_tables([read_table(a.file(ground_truth.SUMMARY), GROUND_TRUTH) for a in truths])
+                 if truths else None)
+        rows, curves = main_results(truth, estimates)
+        text = markdown(cell.name, rows, curves)
         fs, root = fsspec.core.url_to_fs(folder)
         for name, content in ((REPORT, text), (RESULTS, json.dumps(rows, indent=2)),
                               (CURVES, json.dumps(curves, indent=2))):
             with fs.open(f"{root}/{name}", "w") as f:
                 f.write(content)
-        with fs.open(f"{root}/{PLOT}", "wb") as f:
-            plot(curves, f, f"{cell.name}: Ĵ over ε against ground truth")
+        with tempfile.TemporaryDirectory() as scratch:
+            figure = os.path.join(scratch, PLOT)
+            plot(curves, figure, f"{cell.name}: Ĵ over ε" + (" against ground truth" if truths else ""))
+            fs.put_file(figure, f"{root}/{PLOT}")
+            mlflow.log_artifact(figure)
         for row in rows:
             name = row["estimator"].replace(":", "_")
             mlflow.log_metrics({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator",)})
         mlflow.log_text(text, REPORT)
         mlflow.log_dict(curves, CURVES)
-        with fs.open(f"{root}/{PLOT}", "rb") as f:
-            mlflow.log_image(_image(f.read()), PLOT)
 
-    artifact = run_stage(cell.name, "report", {"cell": cell.name}, (truth, adwm_estimates, baseline_estimates),
-                         build, parent_run)
+    inputs = (*truths, *adwm_estimates, *baseline_estimates)
+    artifact = run_stage(cell.name, "report", {"cell": cell.name}, inputs, build, parent_run)
     with fsspec.open(artifact.file(RESULTS)) as f:
         rows = json.load(f)
     with fsspec.open(artifact.file(REPORT), "r") as f:
         text = f.read()
-    create_table_artifact(rows, key=f"{cell.name}-main-results", description=f"{cell.name}: ρ per estimator")
+    if rows:
+        create_table_artifact(rows, key=f"{cell.name}-main-results", description=f"{cell.name}: ρ per estimator")
     create_markdown_artifact(text, key=f"{cell.name}-report", description=f"{cell.name}: report")
     return artifact
-
-
-def _image(png: bytes):
-    import io
-
-    from PIL import Image
-
-    return Image.open(io.BytesIO(png))

@@ -113,7 +113,7 @@ def tiny_cell(path, policies: dict[str, str]) -> str:
         "behaviour": {"episodes": 24, "variants": ["p0"],
                       "pool": [{"label": "early", "model": policies["early"]},
                                {"label": "late", "model": policies["late"]}]},
-        "evaluation": {"policy": {"label": "late", "model": policies["late"]}, "epsilons": [0.0, 0.5, 1.0]},
+        "evaluation": {"policies": [{"label": "late", "model": policies["late"]}], "epsilons": [0.0, 0.5, 1.0]},
         "ground_truth": {"episodes": 12},
         "world_model": {"epochs": 40, "device": "cpu"},  # long enough (seconds) to be killed midway in test_flows
         "psi": {"epochs": 2, "batch_size": 4, "device": "cpu"},

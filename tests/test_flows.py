@@ -5,6 +5,7 @@ Then: every stage's artifact, the report, the MLflow runs, the Prefect artifacts
 evaluate-policy, and a rerun after a stage lost its completion marker."""
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -108,7 +109,8 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED"]
     assert len(parents) == 1  # the killed run never finished
     children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
-    assert set(children) == set(STAGES)
+    per_policy = {"ground-truth", "logprobs", "psi", "adwm", "baselines"}  # one run per π_e, named after it
+    assert set(children) == {f"{s} [late]" if s in per_policy else s for s in STAGES}
     assert "train_dsm" in children["world-model"].data.metrics
     assert "ADWM_reward_sum.rho" in children["report"].data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(children["report"].info.run_id)}
@@ -123,18 +125,31 @@ def test_prefect_holds_the_results_table_and_the_report(first_run):
     assert Artifact.get("tiny-flow-report") is not None
 
 
-def test_a_rerun_reuses_finished_stages_and_redoes_an_unfinished_one(first_run):
+def test_a_rerun_with_a_second_policy_reuses_every_stage_of_the_first_and_redoes_an_unfinished_one(first_run, harness,
+                                                                                                    tiny_policies):
+    """The cell gains a π_e (as HotpotQA-cross ranks two): behaviour, world model and every stage of
+    the first π_e are reused — but the first π_e's ADWM stage, whose completion marker is gone
+    (as if killed), is computed again; the report ranks both π_e over their six points."""
     from flows.ope_cell import ope_cell
 
     cell, report = first_run
-    (behaviour,) = stage_folders("behaviour")
-    trajectories = os.path.join(behaviour, "trajectories.parquet")
-    written = os.path.getmtime(trajectories)
+    finished = {stage: [os.path.getmtime(os.path.join(f, "_COMPLETE")) for f in stage_folders(stage)]
+                for stage in STAGES if stage not in ("adwm", "report")}
     (adwm,) = stage_folders("adwm")
-    os.remove(os.path.join(adwm, "_COMPLETE"))  # as if the run had been killed inside the ADWM stage
-    assert ope_cell(cell) == report
-    assert os.path.getmtime(trajectories) == written  # reused, not rewritten
-    assert os.path.exists(os.path.join(adwm, "_COMPLETE"))
+    os.remove(os.path.join(adwm, "_COMPLETE"))
+    two = yaml.safe_load(open(cell))
+    two["evaluation"]["policies"].append({"label": "early", "model": tiny_policies["early"]})
+    (harness / "tiny-flow-two.yaml").write_text(yaml.safe_dump(two))
+    both = ope_cell(str(harness / "tiny-flow-two.yaml"))
+    assert both != report
+    for stage, mtimes in finished.items():
+        now = {os.path.getmtime(os.path.join(f, "_COMPLETE")) for f in stage_folders(stage)}
+        assert set(mtimes) <= now, f"{stage} was recomputed"
+        assert len(stage_folders(stage)) == len(mtimes) + (stage in ("ground-truth", "logprobs", "psi", "baselines"))
+    assert os.path.exists(os.path.join(adwm, "_COMPLETE")) and len(stage_folders("adwm")) == 2
+    curves = json.load(open(os.path.join(both, "curves.json")))
+    assert sorted(set(curves["policy"])) == ["early@p0", "late@p0"] and len(curves["epsilon"]) == 6
+    assert "| ADWM:reward_sum |" in open(os.path.join(both, "report.md")).read()
 
 
 def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(first_run, tiny_policies, harness):

@@ -61,15 +61,14 @@ def histories_of(episode: Episode) -> list[Example]:
 def gold_examples(
     env_name: str,
     env_kwargs: Mapping,
-    task: str,
-    variations: Sequence[int],
+    instances: Sequence[tuple[str, int]],
     *,
     max_steps: int = 30,
     n_workers: int | None = None,
 ) -> list[Example]:
-    """Steps of the engine's expert on ``variations`` (successful episodes only)."""
+    """Steps of the engine's expert on the (task, variation) ``instances`` (successful episodes only)."""
     with EpisodeRunner(env_name, env_kwargs, n_workers=n_workers, envs_per_worker=4, max_steps=max_steps) as runner:
-        episodes = runner.run([EpisodeSpec(i, task, v) for i, v in enumerate(variations)], EpsilonGoldAgent(0.0))
+        episodes = runner.run([EpisodeSpec(i, t, v) for i, (t, v) in enumerate(instances)], EpsilonGoldAgent(0.0))
     return [ex for ep in episodes if ep.success for ex in histories_of(ep)]
 
 
@@ -210,12 +209,12 @@ def train_tiny_policies(
     seed: int = 0,
 ) -> dict[str, str]:
     """The local policy family of a cell: a tiny GPT-2 trained from scratch on the expert's
-    trajectories of the first ``n_variations`` training variations; ``{name: path}`` of its checkpoints."""
-    from ..envs import make_env
+    trajectories of the first ``n_variations`` training instances of ``task`` (one, several
+    comma-separated or ``*``, as in :class:`~adwm_core.collection.EnvSpec`); ``{name: path}`` of its checkpoints."""
+    from ..collection import EnvSpec
 
-    with make_env(env_name, **env_kwargs) as env:
-        variations = env.variations(task, "train")[:n_variations]
-    examples = gold_examples(env_name, env_kwargs, task, variations, max_steps=max_steps)
+    instances = EnvSpec(env_name, task, env_kwargs, "train").instances()[:n_variations]
+    examples = gold_examples(env_name, env_kwargs, instances, max_steps=max_steps)
     model, tokenizer = new_tiny_lm(env_name, examples, context=context, width=width, layers=layers, seed=seed)
     return finetune(
         model, tokenizer, env_name, examples, out_dir, checkpoints, batch_size=batch_size, lr=lr, max_context=context, seed=seed

@@ -1,0 +1,51 @@
+"""The cell report over several π_e (ranked together, as HotpotQA-cross) and without ground truth."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from adwm_core.report import main_results, markdown, plot
+
+EPSILONS = (0.0, 0.5, 1.0)
+# two π_e: "dpo" better than "prm" at every ε, values falling with ε
+TRUTH = {("dpo@p0", 0.0): 0.9, ("dpo@p0", 0.5): 0.6, ("dpo@p0", 1.0): 0.1,
+         ("prm@p0", 0.0): 0.7, ("prm@p0", 0.5): 0.4, ("prm@p0", 1.0): 0.05}
+
+
+def truth_table():
+    return pa.table({"policy": [p for p, _ in TRUTH], "epsilon": [e for _, e in TRUTH],
+                     "mean_return": list(TRUTH.values())})
+
+
+def estimates_table():
+    rows = []
+    for seed in (0, 1):
+        for (policy, eps), value in TRUTH.items():
+            # "mirror" ranks the points exactly; "within" gets each π_e's ε order right but puts prm above dpo
+            rows.append({"estimator": "mirror", "seed": seed, "policy": policy, "epsilon": eps, "value": value})
+            shift = 1.0 if policy == "prm@p0" else 0.0
+            rows.append({"estimator": "within", "seed": seed, "policy": policy, "epsilon": eps, "value": value + shift})
+    return pa.Table.from_pylist(rows)
+
+
+def test_several_policies_are_ranked_together_over_all_points():
+    rows, curves = main_results(truth_table(), estimates_table())
+    by_name = {r["estimator"]: r for r in rows}
+    assert len(curves["epsilon"]) == 6 and curves["policy"].count("dpo@p0") == 3
+    assert by_name["mirror"]["rho"] == pytest.approx(1.0)
+    # right within each policy, wrong across them: rank correlation over the 6 points below 1
+    assert by_name["within"]["rho"] < 0.9
+    assert by_name["within"]["regret_at_1"] == pytest.approx((0.9 - 0.7) / (0.9 - 0.05))  # picks prm, ε=0
+    text = markdown("cross", rows, curves)
+    assert "off-policy estimates of dpo@p0, prm@p0" in text
+    assert "| Ĵ | dpo@p0 ε=0 | dpo@p0 ε=0.5 | dpo@p0 ε=1 | prm@p0 ε=0 | prm@p0 ε=0.5 | prm@p0 ε=1 |" in text
+
+
+def test_without_ground_truth_the_report_has_estimates_only(tmp_path):
+    rows, curves = main_results(None, estimates_table())
+    assert rows == [] and curves["ground_truth"] is None
+    assert np.allclose(curves["estimators"]["mirror"], [TRUTH[p] for p in sorted(TRUTH)])
+    text = markdown("ungraded", rows, curves)
+    assert "No ground truth" in text and "Spearman" not in text and "| mirror |" in text
+    plot(curves, str(tmp_path / "plot.png"), "ungraded")
+    assert (tmp_path / "plot.png").stat().st_size > 5_000
