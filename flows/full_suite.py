@@ -3,6 +3,7 @@ pool (scheduled nightly in prefect.yaml); fails when any cell fails, after all h
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 from prefect import flow, task
@@ -18,9 +19,13 @@ def run_cell(cell: str) -> str:
 
 
 @flow(name="full-suite", log_prints=True)
-def full_suite(cells: list[str] | None = None) -> dict[str, str]:
-    """``cells``: names under deployments/ (default: all). Returns cell → final state."""
-    names = cells or sorted(f[: -len(".yaml")] for f in os.listdir(DEPLOYMENTS) if f.endswith(".yaml"))
+def full_suite(cells: list[str] | None = None, pattern: str = "*") -> dict[str, str]:
+    """``cells``: names under deployments/ (default: every one matching ``pattern``, e.g.
+    ``local-*`` for the cells that run offline on CPU). Returns cell → final state."""
+    names = cells or sorted(name for name in (f[: -len(".yaml")] for f in os.listdir(DEPLOYMENTS) if f.endswith(".yaml"))
+                            if fnmatch.fnmatch(name, pattern))
+    if not names:
+        raise ValueError(f"no cell under deployments/ matches {pattern!r}")
     states = dict(zip(names, run_cell.map(names).result()))
     print("\n".join(f"{name}: {state}" for name, state in states.items()))
     failed = [name for name, state in states.items() if state != "COMPLETED"]

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import pytest
 import yaml
@@ -17,12 +18,41 @@ def local_raw() -> dict:
         return yaml.safe_load(f)
 
 
+SEED_CELLS = ("hotpotqa-dpo", "hotpotqa-prm", "hotpotqa-cross", "scienceworld-eto", "alfworld-iter1", "alfworld-iter3",
+              "webshop-iter1")
+
+
+def variables(path: str) -> set[str]:
+    with open(path) as f:
+        return set(re.findall(r"\$\{(\w+)\}", f.read()))
+
+
+def seed_environ(path: str, value: str = "/models/x") -> dict:
+    return {name: value for name in variables(path)}
+
+
 def test_every_shipped_cell_config_loads():
     paths = sorted(glob.glob(os.path.join(DEPLOYMENTS, "*.yaml")))
-    assert paths
+    assert {os.path.basename(p)[:-5] for p in paths} >= set(SEED_CELLS) | {"local-simonsays"}
     for path in paths:
-        config = CellConfig.load(path)
+        config = CellConfig.load(path, environ=seed_environ(path))
         assert config.name == os.path.basename(path)[: -len(".yaml")]
+
+
+@pytest.mark.parametrize("cell", SEED_CELLS)
+def test_seed_cells_follow_the_paper_and_name_their_unset_variables(cell):
+    path = os.path.join(DEPLOYMENTS, f"{cell}.yaml")
+    config = CellConfig.load(path, environ=seed_environ(path))
+    episodes = {"hotpotqa": 512, "scienceworld": 512, "alfworld-iter1": 256, "alfworld-iter3": 744, "webshop": 640}
+    assert config.behaviour.episodes == next(v for k, v in episodes.items() if cell.startswith(k))
+    assert config.needs_gpu and config.env.max_steps == (30 if cell.startswith("alfworld") else 12)
+    assert len(config.evaluation.policies) == (2 if cell == "hotpotqa-cross" else 1)
+    distinct = CellConfig.load(path, environ={name: f"/models/{name}" for name in variables(path)})
+    # π_e is never in the behaviour pool (paper: the world model never sees π_e)
+    assert not {p.model for p in distinct.behaviour.pool} & {p.model for p in distinct.evaluation.policies}
+    first = sorted(variables(path))[0]
+    with pytest.raises(CellConfigError, match=f"environment variable {first} is not set"):
+        CellConfig.load(path, environ={name: "/x" for name in variables(path) if name != first})
 
 
 def test_the_local_cell_resolves_its_sections():
@@ -42,7 +72,12 @@ def test_the_local_cell_resolves_its_sections():
     (lambda r: r["evaluation"].update(epsilons=[0.0, 1.5]), r"evaluation\.epsilons"),
     (lambda r: r.update(colour="blue"), r"colour: Extra inputs are not permitted"),
     (lambda r: r.pop("env"), r"env: Field required"),
-    (lambda r: r["evaluation"]["policy"].update(model="local:iter9"), r"evaluation\.policy\.model = 'local:iter9'"),
+    (lambda r: r["env"].update(name="webshopp"), r"env: Value error, unknown environment 'webshopp'; known: "),
+    (lambda r: r["evaluation"]["policies"][0].update(model="local:iter9"),
+     r"evaluation\.policies\[0\]\.model = 'local:iter9'"),
+    (lambda r: r["evaluation"]["policies"].append(dict(r["evaluation"]["policies"][0])),
+     r"evaluation\.policies: Value error, two evaluation policies share the name \['tiny-iter2@p0'\]"),
+    (lambda r: r["evaluation"].update(policies=[]), r"evaluation\.policies: Tuple should have at least 1 item"),
 ])
 def test_a_bad_field_is_named(edit, message):
     raw = local_raw()
@@ -53,11 +88,12 @@ def test_a_bad_field_is_named(edit, message):
 
 def test_model_paths_come_from_environment_variables(tmp_path):
     raw = local_raw()
-    raw["evaluation"]["policy"]["model"] = "${MY_AGENT}/checkpoint"
-    with pytest.raises(CellConfigError, match=r"evaluation\.policy\.model: environment variable MY_AGENT is not set"):
+    raw["evaluation"]["policies"][0]["model"] = "${MY_AGENT}/checkpoint"
+    with pytest.raises(CellConfigError,
+                       match=r"evaluation\.policies\.0\.model: environment variable MY_AGENT is not set"):
         CellConfig.from_mapping(raw, environ={})
     config = CellConfig.from_mapping(raw, environ={"MY_AGENT": "/models/agent"})
-    assert config.evaluation.policy.model == "/models/agent/checkpoint"
+    assert config.evaluation.policies[0].model == "/models/agent/checkpoint"
 
 
 def test_missing_or_malformed_files_are_named(tmp_path):
@@ -70,3 +106,18 @@ def test_missing_or_malformed_files_are_named(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(CellConfigError, match="a mapping of sections"):
         CellConfig.load(str(bad))
+
+
+def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
+    with open(os.path.join(DEPLOYMENTS, "..", "prefect.yaml")) as f:
+        project = yaml.safe_load(f)
+    cells = {os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DEPLOYMENTS, "*.yaml"))}
+    by_flow: dict[str, set] = {}
+    for deployment in project["deployments"]:
+        flow = deployment["entrypoint"].rsplit(":", 1)[1]
+        by_flow.setdefault(flow, set()).add(deployment["name"])
+        assert deployment.get("parameters", {}).get("cell", next(iter(cells))) in cells, deployment["name"]
+        assert deployment["work_pool"]["name"] == "gpu"
+    assert by_flow["ope_cell"] == cells
+    assert {"textworld-express", "scienceworld", "hotpotqa", "alfworld", "webshop"} <= by_flow["evaluate_policy"]
+    assert {"nightly", "local"} <= by_flow["full_suite"]

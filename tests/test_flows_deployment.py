@@ -2,6 +2,7 @@
 `prefect deploy`, `prefect deployment run … --watch` to Completed, and the flow run's MLflow run.
 (Named to run after test_flows.py, whose tiny cell it shares: its stages are then reused.)"""
 
+import json
 import os
 import re
 import signal
@@ -76,20 +77,27 @@ def prefect(env, *args, timeout=600) -> str:
 
 
 def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, tiny_policies, tmp_path):
+    """Through full-suite/test, which runs the cell as its own flow run of deployment ope-cell/tiny-flow."""
     cell = tiny_cell(tmp_path / "tiny-flow.yaml", tiny_policies)
     project = {
         "name": "adwm-test", "prefect-version": "3.7.7",
         "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": REPO}}],
         "deployments": [{"name": "tiny-flow", "entrypoint": "flows/ope_cell.py:ope_cell",
-                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"}}],
+                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"}},
+                        {"name": "test", "entrypoint": "flows/full_suite.py:full_suite",
+                         "parameters": {"cells": ["tiny-flow"]}, "work_pool": {"name": "gpu"}}],
     }
     (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(project))
     prefect(stack, "--no-prompt", "deploy", "--all", "--prefect-file", str(tmp_path / "prefect.yaml"))
-    output = prefect(stack, "deployment", "run", "ope-cell/tiny-flow", "--watch")
+    output = prefect(stack, "deployment", "run", "full-suite/test", "--watch")
     assert "Flow run finished successfully in 'Completed'" in output, output[-3000:]
-    flow_run = re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
+    suite_run = re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
     mlflow.set_tracking_uri(stack["MLFLOW_TRACKING_URI"])
     experiment = mlflow.get_experiment_by_name("cell/tiny-flow")
-    runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"params.flow_run_id = '{flow_run}'",
-                              output_format="list")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    parents = [r for r in mlflow.search_runs([experiment.experiment_id], output_format="list")
+               if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    cell_run = json.loads(prefect(stack, "flow-run", "inspect", parents[0].data.params["flow_run_id"], "-o", "json"))
+    # the cell ran as its own flow run of deployment ope-cell/tiny-flow, queued by the suite's run
+    assert cell_run["id"] != suite_run and cell_run["state_type"] == "COMPLETED"
+    assert cell_run["parameters"] == {"cell": cell}
