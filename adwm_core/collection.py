@@ -33,6 +33,8 @@ from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_
 from .policies.prompts import VARIANTS, History, episode_histories
 from .policies.scoring import eps_mix_logprob
 
+Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
+
 EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
@@ -129,9 +131,11 @@ def collect_behavior(
     n_workers: int | None = None,
     envs_per_worker: int = 8,
     overwrite: bool = False,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """N greedy trajectories shared round-robin among ``pool`` × ``variants``;
-    the k-th trajectory plays variation k (cycling through the split)."""
+    the k-th trajectory plays variation k (cycling through the split).
+    ``progress(done, total)`` is told of every finished episode."""
     check_output(out, overwrite=overwrite)
     if not pool or n_trajectories < 1:
         raise ValueError("behaviour collection needs at least one policy and one trajectory")
@@ -139,12 +143,13 @@ def collect_behavior(
     instances = env.instances()
     models = ModelCache()
     policies = [models.policy(member, env.name) for member in members]  # a bad model path fails before any episode
-    tables = []
+    tables, done = [], 0
     with _runner(env, n_workers, envs_per_worker) as runner:
         for m, (member, policy) in enumerate(zip(members, policies)):
             specs = episode_specs(instances, range(m, n_trajectories, len(members)), seed)
             if specs:
-                episodes = runner.run(specs, PolicyAgent(policy, 0.0))
+                episodes = runner.run(specs, PolicyAgent(policy, 0.0), progress=_offset(progress, done, n_trajectories))
+                done += len(specs)
                 tables.append(episodes_table(episodes, cell=cell, source="behavior", policy=member.name, epsilon=None))
     table = pa.concat_tables(tables)
     write_table(table, out, TRAJECTORIES, overwrite=overwrite)
@@ -165,10 +170,11 @@ def ground_truth_rollouts(
     envs_per_worker: int = 8,
     overwrite: bool = False,
     timings: dict | None = None,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """π_e^ε in the environment for every ε: episode k plays the same variation with the
     same seed at every ε (appendix 'ε-greedy mixing protocol'). Returns the summary;
-    ``timings`` as in :func:`run_epsilon_family`."""
+    ``timings`` and ``progress`` as in :func:`run_epsilon_family`."""
     for path in (trajectories_out, summary_out):
         check_output(path, overwrite=overwrite)
     check_epsilons(epsilons)
@@ -176,7 +182,8 @@ def ground_truth_rollouts(
     pi = ModelCache().policy(policy, env.name)
     with _runner(env, n_workers, envs_per_worker) as runner:
         trajectories, summary = run_epsilon_family(
-            runner, specs, lambda eps: PolicyAgent(pi, eps), epsilons, cell=cell, policy=policy.name, timings=timings
+            runner, specs, lambda eps: PolicyAgent(pi, eps), epsilons, cell=cell, policy=policy.name, timings=timings,
+            progress=progress,
         )
     write_table(trajectories, trajectories_out, TRAJECTORIES, overwrite=overwrite)
     write_table(summary, summary_out, GROUND_TRUTH, overwrite=overwrite)
@@ -192,23 +199,31 @@ def run_epsilon_family(
     cell: str,
     policy: str,
     timings: dict | None = None,
+    progress: Progress | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Run ``specs`` once per ε with ``agent_for(ε)`` (episode ids offset by i·len(specs) at
     the i-th ε); returns the ground-truth trajectories and their summary, one row per ε.
-    ``timings`` (if given) receives the wall seconds of each ε level."""
+    ``timings`` (if given) receives the wall seconds of each ε level; ``progress(done,
+    total)`` is told of every finished episode over all levels."""
     check_epsilons(epsilons)  # before any worker starts
     runner.start()
     tables, summary = [], []
     for i, eps in enumerate(epsilons):
         started = time.perf_counter()
         level = [replace(s, episode=i * len(specs) + s.episode) for s in specs]
-        episodes = runner.run(level, agent_for(eps))
+        episodes = runner.run(level, agent_for(eps), progress=_offset(progress, i * len(specs),
+                                                                       len(specs) * len(epsilons)))
         if timings is not None:
             timings[eps] = time.perf_counter() - started
         tables.append(episodes_table(episodes, cell=cell, source="ground_truth", policy=policy, epsilon=eps))
         returns, successes = [e.total_reward for e in episodes], [e.success for e in episodes]
         summary.append(_summarise(cell, policy, eps, returns, successes))
     return pa.concat_tables(tables), table_from_rows(summary, GROUND_TRUTH)
+
+
+def _offset(progress: Progress | None, before: int, total: int) -> Callable[[int, int], None] | None:
+    """A runner's (done, its total) as (episodes done in the whole stage, the stage's total)."""
+    return None if progress is None else (lambda done, _: progress(before + done, total))
 
 
 def _summarise(cell: str, policy: str, epsilon: float, returns: Sequence[float], successes: Sequence[bool]) -> dict:

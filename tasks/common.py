@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -22,6 +23,8 @@ from importlib.metadata import version
 import fsspec
 import mlflow
 from prefect import get_run_logger
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from tqdm import tqdm
 
 from adwm_core.paths import artifact_path
 
@@ -112,6 +115,29 @@ def epoch_logger(prefix: str = "") -> Callable[[int, dict], None]:
         if mlflow.active_run() is not None:
             mlflow.log_metrics({f"{prefix}{k}": float(v) for k, v in metrics.items()}, step=epoch)
     return log
+
+
+@contextlib.contextmanager
+def stage_progress(cell: str, what: str) -> Iterator[Callable[[int, int], None]]:
+    """``update(done, total)`` for a long stage: a Prefect progress artifact (updated per whole
+    percent) and a progress bar on the CLI (stderr)."""
+    artifact = create_progress_artifact(0.0, description=f"{cell}: {what}")
+    bar = tqdm(desc=f"{cell}: {what}", file=sys.stderr, leave=False, dynamic_ncols=True)
+    shown = -1
+
+    def update(done: int, total: int) -> None:
+        nonlocal shown
+        bar.total, bar.n = total, done
+        bar.refresh()
+        percent = int(100 * done / total)
+        if percent > shown:
+            update_progress_artifact(artifact, float(percent))
+            shown = percent
+
+    try:
+        yield update
+    finally:
+        bar.close()
 
 
 @contextlib.contextmanager

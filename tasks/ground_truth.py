@@ -8,7 +8,7 @@ from prefect.tasks import exponential_backoff
 from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec, ground_truth_rollouts
 
-from .common import Artifact, evaluation_slice, run_stage
+from .common import Artifact, evaluation_slice, run_stage, stage_progress
 
 EPISODES, SUMMARY = "episodes.parquet", "summary.parquet"
 
@@ -19,8 +19,10 @@ def ground_truth(cell: CellConfig, policy: PolicySpec, parent_run: str | None) -
     settings = cell.ground_truth
 
     def build(folder: str) -> None:
-        ground_truth_rollouts(cell.env, policy, settings.episodes, f"{folder}/{EPISODES}", f"{folder}/{SUMMARY}",
-                              cell=cell.name, epsilons=cell.evaluation.epsilons, seed=settings.seed)
+        with stage_progress(cell.name, f"ground-truth episodes of {policy.label}") as progress:
+            ground_truth_rollouts(cell.env, policy, settings.episodes, f"{folder}/{EPISODES}", f"{folder}/{SUMMARY}",
+                                  cell=cell.name, epsilons=cell.evaluation.epsilons, seed=settings.seed,
+                                  progress=progress)
 
     config = {"env": cell.env, "evaluation": evaluation_slice(cell, policy), "ground_truth": settings}
     return run_stage(cell.name, "ground-truth", config, (), build, parent_run, policy.label)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import mlflow
 from prefect import task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from adwm_core.cell import CellConfig
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.training.world_model import train_world_model
 
 from . import behaviour
-from .common import Artifact, epoch_logger, run_stage
+from .common import Artifact, epoch_logger, run_stage, stage_progress
 
 STAGE, FOLDER = "world-model", "model"
 
@@ -20,15 +20,16 @@ def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None
     config = cell.world_model
 
     def build(folder: str) -> None:
-        progress = create_progress_artifact(0.0, description=f"{cell.name}: world-model epochs")
         log = epoch_logger()
+        with stage_progress(cell.name, "world-model epochs") as progress:
+            def on_epoch(epoch: int, metrics: dict) -> None:
+                log(epoch, metrics)
+                progress(epoch + 1, config.epochs)
 
-        def on_epoch(epoch: int, metrics: dict) -> None:
-            log(epoch, metrics)
-            update_progress_artifact(progress, 100.0 * (epoch + 1) / config.epochs)
-
-        train_world_model(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES), f"{folder}/{FOLDER}", config,
-                          on_epoch=on_epoch)
+            train_world_model(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES), f"{folder}/{FOLDER}",
+                              config, on_epoch=on_epoch)
+        if mlflow.active_run() is not None and "://" not in folder:
+            mlflow.log_artifacts(f"{folder}/{FOLDER}", "world_model")  # the selected checkpoint and its config
 
     return run_stage(cell.name, STAGE, config_slice(cell), (trajectories,), build, parent_run)
 

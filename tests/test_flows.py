@@ -112,6 +112,10 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     per_policy = {"ground-truth", "logprobs", "psi", "adwm", "baselines"}  # one run per π_e, named after it
     assert set(children) == {f"{s} [late]" if s in per_policy else s for s in STAGES}
     assert "train_dsm" in children["world-model"].data.metrics
+    client = mlflow.MlflowClient()
+    assert [a.path for a in client.list_artifacts(children["world-model"].info.run_id)] == ["world_model"]
+    checkpoint = {a.path for a in client.list_artifacts(children["world-model"].info.run_id, "world_model")}
+    assert any(path.endswith(".safetensors") for path in checkpoint), checkpoint
     assert "ADWM_reward_sum.rho" in children["report"].data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(children["report"].info.run_id)}
     assert {"report.md", "estimates_vs_truth.png"} <= artifacts
@@ -123,6 +127,14 @@ def test_prefect_holds_the_results_table_and_the_report(first_run):
     table = Artifact.get("tiny-flow-main-results")
     assert table is not None and "ADWM:reward_sum" in str(table.data)
     assert Artifact.get("tiny-flow-report") is not None
+    assert progress_artifacts().get("tiny-flow: world-model epochs") == 100.0
+
+
+def progress_artifacts() -> dict[str, float]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return {a.description: a.data for a in client.read_artifacts() if a.type == "progress"}
 
 
 def test_a_rerun_with_a_second_policy_reuses_every_stage_of_the_first_and_redoes_an_unfinished_one(first_run, harness,
@@ -150,6 +162,7 @@ def test_a_rerun_with_a_second_policy_reuses_every_stage_of_the_first_and_redoes
     curves = json.load(open(os.path.join(both, "curves.json")))
     assert sorted(set(curves["policy"])) == ["early@p0", "late@p0"] and len(curves["epsilon"]) == 6
     assert "| ADWM:reward_sum |" in open(os.path.join(both, "report.md")).read()
+    assert progress_artifacts().get("tiny-flow: ground-truth episodes of early") == 100.0
 
 
 def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(first_run, tiny_policies, harness):
