@@ -58,7 +58,8 @@ def test_seed_cells_follow_the_paper_and_name_their_unset_variables(cell):
 def test_the_local_cell_resolves_its_sections():
     config = CellConfig.load(LOCAL)
     assert config.env.name == "textworld-express" and config.env.skip_variations == 40
-    assert [p.model for p in config.behaviour.pool] == ["local:iter0", "local:iter1", "local:iter2"]
+    assert [p.model for p in config.behaviour.pool] == ["local:iter0", "local:iter1"]
+    assert [p.model for p in config.evaluation.policies] == ["local:iter2"]  # never in the pool
     assert config.evaluation.epsilons == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert config.adwm.horizon == 12 and config.adwm.n_rollouts == 32  # set, and defaulted from the paper
     assert config.world_model.epochs == 50 and config.psi.epochs == 20
