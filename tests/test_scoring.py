@@ -6,7 +6,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from adwm_core.policies.scoring import action_span, eps_mix_logprob, score_actions
+from adwm_core.policies.scoring import action_span, eps_mix_logprob, fit_context, score_actions
 
 CORPUS = [f"Observation: room {i}.\nAction: take coin\nAction: move east\nAction: open door\n" for i in range(200)]
 
@@ -54,6 +54,22 @@ def test_batched_scores_equal_the_token_by_token_chain(tokenizer, model):
         assert got == pytest.approx(expected, abs=1e-5) and n == len(full) - start
     single, _ = score_actions(model, tokenizer, prompts, actions, batch_size=1)
     np.testing.assert_allclose(single, logprobs, atol=1e-5)
+
+
+def test_an_action_past_the_context_is_scored_after_the_latest_prompt_tokens(tokenizer, model):
+    """The model has 64 positions: the prompt loses its oldest tokens, the action span stays whole."""
+    prompt, action = "Observation: room 3.\n" * 12 + "Action: ", "take coin"
+    full, start = action_span(tokenizer, prompt, action)
+    assert len(full) > 64
+    ids, kept_start = fit_context(full, start, 64)
+    assert len(ids) == 64 and ids[kept_start:] == full[start:] and ids[:kept_start] == full[len(full) - 64 : start]
+    (got,), (n,) = score_actions(model, tokenizer, [prompt], [action])
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+    expected = sum(torch.log_softmax(logits[j - 1], -1)[ids[j]].item() for j in range(kept_start, len(ids)))
+    assert got == pytest.approx(expected, abs=1e-5) and n == len(full) - start
+    with pytest.raises(ValueError, match="does not fit a 2-token context"):
+        fit_context(full, start, 2)
 
 
 def test_eps_mixed_probabilities_sum_to_one():

@@ -77,4 +77,5 @@ class TransformersLM(LanguageModel):
         return out
 
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return score_actions(self.model, self.tokenizer, prompts, continuations, batch_size=self.batch_size)
+        return score_actions(self.model, self.tokenizer, prompts, continuations, batch_size=self.batch_size,
+                             max_context=self.max_context)

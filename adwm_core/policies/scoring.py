@@ -45,6 +45,24 @@ def action_span(tokenizer, prompt: str, action: str) -> tuple[list[int], int]:
     return list(full), start
 
 
+def fit_context(ids: list[int], start: int, limit: int) -> tuple[list[int], int]:
+    """``(ids, start)`` of :func:`action_span` with the oldest prompt tokens dropped until
+    prompt + action fit ``limit`` tokens: prompts are budgeted for the generated answer, and
+    a logged action may be longer (a WebShop query); the action span itself is never cut."""
+    excess = len(ids) - limit
+    if excess <= 0:
+        return ids, start
+    if excess >= start:
+        raise ValueError(f"an action of {len(ids) - start} tokens does not fit a {limit}-token context")
+    return ids[excess:], start - excess
+
+
+def model_context(model) -> int:
+    """The longest input a transformers causal LM takes (positions)."""
+    config = model.config
+    return getattr(config, "n_positions", None) or config.max_position_embeddings
+
+
 def eps_mix_logprob(logprob, epsilon: float, admissible, n_admissible) -> np.ndarray:
     """log π^ε(a|h) = log((1-ε)·exp(logprob) + ε·1[a∈A]/|A|), Eq. (eps-mix), computed stably.
 
@@ -64,17 +82,20 @@ def eps_mix_logprob(logprob, epsilon: float, admissible, n_admissible) -> np.nda
     return np.logaddexp(logprob + log_keep, uniform)
 
 
-def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[str], batch_size: int = 8):
+def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[str], batch_size: int = 8,
+                  max_context: int | None = None):
     """log π(a_i | prompt_i) over each action span, and the span lengths in tokens.
 
     Batched forward passes of a causal LM (transformers), right-padded; the sums
-    are accumulated in float64. Returns ``(logprobs, n_tokens)`` as numpy arrays.
+    are accumulated in float64; a prompt + action longer than the context loses its
+    oldest prompt tokens (:func:`fit_context`). Returns ``(logprobs, n_tokens)`` as numpy arrays.
     """
     import torch
 
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
-    spans = [action_span(tokenizer, p, a) for p, a in zip(prompts, actions)]
+    limit = min(model_context(model), max_context or model_context(model))
+    spans = [fit_context(*action_span(tokenizer, p, a), limit) for p, a in zip(prompts, actions)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
     logprobs = np.empty(len(spans), dtype=np.float64)

@@ -41,7 +41,7 @@ from .prompts import (
     episode_histories,
     instruction,
 )
-from .scoring import action_span
+from .scoring import action_span, fit_context
 
 EOS = "<|endoftext|>"
 
@@ -114,11 +114,11 @@ def new_tiny_lm(
     return GPT2LMHeadModel(config), tokenizer
 
 
-def _encode(template: PromptTemplate, example: Example) -> tuple[list[int], int]:
-    """Token ids of prompt + action continuation + EOS, and where the loss starts."""
+def _encode(template: PromptTemplate, example: Example, room: int) -> tuple[list[int], int]:
+    """Token ids of prompt + action continuation + EOS within ``room`` tokens, and where the loss starts."""
     tokenizer = template.tokenizer
     ids, start = action_span(tokenizer, template.render(example.history), action_continuation(example.action))
-    return ids + [tokenizer.eos_token_id], start
+    return fit_context(ids + [tokenizer.eos_token_id], start, room)
 
 
 def finetune(
@@ -155,7 +155,7 @@ def finetune(
         tokenizer.pad_token = tokenizer.eos_token
     room = min(max_context, getattr(model.config, "n_positions", None) or model.config.max_position_embeddings)
     templates = [PromptTemplate(env_name, v, tokenizer, room - max_new_tokens) for v in VARIANTS]
-    encoded = [_encode(template, ex) for ex in examples for template in templates]
+    encoded = [_encode(template, ex, room) for ex in examples for template in templates]
     if lora is not None:
         from peft import LoraConfig, get_peft_model
 
