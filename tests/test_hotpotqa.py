@@ -1,5 +1,6 @@
 import json
 import re
+import sys
 
 import pytest
 
@@ -118,6 +119,8 @@ def test_search_exact_title_bm25_and_not_found(env):
     river = env.step("search[longest river of Italy]").observation.text
     assert river.startswith("Could not find") and "'Tiber'" in river
     assert env.step("search[xyzzy]").observation.text == "Could not find xyzzy. Similar: []."
+    # BM25 never brings numba in: with it loaded, vLLM can no longer start in this process (envs/bm25.py)
+    assert "numba" not in sys.modules
 
 
 def test_lookup_walks_the_sentences_of_the_last_page(env):

@@ -1,4 +1,5 @@
 import json
+import sys
 
 import pytest
 
@@ -134,6 +135,7 @@ def test_search_page_and_free_queries(env):
     nothing = env.step("search[zzzz qqqq]")  # free text is accepted, even when it finds nothing
     assert nothing.action_valid and "Page 1 (Total results: 0)" in nothing.observation.text
     assert nothing.observation.admissible == ("click[back to search]",)
+    assert "numba" not in sys.modules  # see envs/bm25.py
 
 
 def test_page_navigation(env):

@@ -73,6 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import EnvironmentUnavailable, Observation, StepResult, TextEnv, check_split
+from .bm25 import import_bm25s
 
 DATA_VARIABLE = "HOTPOTQA_DATA"
 OFFLINE = "offline"
@@ -156,9 +157,7 @@ def _title_key(text: str) -> str:
 
 @cache
 def _stopwords() -> frozenset[str]:
-    from bm25s.stopwords import STOPWORDS_EN
-
-    return frozenset(STOPWORDS_EN)
+    return frozenset(import_bm25s().stopwords.STOPWORDS_EN)
 
 
 def _tokens(text: str) -> list[str]:
@@ -219,9 +218,7 @@ class Corpus:
     def similar(self, query: str, k: int) -> list[str]:
         """Distinct titles of the ``k`` best pages for ``query`` by BM25 (ties: corpus order)."""
         if self._bm25 is None:
-            import bm25s
-
-            self._bm25 = bm25s.BM25()
+            self._bm25 = import_bm25s().BM25()
             self._bm25.index([_tokens(f"{p.title} {p.text()}") for p in self.pages], show_progress=False)
         ids = self._bm25.get_tokens_ids(_tokens(query))
         if not ids:

@@ -59,6 +59,7 @@ import re
 from dataclasses import dataclass
 
 from .base import Observation, StepResult, TextEnv
+from .bm25 import import_bm25s
 from .webshop_catalogue import Catalogue, Goal, Product, generate_catalogue, load_official, official_files, split_range
 
 TASK = "shop"
@@ -181,11 +182,9 @@ class ProductSearch:
     """BM25 over the products (bm25s), top :data:`SEARCH_RETURN_N` product ids per query."""
 
     def __init__(self, products: list[Product]) -> None:
-        import bm25s
-        from bm25s.tokenization import Tokenizer
-
+        bm25s = import_bm25s()
         self._asins = [p.asin for p in products]
-        self._tokenizer = Tokenizer(stopwords=sorted(STOP_WORDS))
+        self._tokenizer = bm25s.tokenization.Tokenizer(stopwords=sorted(STOP_WORDS))
         corpus = self._tokenizer.tokenize([search_document(p) for p in products], return_as="string",
                                           show_progress=False)
         self._bm25 = bm25s.BM25(k1=0.9, b=0.4)
