@@ -298,15 +298,8 @@ class AlfWorldEnv(TextEnv):
     # -- cleanup ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        for attr in ("_engine", "_expert_engine"):
-            engine = getattr(self, attr, None)
-            setattr(self, attr, None)
-            if engine is None:
-                continue
-            try:  # each engine loaded its own copy of fast-downward's library (~34 MB): unload it
-                lib = engine.unwrapped.downward_lib
-                import_alfworld("fast_downward").close_lib(lib)
-            except Exception:
-                pass
+        # The engines are only dropped: unloading fast-downward's library here (dlclose) left
+        # objects that still point into it, and the interpreter crashed (SIGSEGV) at exit.
+        self._engine = self._expert_engine = None
         self._game_path = self._expert_game = None
         self._state = None
