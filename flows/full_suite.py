@@ -4,12 +4,11 @@ pool (scheduled nightly in prefect.yaml); fails when any cell fails, after all h
 from __future__ import annotations
 
 import fnmatch
-import os
 
 from prefect import flow, task
 from prefect.deployments import run_deployment
 
-from flows.cells import DEPLOYMENTS
+from flows.cells import cell_names
 
 
 @task(name="run-cell")
@@ -22,8 +21,7 @@ def run_cell(cell: str) -> str:
 def full_suite(cells: list[str] | None = None, pattern: str = "*") -> dict[str, str]:
     """``cells``: names under deployments/ (default: every one matching ``pattern``, e.g.
     ``local-*`` for the cells that run offline on CPU). Returns cell → final state."""
-    names = cells or sorted(name for name in (f[: -len(".yaml")] for f in os.listdir(DEPLOYMENTS) if f.endswith(".yaml"))
-                            if fnmatch.fnmatch(name, pattern))
+    names = cells or fnmatch.filter(cell_names(), pattern)
     if not names:
         raise ValueError(f"no cell under deployments/ matches {pattern!r}")
     states = dict(zip(names, run_cell.map(names).result()))
