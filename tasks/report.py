@@ -45,7 +45,7 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
             mlflow.log_artifact(figure)
         for row in rows:
             name = row["estimator"].replace(":", "_")
-            mlflow.log_metrics({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator",)})
+            mlflow.log_metrics({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator", "rho_seeds")})
         mlflow.log_text(text, REPORT)
         mlflow.log_dict(curves, CURVES)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.report import main_results, markdown, plot
+from adwm_core.report import RESULT_COLUMNS, main_results, markdown, plot
 
 EPSILONS = (0.0, 0.5, 1.0)
 # two π_e: "dpo" better than "prm" at every ε, values falling with ε
@@ -33,6 +33,8 @@ def test_several_policies_are_ranked_together_over_all_points():
     by_name = {r["estimator"]: r for r in rows}
     assert len(curves["epsilon"]) == 6 and curves["policy"].count("dpo@p0") == 3
     assert by_name["mirror"]["rho"] == pytest.approx(1.0)
+    assert list(by_name["mirror"]) == list(RESULT_COLUMNS)
+    assert by_name["mirror"]["rho_seeds"] == pytest.approx([1.0, 1.0]) and by_name["mirror"]["rho_p"] == 0.0
     # right within each policy, wrong across them: rank correlation over the 6 points below 1
     assert by_name["within"]["rho"] < 0.9
     assert by_name["within"]["regret_at_1"] == pytest.approx((0.9 - 0.7) / (0.9 - 0.05))  # picks prm, ε=0
