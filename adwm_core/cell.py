@@ -77,6 +77,7 @@ class LocalPolicies(_Strict):
 
     checkpoints: dict[str, int] = Field(min_length=1)  # name → optimiser steps
     n_variations: int = Field(default=40, gt=0)
+    context: int = Field(default=256, ge=64)  # tokens the family reads, answer included
 
 
 class CellConfig(_Strict):

@@ -27,7 +27,7 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
 
     def build(folder: str) -> None:
         train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, f"{folder}/family", family.checkpoints,
-                            n_variations=family.n_variations)
+                            n_variations=family.n_variations, context=family.context)
 
     settings = {"env": cell.env, "local_policies": family}
     artifact = (run_stage(cell.name, STAGE, settings, (), build, parent_run) if train
