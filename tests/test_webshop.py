@@ -111,6 +111,18 @@ def test_expert_reaches_reward_one_on_every_generated_goal(env, split):
         assert last.done and last.success and last.reward == 1.0 and last.score == 1.0
 
 
+def test_the_expert_searches_with_the_shortest_query_that_finds_the_goal_first(env):
+    shorter = 0
+    for variation in env.variations("shop", "train")[:40]:
+        obs = env.reset("shop", variation)
+        query = env.gold_actions()[0]
+        instruction = obs.admissible[0]  # search[<the whole instruction>]
+        assert len(query.split()) <= len(instruction.split())
+        shorter += len(query.split()) < len(instruction.split())
+        assert env.step(query).observation.admissible[2] == env.gold_actions()[1]  # listed first
+    assert shorter >= 30, shorter
+
+
 def test_a_wrong_option_loses_credit(env):
     env.reset("shop", env.variations("shop", "test")[0])
     gold = env.gold_actions()

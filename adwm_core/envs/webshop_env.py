@@ -314,14 +314,14 @@ class WebShopEnv(TextEnv):
             raise RuntimeError("call reset() before gold_actions()")
         goal = self._goal
         product = self.catalogue.by_asin[goal.asin]
-        best = None  # (rank, query) of the query ranking the goal product highest
-        for query in [*search_candidates(goal), product.title.lower()]:
-            hits = self.engine.search(query)
-            if goal.asin in hits and (best is None or hits.index(goal.asin) < best[0]):
-                best = (hits.index(goal.asin), query)
-        if best is None:
+        # the query ranking the goal product highest, the shortest of those (as people search: a
+        # policy that must type the whole instruction back fails where a few words would do)
+        ranked = [(hits.index(goal.asin), len(query.split()), query)
+                  for query in [*search_candidates(goal), product.title.lower()]
+                  if goal.asin in (hits := self.engine.search(query))]
+        if not ranked:
             return [f"search[{product.title.lower()}]"]  # not retrievable: the expert cannot reach it
-        rank, query = best
+        rank, _, query = min(ranked)
         pages = [f"click[{NEXT_PAGE}]"] * (rank // PRODUCT_WINDOW)
         actions = [f"search[{query}]", *pages, f"click[{goal.asin.lower()}]"]
         chosen: set[str] = set()
