@@ -11,7 +11,7 @@ from adwm_core.data.windows import episode_arrays, reward_scale, windows_at
 from adwm_core.model.world_model import WorldModel
 from adwm_core.policies.base import load_language_model
 from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
-from adwm_core.training.world_model import TrainConfig, train_world_model
+from adwm_core.training.world_model import TrainConfig, split_indices, train_world_model
 from conftest import WM_EPOCHS
 
 EPOCHS = WM_EPOCHS
@@ -79,6 +79,19 @@ def test_bad_training_config_and_missing_checkpoint_are_named(tmp_path):
         train_world_model(table.filter(pc.equal(table["t"], 5)), str(tmp_path / "wm"))
     with pytest.raises(ValueError, match="collect more behaviour data"):
         train_world_model(table, str(tmp_path / "wm"))
+
+
+def test_a_checkpoint_is_kept_when_no_held_out_step_is_reward_supervised(tmp_path):
+    """Terminal-only rewards and a held-out episode cut at the horizon (never done): its reward
+    MSE is undefined at every epoch, and termination alone picks the checkpoint (ALFWorld's
+    local cell once completed its stage with no checkpoint at all)."""
+    (held_out,) = split_indices(10, 0.1, 0)[1]
+    rows = [row for e in range(10)
+            for row in _rows(e, [("go", 0.0), ("take", 0.0 if e == held_out else 1.0)], done_last=e != held_out)]
+    result = train_world_model(table_from_rows(rows, TRAJECTORIES), str(tmp_path / "wm"),
+                               TrainConfig(epochs=2, batch_size=4, device="cpu"))
+    assert all(np.isnan(epoch["heldout_reward_mse"]) for epoch in result.history)
+    assert result.best_epoch >= 0 and WorldModel.load(str(tmp_path / "wm")) is not None
 
 
 @pytest.fixture(scope="module")

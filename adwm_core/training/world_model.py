@@ -208,7 +208,7 @@ def train_world_model(
         metrics["transitions_per_s"] = n_transitions / (time.perf_counter() - started)
         metrics.update(heldout_metrics(model, tokens, data, heldout, config.window, constants))
         history.append(metrics)
-        key = (metrics["heldout_reward_mse"], metrics["heldout_done_bce"])  # ties (e.g. all 0) go to termination
+        key = selection_key(metrics)
         if key < best_key:
             best_epoch, best_key = epoch, key
             model.save(out_dir)
@@ -217,7 +217,19 @@ def train_world_model(
                        "epochs": history}, f, indent=2)
         if on_epoch is not None:
             on_epoch(epoch, metrics)
+    if best_epoch < 0:
+        raise RuntimeError(f"no epoch of world-model training gave finite held-out metrics (last: {history[-1]}); "
+                           "the training diverged: lower TrainConfig.lr or check the behaviour data")
     return TrainResult(out_dir, best_epoch, history)
+
+
+def selection_key(metrics: dict[str, float]) -> tuple[float, float]:
+    """The checkpoint with the lowest (held-out reward MSE, done BCE) is kept; ties (e.g. all 0)
+    go to termination. Where no held-out transition is reward-supervised (terminal-only rewards
+    and held-out episodes all cut at the horizon) the MSE is NaN at every epoch and termination
+    alone decides; a NaN BCE (diverged) never wins."""
+    mse, bce = metrics["heldout_reward_mse"], metrics["heldout_done_bce"]
+    return (0.0 if math.isnan(mse) else mse, math.inf if math.isnan(bce) else bce)
 
 
 def _constants(data: EpisodeArrays, train: np.ndarray) -> dict[str, float]:
