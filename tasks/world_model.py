@@ -1,4 +1,5 @@
-"""World-model training, once per environment and behaviour pool (π_e plays no part)."""
+"""World-model training, once per environment and behaviour pool (π_e plays no part); a pool
+ADWM cannot read (no success for success-bank guidance) is refused before training."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ STAGE, FOLDER = "world-model", "model"
 @task(name="world-model-training", tags=["gpu"])
 def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None) -> Artifact:
     config = cell.world_model
+    cell.adwm.check_behaviour(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES))  # before training
 
     def build(folder: str) -> None:
         log = epoch_logger()

@@ -135,6 +135,10 @@ def test_bad_settings_are_named(corridor):
     failures = table.filter(pa.compute.invert(table["success"]))
     with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
         ImaginedRollouts(model, StateBank.from_trajectories(failures, model), AdwmConfig())
+    with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/local_families.py"):
+        AdwmConfig().check_behaviour(failures)  # the world-model stage asks this before training
+    AdwmConfig(guidance="none").check_behaviour(failures)
+    AdwmConfig().check_behaviour(table)
     with pytest.raises(ValueError, match="ε levels"):
         evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
     with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):

@@ -114,6 +114,17 @@ class AdwmConfig:
         if bad:
             raise ValueError(f"ADWM config: {'; '.join(bad)}")
 
+    def check_behaviour(self, trajectories: pa.Table) -> None:
+        """Success-bank guidance reads the last observations of successful behaviour episodes:
+        refuse a pool without one before the world model is trained on it."""
+        steps = behaviour_rows(trajectories)
+        if self.guidance == "success_bank" and not any(steps["success"].to_pylist()):
+            episodes = len(set(steps["episode"].to_pylist()))
+            raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
+                             "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
+                             "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
+                             "or set adwm.guidance to 'none'")
+
 
 @dataclass
 class StateBank:
@@ -416,9 +427,12 @@ def run_adwm(
     epsilons: Sequence[float] = EPSILONS,
     config: AdwmConfig = AdwmConfig(),
     overwrite: bool = False,
+    timings: dict | None = None,
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
-    soft-token reading) over the ε family → estimates Parquet at ``out``."""
+    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
+    given) receives the imagined steps of all seeds and the seconds spent in the world model,
+    the guidance and π_e."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -428,6 +442,10 @@ def run_adwm(
     adapter = load_adapter(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
-    table, _ = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                               config=config)
+    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
+                                  config=config)
+    if timings is not None:
+        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
+        for part in runs[0].seconds:
+            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)
