@@ -1,4 +1,5 @@
-"""ADWM inference: one π_e^ε in imagined rollouts of the world model."""
+"""ADWM inference: one π_e^ε in imagined rollouts of the world model (imagined steps and where
+the time went are logged to the stage's MLflow run)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from adwm_core.collection import PolicySpec
 from adwm_core.ope.adwm import run_adwm
 
 from . import behaviour, psi, world_model
-from .common import Artifact, evaluation_slice, run_stage
+from .common import Artifact, evaluation_slice, log_metrics, run_stage
 
 FILE = "estimates.parquet"
 
@@ -18,9 +19,11 @@ FILE = "estimates.parquet"
 def adwm(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Artifact, adapter: Artifact | None,
          parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
+        timings: dict[str, float] = {}
         run_adwm(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, cell.env.name,
                  f"{folder}/{FILE}", cell=cell.name, psi=adapter.file(psi.FOLDER) if adapter is not None else None,
-                 epsilons=cell.evaluation.epsilons, config=cell.adwm)
+                 epsilons=cell.evaluation.epsilons, config=cell.adwm, timings=timings)
+        log_metrics(timings)
 
     inputs = (trajectories, model) + ((adapter,) if adapter is not None else ())
     config = {"adwm": cell.adwm, "evaluation": evaluation_slice(cell, policy)}

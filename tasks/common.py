@@ -109,11 +109,16 @@ def stage_run(parent_run: str | None, stage: str) -> Iterator[object]:
         yield run
 
 
+def log_metrics(metrics: dict, step: int | None = None) -> None:
+    """``metrics`` to the active MLflow run (the stage's), if any."""
+    if mlflow.active_run() is not None:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+
+
 def epoch_logger(prefix: str = "") -> Callable[[int, dict], None]:
     """An ``on_epoch`` callback logging every metric of an epoch to the active MLflow run."""
     def log(epoch: int, metrics: dict) -> None:
-        if mlflow.active_run() is not None:
-            mlflow.log_metrics({f"{prefix}{k}": float(v) for k, v in metrics.items()}, step=epoch)
+        log_metrics({f"{prefix}{k}": v for k, v in metrics.items()}, step=epoch)
     return log
 
 
@@ -140,17 +145,21 @@ def stage_progress(cell: str, what: str) -> Iterator[Callable[[int, int], None]]
         bar.close()
 
 
-@contextlib.contextmanager
-def cell_run(cell: str, run_name: str) -> Iterator[str]:
-    """The flow run's parent MLflow run in experiment ``cell/<cell>``; yields its id.
-
-    Tracking goes to ``MLFLOW_TRACKING_URI``, else to a SQLite store under the artifact root
-    (MLflow refuses its file store), with run artifacts under ``$ADWM_HOME/mlartifacts``."""
-    local = "://" not in artifact_path()
+def use_tracking_store() -> str | None:
+    """Point MLflow at ``MLFLOW_TRACKING_URI``, else at a SQLite store under the artifact root
+    (MLflow refuses its file store); the URI given, None for the local store."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri is None and not local:
+    if uri is None and "://" in artifact_path():
         raise RuntimeError("ADWM_HOME is remote: set MLFLOW_TRACKING_URI to your MLflow server")
     mlflow.set_tracking_uri(uri or f"sqlite:///{os.path.abspath(artifact_path('mlflow.db'))}")
+    return uri
+
+
+@contextlib.contextmanager
+def cell_run(cell: str, run_name: str) -> Iterator[str]:
+    """The flow run's parent MLflow run in experiment ``cell/<cell>`` (tracking as in
+    :func:`use_tracking_store`, run artifacts under ``$ADWM_HOME/mlartifacts``); yields its id."""
+    uri = use_tracking_store()
     name = f"cell/{cell}"
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is None:

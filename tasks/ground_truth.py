@@ -1,4 +1,5 @@
-"""Ground truth: π_e^ε in the environment, every ε on the same episodes (one π_e per task)."""
+"""Ground truth: π_e^ε in the environment, every ε on the same episodes (one π_e per task);
+the wall seconds of each ε level are logged to the stage's MLflow run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from prefect.tasks import exponential_backoff
 from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec, ground_truth_rollouts
 
-from .common import Artifact, evaluation_slice, run_stage, stage_progress
+from .common import Artifact, evaluation_slice, log_metrics, run_stage, stage_progress
 
 EPISODES, SUMMARY = "episodes.parquet", "summary.parquet"
 
@@ -19,10 +20,12 @@ def ground_truth(cell: CellConfig, policy: PolicySpec, parent_run: str | None) -
     settings = cell.ground_truth
 
     def build(folder: str) -> None:
+        seconds: dict[float, float] = {}
         with stage_progress(cell.name, f"ground-truth episodes of {policy.label}") as progress:
             ground_truth_rollouts(cell.env, policy, settings.episodes, f"{folder}/{EPISODES}", f"{folder}/{SUMMARY}",
                                   cell=cell.name, epsilons=cell.evaluation.epsilons, seed=settings.seed,
-                                  progress=progress)
+                                  progress=progress, timings=seconds)
+        log_metrics({f"seconds_eps_{eps:g}": s for eps, s in seconds.items()})
 
     config = {"env": cell.env, "evaluation": evaluation_slice(cell, policy), "ground_truth": settings}
     return run_stage(cell.name, "ground-truth", config, (), build, parent_run, policy.label)

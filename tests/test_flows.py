@@ -117,6 +117,10 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     checkpoint = {a.path for a in client.list_artifacts(children["world-model"].info.run_id, "world_model")}
     assert any(path.endswith(".safetensors") for path in checkpoint), checkpoint
     assert "ADWM_reward_sum.rho" in children["report"].data.metrics
+    adwm = children["adwm [late]"].data.metrics  # the performance report reads these
+    assert adwm["imagined_steps"] > 0 and adwm["world_model_seconds"] > 0 and adwm["policy_seconds"] > 0
+    truth = [r for r in runs if r.info.run_name == "ground-truth [late]" and r.data.params["reused"] == "False"]
+    assert truth and {"seconds_eps_0", "seconds_eps_0.5", "seconds_eps_1"} <= set(truth[0].data.metrics)
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(children["report"].info.run_id)}
     assert {"report.md", "estimates_vs_truth.png"} <= artifacts
 
@@ -181,3 +185,23 @@ def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(firs
     other.write_text(yaml.safe_dump(fresh))
     with pytest.raises(FileNotFoundError, match="ope-cell/never-run"):
         evaluate_policy(str(other), tiny_policies["early"])
+
+
+def test_a_pool_without_a_success_is_refused_before_world_model_training(harness, tiny_policies):
+    """Success-bank guidance needs a successful behaviour episode: with none (one-step episodes
+    cannot win), the flow fails before any world-model work, keeping the behaviour it collected."""
+    from flows.ope_cell import ope_cell
+
+    config = yaml.safe_load(open(tiny_cell(harness / "unread.yaml", tiny_policies)))
+    config["name"] = "tiny-unread"
+    config["env"]["max_steps"] = 1
+    config["adwm"]["guidance"] = "success_bank"
+    del config["ground_truth"]
+    (harness / "unread.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=r"none of the 24 behaviour episodes succeeded.*adwm.guidance"):
+        ope_cell(str(harness / "unread.yaml"))
+    cell = os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-unread")
+    (behaviour,) = glob.glob(os.path.join(cell, "behaviour", "*"))
+    assert os.path.exists(os.path.join(behaviour, "_COMPLETE"))
+    assert not any(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES)["success"].to_pylist())
+    assert not os.path.exists(os.path.join(cell, "world-model"))
