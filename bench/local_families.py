@@ -1,0 +1,152 @@
+"""Calibration of the local cells' tiny policy families: success per training checkpoint.
+
+A local cell's behaviour pool and π_e are checkpoints of one tiny GPT-2 trained on the
+expert's trajectories of the cell's instances. Which checkpoints to use is decided here,
+before any estimator runs, from the policies' own greedy success on those instances:
+the pool (the two latest checkpoints before the first with success above 25 %) should be
+weak but not hopeless (the paper's π_b succeed on 3.5–12.5 %, appendix
+'Behavior-policy data') and π_e a later, stronger checkpoint, never in the pool. No
+estimator and no ground-truth ε curve enters the choice.
+
+For each cell: train the family once with a grid of checkpoints (cached under
+``$ADWM_HOME/bench/families``), then play every instance once per checkpoint greedily,
+prompt variants cycling as in behaviour collection. Writes
+``bench/results/local_families.{json,md}``.
+
+A run with another grid adds its checkpoints to the cell's earlier rows (the family's
+training is deterministic, so step s is the same model in every grid).
+Usage: ``python bench/local_families.py [CELL ...] [--steps 40,100,...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from adwm_core.cell import CellConfig
+from adwm_core.collection import PolicySpec, collect_behavior
+from adwm_core.paths import local_cache_dir
+from adwm_core.policies.trainer import train_tiny_policies
+from common import RESULTS, machine
+
+DEPLOYMENTS = Path(__file__).parent.parent / "deployments"
+STEPS = (40, 100, 200, 400, 800, 1200)
+EPISODES = 100  # per checkpoint, at most
+WEAK = 0.25  # a pool member succeeds on at most this share of the instances
+
+
+def suggest(rows: list[dict]) -> dict:
+    """The rule the local cells follow: π_b = the two latest checkpoints before the first whose
+    success exceeds ``WEAK``, at least one of them above 0 (weak but not hopeless, so the
+    success bank has members); π_e = the last checkpoint. None where the grid offers no such pair."""
+    first_strong = next((i for i, r in enumerate(rows) if r["success_rate"] > WEAK), len(rows) - 1)
+    weak = rows[:first_strong][-2:]
+    pool = [r["steps"] for r in weak] if len(weak) == 2 and any(r["success_rate"] > 0 for r in weak) else None
+    return {"pool": pool, "evaluation": rows[-1]["steps"]}
+
+
+def family(cell: CellConfig, steps: list[int]) -> dict[int, str]:
+    """{steps: checkpoint folder} of the cell's family trained with every step count of the grid."""
+    family = cell.local_policies
+    settings = json.dumps([dataclasses.asdict(cell.env), family.n_variations, family.context, steps], sort_keys=True)
+    folder = os.path.join(local_cache_dir("bench", "families"), f"{cell.name}-{hashlib.sha256(settings.encode()).hexdigest()[:10]}")
+    names = {step: f"step{step}" for step in steps}
+    if not all(os.path.exists(os.path.join(folder, name, "config.json")) for name in names.values()):
+        start = time.perf_counter()
+        train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, folder, {n: s for s, n in names.items()},
+                            n_variations=family.n_variations, context=family.context)
+        print(f"{cell.name}: trained the family in {time.perf_counter() - start:.0f} s", flush=True)
+    return {step: os.path.join(folder, name) for step, name in names.items()}
+
+
+def greedy_success(cell: CellConfig, step: int, path: str) -> dict:
+    """Every instance once (the first ``EPISODES`` of them), greedy, variants cycling: success
+    rate, mean return and steps."""
+    n = min(len(cell.env.instances()), EPISODES)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        table = collect_behavior(cell.env, [PolicySpec(f"step{step}", path)], n, os.path.join(tmp, "t.parquet"),
+                                 cell=cell.name)
+        seconds = time.perf_counter() - start
+    episodes = table.group_by("episode").aggregate([("success", "max"), ("reward", "sum"), ("t", "count")])
+    return {"steps": step, "episodes": episodes.num_rows,
+            "success_rate": pc.mean(pc.cast(episodes["success_max"], "float64")).as_py(),
+            "mean_return": pc.mean(episodes["reward_sum"]).as_py(),
+            "mean_length": pc.mean(episodes["t_count"]).as_py(), "seconds": seconds}
+
+
+def calibrate(name: str, steps: list[int]) -> dict:
+    cell = CellConfig.load(str(DEPLOYMENTS / f"{name}.yaml"))
+    if cell.local_policies is None:
+        raise SystemExit(f"{name} is not a local cell (no local_policies section)")
+    grid = sorted(set(steps) | {c for c in cell.local_policies.checkpoints.values() if c <= max(steps)})
+    paths = family(cell, grid)
+    rows = []
+    for step in grid:
+        rows.append(greedy_success(cell, step, paths[step]))
+        print(name, rows[-1], flush=True)
+
+    def steps_of(spec: PolicySpec) -> int:
+        return cell.local_policies.checkpoints[spec.model.split(":", 1)[1]]
+
+    return {"cell": name, "env": dataclasses.asdict(cell.env), "instances": min(len(cell.env.instances()), EPISODES),
+            "rows": rows, "suggested": suggest(rows), "pool": {p.label: steps_of(p) for p in cell.behaviour.pool},
+            "evaluation": {p.label: steps_of(p) for p in cell.evaluation.policies}}
+
+
+def markdown(results: list[dict], host: dict) -> str:
+    lines = [f"# Local policy families: greedy success per checkpoint ({host['cpus']} CPUs, {host['date']})", "",
+             "Each cell's tiny GPT-2 family, trained on the expert's trajectories of the cell's instances, "
+             "plays every instance once per checkpoint (greedy, prompt variants cycling). The cell's pool "
+             "checkpoints are marked π_b, its evaluation policy π_e; the heading gives the checkpoints the "
+             f"selection rule picks (π_b: the two latest before the first with success above {WEAK:g}, one "
+             "of them above 0; π_e: the last). "
+             "Generated by `python bench/local_families.py`.", ""]
+    for result in results:
+        marks = {step: "π_b" for step in result["pool"].values()} | {step: "π_e" for step in result["evaluation"].values()}
+        hint = result["suggested"]
+        advice = (f"rule: π_b = {' + '.join(map(str, hint['pool']))} steps, π_e = {hint['evaluation']}" if hint["pool"]
+                  else "rule: no two weak checkpoints with a success between them — extend the grid")
+        lines += [f"## {result['cell']} ({result['instances']} instances; {advice})", "",
+                  "| steps | role | success | mean return | mean length | episodes | s |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['steps']} | {marks.get(r['steps'], '')} | {r['success_rate']:.3f} | {r['mean_return']:.3f} | "
+                  f"{r['mean_length']:.1f} | {r['episodes']} | {r['seconds']:.0f} |" for r in result["rows"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", nargs="*", help="local cells (default: every deployments/local-*.yaml)")
+    parser.add_argument("--steps", default=",".join(map(str, STEPS)), help="checkpoint grid in optimiser steps")
+    args = parser.parse_args()
+    cells = args.cells or sorted(p.stem for p in DEPLOYMENTS.glob("local-*.yaml"))
+    steps = [int(s) for s in args.steps.split(",")]
+    out = RESULTS / "local_families.json"
+    previous = {r["cell"]: r | {"suggested": suggest(r["rows"])} for r in json.loads(out.read_text())["cells"]
+                } if out.exists() else {}
+    for name in cells:
+        result = calibrate(name, steps)
+        earlier = previous.get(name)
+        if earlier is not None and earlier["env"] == result["env"]:  # same episodes: a finer grid adds rows
+            rows = {r["steps"]: r for r in earlier["rows"]} | {r["steps"]: r for r in result["rows"]}
+            result["rows"] = [rows[step] for step in sorted(rows)]
+            result["suggested"] = suggest(result["rows"])
+        previous[name] = result
+        host = machine()
+        results = [previous[c] for c in sorted(previous)]
+        out.write_text(json.dumps({"machine": host, "cells": results}, indent=2))
+        (RESULTS / "local_families.md").write_text(markdown(results, host))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
