@@ -20,6 +20,7 @@ from . import adwm, baselines, ground_truth
 from .common import Artifact, run_stage
 
 REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "estimates_vs_truth.png"
+FORMAT = 2  # of results.json; a report written in an older format is recomputed (2: rho_p, rho_seeds)
 
 
 @task(name="report")
@@ -50,7 +51,7 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
         mlflow.log_dict(curves, CURVES)
 
     inputs = (*truths, *adwm_estimates, *baseline_estimates)
-    artifact = run_stage(cell.name, "report", {"cell": cell.name}, inputs, build, parent_run)
+    artifact = run_stage(cell.name, "report", {"cell": cell.name, "format": FORMAT}, inputs, build, parent_run)
     with fsspec.open(artifact.file(RESULTS)) as f:
         rows = json.load(f)
     with fsspec.open(artifact.file(REPORT), "r") as f:
