@@ -9,7 +9,7 @@ export PREFECT_HOME ?= $(ADWM_HOME)/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo up down bench clean
+.PHONY: install test test-all demo up down bench results clean
 
 install: $(STAMP)
 
@@ -39,6 +39,11 @@ bench: install
 	$(PY) bench/world_model_training.py
 	$(PY) bench/adwm_estimates.py
 	$(PY) bench/demo_stages.py
+
+results: install
+	mkdir -p $(PREFECT_HOME)
+	$(PY) bench/main_results.py
+	$(PY) bench/performance.py
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache

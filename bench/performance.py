@@ -1,0 +1,123 @@
+"""Performance report: scoring a new π_e against an already-trained world model, against
+evaluating it live — per local cell, side by side in one run on this machine.
+
+For each cell (whose stages ``bench/main_results.py`` has run):
+- ``evaluate-policy`` on the cell's π_e under a new label, so its ψ adapter and ADWM
+  inference are computed afresh against the cell's trained world model: wall time;
+- the same π_e live: ground-truth rollouts at the same ε levels and episode counts as the
+  cell's ground-truth stage, into a scratch folder: wall time;
+each in its own process, whose peak resident memory is read from ``wait4`` (environment
+worker processes not included). The headline is their ratio. From the cell's run in
+``main_results.json``: world-model training time and transitions/s; from the MLflow run of the
+ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The header names the device (the
+GPU when one is present).
+
+Writes ``bench/results/performance.{md,json}``. Usage: ``python bench/performance.py [CELL ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import mlflow
+
+from common import RESULTS, machine
+from flows.cells import cell_config_path, cell_names
+from tasks.common import use_tracking_store
+
+def measure(kind: str, cell: str) -> dict:
+    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process: wall s and peak RSS."""
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, __file__, "--child", kind, cell], stdout=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    output = child.stdout.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{kind} on {cell} failed (exit {os.waitstatus_to_exitcode(status)}); output:\n{output}")
+    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, **json.loads(output.strip().splitlines()[-1])}
+
+
+def child(kind: str, cell: str) -> None:
+    """One measurement, in this (child) process; prints its facts as the last line of JSON."""
+    from adwm_core.cell import CellConfig
+    from adwm_core.collection import ground_truth_rollouts
+    from flows.evaluate_policy import evaluate_policy
+    from tasks.policies import prepare_policies
+
+    config, _ = prepare_policies.fn(CellConfig.load(cell_config_path(cell)), None, train=False)
+    policy = config.evaluation.policies[0]
+    if kind == "evaluate":
+        label = f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
+        evaluate_policy(cell, policy.model, label=label)
+        facts = {"epsilons": list(config.evaluation.epsilons), "label": label}
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            seconds: dict[float, float] = {}
+            ground_truth_rollouts(config.env, policy, config.ground_truth.episodes, f"{scratch}/episodes.parquet",
+                                  f"{scratch}/summary.parquet", cell=cell, epsilons=config.evaluation.epsilons,
+                                  seed=config.ground_truth.seed, timings=seconds)
+        facts = {"episodes_per_epsilon": config.ground_truth.episodes, "seconds_per_epsilon": seconds}
+    print(json.dumps(facts))
+
+
+def throughput(result: dict, cell: str, label: str) -> dict:
+    """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
+    ADWM stage ``evaluate-policy`` just ran (its MLflow run ``adwm [<label>]``)."""
+    model = next(s for s in result["stages"] if s["stage"] == "world-model")
+    use_tracking_store()
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    (adwm,) = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = 'adwm [{label}]'",
+                                 output_format="list")
+    seconds = (adwm.info.end_time - adwm.info.start_time) / 1000
+    return {"world_model_s": model["seconds"], "transitions_per_s": model["metrics"].get("transitions_per_s"),
+            "imagined_steps": adwm.data.metrics["imagined_steps"], "imagined_steps_per_s": adwm.data.metrics["imagined_steps"] / seconds,
+            "adwm_seconds": {k: v for k, v in adwm.data.metrics.items() if k.endswith("_seconds")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "CELL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(*args.child)
+    cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
+    if not (RESULTS / "main_results.json").exists():
+        raise SystemExit("run bench/main_results.py first: it trains the world models this report times against")
+    runs = {r["cell"]: r for r in json.loads((RESULTS / "main_results.json").read_text())["cells"]}
+    missing = [cell for cell in cells if cell not in runs]
+    if missing:
+        raise SystemExit(f"bench/results/main_results.json has no run of {missing}: run bench/main_results.py on them")
+    host = machine()
+    rows = []
+    for cell in cells:
+        evaluate, live = measure("evaluate", cell), measure("live", cell)
+        rows.append({"cell": cell, "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"],
+                     **throughput(runs[cell], cell, evaluate["label"])})
+        print(cell, json.dumps(rows[-1]), flush=True)
+    device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}")
+    lines = [f"# Performance on the local cells ({device}, {host['date']})", "",
+             "Scoring π_e with `evaluate-policy` against the cell's trained world model (ψ and ADWM computed afresh) "
+             "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
+             "in its own process on this machine. Ratio < 1: the world model answers faster than the environment.",
+             "", "| cell | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
+             "transitions/s | imagined steps/s |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['cell']} | {r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
+                     f"{r['ratio']:.2f} | {r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
+                     f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
+                     f"{r['imagined_steps_per_s'] or float('nan'):.1f} |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
