@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from adwm_core.cell import CellConfig
+from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import PolicySpec, collect_behavior
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies
@@ -68,10 +68,9 @@ def family(cell: CellConfig, steps: list[int]) -> dict[int, str]:
     return {step: os.path.join(folder, name) for step, name in names.items()}
 
 
-def greedy_success(cell: CellConfig, step: int, path: str) -> dict:
-    """Every instance once (the first ``EPISODES`` of them), greedy, variants cycling: success
-    rate, mean return and steps."""
-    n = min(len(cell.env.instances()), EPISODES)
+def greedy_success(cell: CellConfig, step: int, path: str, n: int) -> dict:
+    """The first ``n`` instances once each, greedy, variants cycling: success rate, mean return
+    and steps."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         table = collect_behavior(cell.env, [PolicySpec(f"step{step}", path)], n, os.path.join(tmp, "t.parquet"),
@@ -90,15 +89,16 @@ def calibrate(name: str, steps: list[int]) -> dict:
         raise SystemExit(f"{name} is not a local cell (no local_policies section)")
     grid = sorted(set(steps) | {c for c in cell.local_policies.checkpoints.values() if c <= max(steps)})
     paths = family(cell, grid)
+    n = min(len(cell.env.instances()), EPISODES)  # listing instances starts the environment: once
     rows = []
     for step in grid:
-        rows.append(greedy_success(cell, step, paths[step]))
+        rows.append(greedy_success(cell, step, paths[step], n))
         print(name, rows[-1], flush=True)
 
     def steps_of(spec: PolicySpec) -> int:
-        return cell.local_policies.checkpoints[spec.model.split(":", 1)[1]]
+        return cell.local_policies.checkpoints[spec.model.removeprefix(LOCAL_PREFIX)]
 
-    return {"cell": name, "env": dataclasses.asdict(cell.env), "instances": min(len(cell.env.instances()), EPISODES),
+    return {"cell": name, "env": dataclasses.asdict(cell.env), "instances": n,
             "rows": rows, "suggested": suggest(rows), "pool": {p.label: steps_of(p) for p in cell.behaviour.pool},
             "evaluation": {p.label: steps_of(p) for p in cell.evaluation.policies}}
 

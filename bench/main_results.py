@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -85,8 +86,12 @@ def by_estimator(result: dict) -> dict[str, dict]:
     return {row["estimator"]: row for row in result["rows"]}
 
 
+def defined(row: dict | None, key: str = "rho") -> bool:
+    return row is not None and not math.isnan(row[key])
+
+
 def rho(row: dict | None) -> str:
-    return "–" if row is None or row["rho"] != row["rho"] else f"{row['rho']:+.2f}"
+    return f"{row['rho']:+.2f}" if defined(row) else "–"
 
 
 def main_table(results: list[dict]) -> list[str]:
@@ -98,7 +103,7 @@ def main_table(results: list[dict]) -> list[str]:
         rows, cells = by_estimator(result), []
         for name in columns:
             row = rows.get(name)
-            if row is not None and row["rho"] == row["rho"]:
+            if defined(row):
                 values[name].append(row["rho"])
             cells.append(f"{rho(row)} [{row['rho_ci_low']:+.2f}, {row['rho_ci_high']:+.2f}], {row['rho_p']:.3f}"
                          if name in ADWM and row is not None else rho(row))
@@ -110,15 +115,17 @@ def main_table(results: list[dict]) -> list[str]:
 
 
 def per_seed_table(results: list[dict]) -> list[str]:
-    lines = ["| cell | estimate | " + " | ".join(f"ρ s{i}" for i in range(5)) + " | mean ± σ | avg-Ĵ ρ |",
-             "|---|---|" + "---|" * 7]
+    n_seeds = max(len(row["rho_seeds"]) for result in results for row in result["rows"] if row["estimator"] in ADWM)
+    lines = ["| cell | estimate | " + " | ".join(f"ρ s{i}" for i in range(n_seeds)) + " | mean ± σ | avg-Ĵ ρ |",
+             "|---|---|" + "---|" * (n_seeds + 2)]
     for result in results:
         rows = by_estimator(result)
         for name in ADWM:
             row = rows.get(name)
             if row is None:
                 continue
-            seeds = [f"{r:+.2f}" if r == r else "–" for r in row["rho_seeds"]]
+            seeds = [f"{r:+.2f}" if not math.isnan(r) else "–" for r in row["rho_seeds"]]
+            seeds += [""] * (n_seeds - len(seeds))
             lines.append(f"| {result['cell']} | {name} | " + " | ".join(seeds) +
                          f" | {row['rho_seed_mean']:+.2f} ± {row['rho_seed_sd']:.2f} | {rho(row)} |")
     return lines
@@ -140,7 +147,7 @@ def calibration_table(results: list[dict]) -> list[str]:
     for result in results:
         rows = by_estimator(result)
         lines.append(f"| {result['cell']} | " + " | ".join(
-            f"{rows[n]['nmae']:.3g}" if n in rows and rows[n]["nmae"] == rows[n]["nmae"] else "–" for n in columns) + " |")
+            f"{rows[n]['nmae']:.3g}" if defined(rows.get(n), "nmae") else "–" for n in columns) + " |")
     return lines
 
 
@@ -158,9 +165,10 @@ def stage_table(results: list[dict]) -> list[str]:
     stages = sorted({s["stage"].split(" [")[0] for r in results for s in r["stages"]})
     lines = ["| cell | flow wall s | " + " | ".join(stages) + " |", "|---|---|" + "---|" * len(stages)]
     for result in results:
-        seconds = {}
+        seconds: dict[str, float] = {}
         for s in result["stages"]:
-            seconds[s["stage"].split(" [")[0]] = seconds.get(s["stage"].split(" [")[0], 0.0) + s["seconds"]
+            stage = s["stage"].split(" [")[0]  # per-π_e stages are named "<stage> [<label>]"
+            seconds[stage] = seconds.get(stage, 0.0) + s["seconds"]
         lines.append(f"| {result['cell']} | {result['wall_s']:.0f} | " +
                      " | ".join(f"{seconds[s]:.0f}" if s in seconds else "–" for s in stages) + " |")
     return lines

@@ -31,39 +31,43 @@ from common import RESULTS, machine
 from flows.cells import cell_config_path, cell_names
 from tasks.common import use_tracking_store
 
+
 def measure(kind: str, cell: str) -> dict:
-    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process: wall s and peak RSS."""
-    started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, __file__, "--child", kind, cell], stdout=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - started
-    output = child.stdout.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{kind} on {cell} failed (exit {os.waitstatus_to_exitcode(status)}); output:\n{output}")
-    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, **json.loads(output.strip().splitlines()[-1])}
+    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process: wall s, peak RSS
+    and the facts the child wrote (a file, not a pipe: a full pipe would block the child)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        facts = os.path.join(scratch, "facts.json")
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, __file__, "--child", kind, cell, facts])
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{kind} on {cell} failed (exit {os.waitstatus_to_exitcode(status)}); see its output above")
+        return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, **json.loads(open(facts).read())}
 
 
-def child(kind: str, cell: str) -> None:
-    """One measurement, in this (child) process; prints its facts as the last line of JSON."""
+def child(kind: str, cell: str, facts_path: str) -> None:
+    """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
     from adwm_core.cell import CellConfig
     from adwm_core.collection import ground_truth_rollouts
     from flows.evaluate_policy import evaluate_policy
     from tasks.policies import prepare_policies
 
-    config, _ = prepare_policies.fn(CellConfig.load(cell_config_path(cell)), None, train=False)
-    policy = config.evaluation.policies[0]
+    config = CellConfig.load(cell_config_path(cell))
     if kind == "evaluate":
         label = f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
-        evaluate_policy(cell, policy.model, label=label)
+        evaluate_policy(cell, config.evaluation.policies[0].model, label=label)  # resolves local:<checkpoint> itself
         facts = {"epsilons": list(config.evaluation.epsilons), "label": label}
     else:
+        config, _ = prepare_policies.fn(config, None, train=False)  # local:<checkpoint> → the trained folder
         with tempfile.TemporaryDirectory() as scratch:
             seconds: dict[float, float] = {}
-            ground_truth_rollouts(config.env, policy, config.ground_truth.episodes, f"{scratch}/episodes.parquet",
-                                  f"{scratch}/summary.parquet", cell=cell, epsilons=config.evaluation.epsilons,
-                                  seed=config.ground_truth.seed, timings=seconds)
+            ground_truth_rollouts(config.env, config.evaluation.policies[0], config.ground_truth.episodes,
+                                  f"{scratch}/episodes.parquet", f"{scratch}/summary.parquet", cell=cell,
+                                  epsilons=config.evaluation.epsilons, seed=config.ground_truth.seed, timings=seconds)
         facts = {"episodes_per_epsilon": config.ground_truth.episodes, "seconds_per_epsilon": seconds}
-    print(json.dumps(facts))
+    with open(facts_path, "w") as f:
+        json.dump(facts, f)
 
 
 def throughput(result: dict, cell: str, label: str) -> dict:
@@ -83,7 +87,7 @@ def throughput(result: dict, cell: str, label: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
-    parser.add_argument("--child", nargs=2, metavar=("KIND", "CELL"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("KIND", "CELL", "FACTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(*args.child)
