@@ -58,6 +58,18 @@ def test_an_overlong_observation_is_cut_on_a_token_boundary(tokenizer):
     assert tail in suffixes and tail.endswith("Valid actions: take coin; move west")
 
 
+def test_webshop_pages_keep_their_start_and_list_no_clickables(tokenizer):
+    """WebShop's item page tells the clicked options first and its results page the top hits:
+    an over-long page loses its end, and its clickables (already on the page) are not listed."""
+    page = "You have clicked kitchen. [SEP] " + " ".join(f"You are in the {ROOMS[i % 8]}." for i in range(300))
+    prompt = PromptTemplate("webshop", "p0", tokenizer, 200).render(_history(5, page))
+    assert _n_tokens(tokenizer, prompt) <= 200
+    tail = prompt.split("Task: Find the coin and take it.\n", 1)[1].split(f"\n{ACTION_CUE}")[0]
+    original = tokenizer(f"Observation: {page}", add_special_tokens=False)["input_ids"]
+    assert tail in {tokenizer.decode(original[:k]) for k in range(1, len(original))}
+    assert tail.startswith("Observation: You have clicked kitchen.") and "Valid actions" not in prompt
+
+
 def test_chat_models_get_system_and_user_messages_and_the_cue():
     tok = AutoTokenizer.from_pretrained(smollm2_dir())
     prompt = PromptTemplate("scienceworld", "p1", tok, 2000).render(_history(2))

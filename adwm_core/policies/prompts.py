@@ -8,8 +8,9 @@ log π(a|h) is the probability of ``" " + a + "\\n"`` after the prompt (the
 newline closes the action, making π a distribution over whole commands).
 
 Prompts fit the model's context: whole turns are dropped from the oldest;
-if the newest observation alone is too long, it is cut on a token boundary
-from its start.
+if the newest observation alone is too long, it is cut on a token boundary,
+from its start (its newest text stays) or, for the environments in
+``KEEP_OBSERVATION_START``, from its end.
 """
 
 from __future__ import annotations
@@ -49,9 +50,13 @@ INSTRUCTIONS: dict[str, dict[str, str]] = {
     "scienceworld": _SCIENCE,
 }
 # list the admissible actions in the prompt when there are at most this many
-# (ScienceWorld lists thousands, so it never shows them)
-MAX_LISTED_ACTIONS = {"scienceworld": 0}
+# (ScienceWorld lists thousands; WebShop's pages already show their clickables
+# and the search box takes free text, as in WebShop's own ReAct prompts)
+MAX_LISTED_ACTIONS = {"scienceworld": 0, "webshop": 0}
 DEFAULT_MAX_LISTED = 40
+# environments whose pages put what matters first (WebShop: the options clicked,
+# the top search results), so an over-long observation loses its end
+KEEP_OBSERVATION_START = frozenset({"webshop"})
 VARIANTS = ("p0", "p1")
 
 
@@ -131,7 +136,7 @@ class PromptTemplate:
         fixed, *turn_costs = self._counts([head + "\n" + tail, *(turn + "\n" for turn in turns)])
         used = fixed + 1
         if used > room:  # even without history it does not fit: cut the newest observation's start
-            tail = self._cut_start(tail, room - self._count(head + "\n") - 1)
+            tail = self._cut(tail, room - self._count(head + "\n") - 1)
             return self._wrap(head + "\n" + tail)
         kept: list[str] = []
         for turn, cost in zip(reversed(turns), reversed(turn_costs)):  # newest first; per-piece counts
@@ -147,9 +152,12 @@ class PromptTemplate:
                 return prompt
             kept.pop(0)
 
-    def _cut_start(self, text: str, n_tokens: int) -> str:
+    def _cut(self, text: str, n_tokens: int) -> str:
+        """``text`` cut to its last ``n_tokens`` tokens (its first, where the start is what matters)."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.tokenizer.decode(ids[max(len(ids) - max(n_tokens, 1), 0) :])
+        n_tokens = max(n_tokens, 1)
+        kept = ids[:n_tokens] if self.env_name in KEEP_OBSERVATION_START else ids[max(len(ids) - n_tokens, 0) :]
+        return self.tokenizer.decode(kept)
 
 
 def action_continuation(action: str) -> str:
