@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import PolicySpec, collect_behavior
 from adwm_core.paths import local_cache_dir
+from adwm_core.policies.prompts import KEEP_OBSERVATION_START, MAX_LISTED_ACTIONS
 from adwm_core.policies.trainer import train_tiny_policies
 from common import RESULTS, machine
 
@@ -57,7 +58,9 @@ def suggest(rows: list[dict]) -> dict:
 def family(cell: CellConfig, steps: list[int]) -> dict[int, str]:
     """{steps: checkpoint folder} of the cell's family trained with every step count of the grid."""
     family = cell.local_policies
-    settings = json.dumps([dataclasses.asdict(cell.env), family.n_variations, family.context, steps], sort_keys=True)
+    layout = [MAX_LISTED_ACTIONS.get(cell.env.name), cell.env.name in KEEP_OBSERVATION_START]  # how prompts are cut
+    settings = json.dumps([dataclasses.asdict(cell.env), family.n_variations, family.context, steps, layout],
+                          sort_keys=True)
     folder = os.path.join(local_cache_dir("bench", "families"), f"{cell.name}-{hashlib.sha256(settings.encode()).hexdigest()[:10]}")
     names = {step: f"step{step}" for step in steps}
     if not all(os.path.exists(os.path.join(folder, name, "config.json")) for name in names.values()):

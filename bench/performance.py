@@ -7,7 +7,9 @@ For each cell (whose stages ``bench/main_results.py`` has run):
 - the same π_e live: ground-truth rollouts at the same ε levels and episode counts as the
   cell's ground-truth stage, into a scratch folder: wall time;
 each in its own process, whose peak resident memory is read from ``wait4`` (environment
-worker processes not included). The headline is their ratio. From the cell's run in
+worker processes not included). The headline is their ratio. Then π_e's LLM on its own, in a
+third process: greedy generation and log-prob scoring of the first ``LLM_SAMPLE`` logged
+steps of the cell's behaviour data (the prompts π_e sees at those steps), in tokens/s. From the cell's run in
 ``main_results.json``: world-model training time and transitions/s; from the MLflow run of the
 ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The header names the device (the
 GPU when one is present).
@@ -29,7 +31,10 @@ import mlflow
 
 from common import RESULTS, machine
 from flows.cells import cell_config_path, cell_names
+from tasks import behaviour
 from tasks.common import use_tracking_store
+
+LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
 
 def measure(kind: str, cell: str) -> dict:
@@ -58,6 +63,9 @@ def child(kind: str, cell: str, facts_path: str) -> None:
         label = f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
         evaluate_policy(cell, config.evaluation.policies[0].model, label=label)  # resolves local:<checkpoint> itself
         facts = {"epsilons": list(config.evaluation.epsilons), "label": label}
+    elif kind == "llm":
+        config, _ = prepare_policies.fn(config, None, train=False)
+        facts = llm_throughput(config, f"{latest_artifact(cell, behaviour.STAGE)}/{behaviour.FILE}")
     else:
         config, _ = prepare_policies.fn(config, None, train=False)  # local:<checkpoint> → the trained folder
         with tempfile.TemporaryDirectory() as scratch:
@@ -68,6 +76,44 @@ def child(kind: str, cell: str, facts_path: str) -> None:
         facts = {"episodes_per_epsilon": config.ground_truth.episodes, "seconds_per_epsilon": seconds}
     with open(facts_path, "w") as f:
         json.dump(facts, f)
+
+
+def latest_artifact(cell: str, stage: str) -> str:
+    """The artifact folder of ``stage`` in the cell's latest tracked flow run."""
+    use_tracking_store()
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{stage}'",
+                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
+    if not runs:
+        raise SystemExit(f"no {stage} stage of {cell} in the tracking store: run bench/main_results.py {cell} first")
+    return runs[0].data.params["artifact"]
+
+
+def llm_throughput(config, trajectories: str) -> dict:
+    """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
+    generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
+    from adwm_core.collection import ModelCache, logged_steps
+    from adwm_core.data import TRAJECTORIES, read_table
+
+    steps = list(logged_steps(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]
+    histories, actions = [h for _, h in steps], [row["action"] for row, _ in steps]
+    policy = ModelCache().policy(config.evaluation.policies[0], config.env.name)
+    tokenizer = policy.lm.tokenizer
+
+    def count(texts: list[str]) -> int:
+        return sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+    prompts = policy.prompts(histories)
+    started = time.perf_counter()
+    responses = policy.lm.generate(prompts, policy.max_new_tokens)
+    generate_s = time.perf_counter() - started
+    started = time.perf_counter()
+    _, action_tokens = policy.logprob(histories, actions)
+    score_s = time.perf_counter() - started
+    return {"steps": len(steps), "prompt_tokens": count(prompts), "new_tokens": count(responses),
+            "generate_s": generate_s, "score_s": score_s, "action_tokens": int(action_tokens.sum()),
+            "new_tokens_per_s": count(responses) / generate_s,
+            "scored_tokens_per_s": (count(prompts) + int(action_tokens.sum())) / score_s}
 
 
 def throughput(result: dict, cell: str, label: str) -> dict:
@@ -101,22 +147,26 @@ def main() -> None:
     host = machine()
     rows = []
     for cell in cells:
-        evaluate, live = measure("evaluate", cell), measure("live", cell)
-        rows.append({"cell": cell, "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"],
+        evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
+        rows.append({"cell": cell, "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
                      **throughput(runs[cell], cell, evaluate["label"])})
         print(cell, json.dumps(rows[-1]), flush=True)
     device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}")
     lines = [f"# Performance on the local cells ({device}, {host['date']})", "",
              "Scoring π_e with `evaluate-policy` against the cell's trained world model (ψ and ADWM computed afresh) "
              "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
-             "in its own process on this machine. Ratio < 1: the world model answers faster than the environment.",
+             "in its own process on this machine. Ratio < 1: the world model answers faster than the environment. "
+             f"LLM: π_e's model alone, greedy generation for and log-prob scoring of the first {LLM_SAMPLE} logged "
+             "behaviour steps' prompts (one batch each), in new and in scored (prompt + action) tokens/s.",
              "", "| cell | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
-             "transitions/s | imagined steps/s |", "|---|---|---|---|---|---|---|---|"]
+             "transitions/s | imagined steps/s | LLM new tokens/s | LLM scored tokens/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['cell']} | {r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
                      f"{r['ratio']:.2f} | {r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
-                     f"{r['imagined_steps_per_s'] or float('nan'):.1f} |")
+                     f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
+                     f"{r['llm']['scored_tokens_per_s']:.0f} |")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
