@@ -27,7 +27,8 @@ def default_env() -> EnvSpec:
 
 def machine() -> dict:
     facts = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+             "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
+             "date": time.strftime("%Y-%m-%d")}
     if torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name(0)
     return facts

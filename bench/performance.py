@@ -14,7 +14,8 @@ steps of the cell's behaviour data (the prompts π_e sees at those steps), in to
 ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The header names the device (the
 GPU when one is present).
 
-Writes ``bench/results/performance.{md,json}``. Usage: ``python bench/performance.py [CELL ...]``.
+Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
+file's earlier run when it was on the same machine. Usage: ``python bench/performance.py [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -145,13 +146,18 @@ def main() -> None:
     if missing:
         raise SystemExit(f"bench/results/main_results.json has no run of {missing}: run bench/main_results.py on them")
     host = machine()
-    rows = []
+    earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)
+    kept = json.loads(earlier.read_text()) if earlier.exists() else {"machine": {}, "cells": []}
+    same_machine = {k: v for k, v in kept["machine"].items() if k != "date"} == {k: v for k, v in host.items() if k != "date"}
+    rows = [r for r in kept["cells"] if same_machine and r["cell"] not in cells]
     for cell in cells:
         evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
         rows.append({"cell": cell, "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
                      **throughput(runs[cell], cell, evaluate["label"])})
         print(cell, json.dumps(rows[-1]), flush=True)
-    device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}")
+    order = {cell: i for i, cell in enumerate(cell_names())}
+    rows.sort(key=lambda r: order.get(r["cell"], len(order)))
+    device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}, {host['torch_threads']} torch thread(s) a process")
     lines = [f"# Performance on the local cells ({device}, {host['date']})", "",
              "Scoring π_e with `evaluate-policy` against the cell's trained world model (ψ and ADWM computed afresh) "
              "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
