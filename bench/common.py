@@ -1,4 +1,5 @@
-"""What the benchmarks share: the machine's description and the cached tiny policy family."""
+"""What the benchmarks share: the machine's description, the cached tiny policy family and
+where a cell's latest tracked run left a stage's artifact."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import platform
 import time
 from pathlib import Path
 
+import mlflow
 import torch
 
 from adwm_core.collection import EnvSpec
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies
+from tasks.common import use_tracking_store
 
 RESULTS = Path(__file__).parent / "results"
 CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
@@ -44,3 +47,16 @@ def tiny_family() -> dict[str, str]:
     paths = train_tiny_policies(name, options, task, folder, CHECKPOINTS, n_variations=TRAIN_VARIATIONS)
     print(f"trained the tiny family in {time.perf_counter() - start:.0f} s", flush=True)
     return paths
+
+
+def latest_artifact(cell: str, stage: str) -> str:
+    """The artifact folder of ``stage`` (per-π_e stages: ``"<stage> [<label>]"``) in the cell's
+    latest tracked flow run."""
+    use_tracking_store()
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    runs = [] if experiment is None else mlflow.search_runs(
+        [experiment.experiment_id], filter_string=f"attributes.run_name = '{stage}'",
+        order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
+    if not runs:
+        raise SystemExit(f"no {stage} stage of {cell} in the tracking store: run bench/main_results.py {cell} first")
+    return runs[0].data.params["artifact"]

@@ -30,7 +30,7 @@ import time
 
 import mlflow
 
-from common import RESULTS, machine
+from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
 from tasks import behaviour
 from tasks.common import use_tracking_store
@@ -77,17 +77,6 @@ def child(kind: str, cell: str, facts_path: str) -> None:
         facts = {"episodes_per_epsilon": config.ground_truth.episodes, "seconds_per_epsilon": seconds}
     with open(facts_path, "w") as f:
         json.dump(facts, f)
-
-
-def latest_artifact(cell: str, stage: str) -> str:
-    """The artifact folder of ``stage`` in the cell's latest tracked flow run."""
-    use_tracking_store()
-    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
-    runs = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{stage}'",
-                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
-    if not runs:
-        raise SystemExit(f"no {stage} stage of {cell} in the tracking store: run bench/main_results.py {cell} first")
-    return runs[0].data.params["artifact"]
 
 
 def llm_throughput(config, trajectories: str) -> dict:
