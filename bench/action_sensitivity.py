@@ -75,7 +75,8 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
     z_logged, z_other, histories = [], [], []
     for t in sorted({row["t"] for row, *_ in chosen}):  # one batch per step: histories of t + 1 latents, no padding
         group = [c for c in chosen if c[0]["t"] == t]
-        z = torch.stack([model.encode_texts([o for o, _ in history.steps] + [history.observation]) for _, history, _ in group])
+        texts = [text for _, history, _ in group for text in [o for o, _ in history.steps] + [history.observation]]
+        z = model.encode_texts(texts).reshape(len(group), t + 1, -1)  # one encoder pass for the whole group
         previous = torch.full((len(group), t + 1), NULL, dtype=torch.long)
         for j, (_, history, _) in enumerate(group):
             previous[j, 1:] = torch.as_tensor(ids([a for _, a in history.steps]), dtype=torch.long)

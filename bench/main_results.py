@@ -28,6 +28,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ from pathlib import Path
 import mlflow
 import yaml
 
+from adwm_core.paths import local_cache_dir
 from common import RESULTS, machine
 from flows.cells import cell_config_path, cell_names
 
@@ -90,20 +92,19 @@ def run_side_by_side(cells: list[str], jobs: int) -> list[dict]:
         while waiting or running:
             while waiting and len(running) < jobs:
                 cell = waiting.pop(0)
-                slot = min(set(range(jobs)) - {s for s, _ in running.values()})
-                home = Path(os.environ.get("ADWM_HOME", REPO / ".adwm")) / f"prefect-job{slot}"
-                home.mkdir(parents=True, exist_ok=True)
-                env = dict(os.environ, OMP_NUM_THREADS=str(threads), PREFECT_HOME=str(home))
+                slot = min(set(range(jobs)) - {s for s, _, _ in running.values()})
+                env = dict(os.environ, OMP_NUM_THREADS=str(threads),
+                           PREFECT_HOME=local_cache_dir(f"prefect-job{slot}"))
                 out = os.path.join(scratch, f"{cell}.json")
                 process = subprocess.Popen([sys.executable, __file__, "--child", cell, out], env=env)
-                running[process.pid] = (slot, (cell, out))
+                running[process.pid] = (slot, cell, out)
             pid, status = os.wait()
             if pid not in running:
                 continue
-            _, (cell, out) = running.pop(pid)
+            _, cell, out = running.pop(pid)
             if os.waitstatus_to_exitcode(status) != 0:
                 for other in running:
-                    os.kill(other, 15)
+                    os.kill(other, signal.SIGTERM)
                 raise SystemExit(f"{cell} failed (exit {os.waitstatus_to_exitcode(status)}); see its output above. "
                                  "Finished stages are kept: rerun to go on from them.")
             results[cell] = json.loads(Path(out).read_text())
@@ -248,7 +249,9 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("CELL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return Path(args.child[1]).write_text(json.dumps(run_cell_with_ablations(args.child[0])))
+        cell, out = args.child
+        Path(out).write_text(json.dumps(run_cell_with_ablations(cell)))
+        return
     cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
     unknown = sorted(set(cells) - set(cell_names()))
     if unknown or args.jobs < 1:
