@@ -15,10 +15,12 @@ Scale conventions shared by every adapter:
 
 from __future__ import annotations
 
+import os
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 SPLITS = ("train", "dev", "test")
 
@@ -31,6 +33,15 @@ class StaleObservation(RuntimeError):
     """Admissible actions were asked of an observation the environment has moved past."""
 
 
+JVM_OPTIONS = "-Xmx384m -XX:+UseSerialGC"
+"""Heap bound and collector for every engine JVM. py4j starts ``java`` with no options, so
+each JVM may grow its heap to a quarter of RAM: a ScienceWorld engine reached 0.95 GiB RSS
+in 90 s of play, 0.48 GiB with these options, at the same episodes/s. A cell runs up to 32
+engines at once (behaviour beside ground truth, 2 workers × 8 engines each)."""
+
+Engine = TypeVar("Engine")
+
+
 def require_java(env_name: str) -> str:
     """Path of the ``java`` binary, or a clear error saying how to install it."""
     java = shutil.which("java")
@@ -41,6 +52,25 @@ def require_java(env_name: str) -> str:
             "or run `make install`, which does so when it can."
         )
     return java
+
+
+def start_jvm_engine(env_name: str, start: Callable[[], Engine]) -> Engine:
+    """``start()`` with Java present and its JVM launched under :data:`JVM_OPTIONS`.
+
+    The options go through ``JAVA_TOOL_OPTIONS`` (the engines accept none of their own),
+    for this launch only. A user's own ``JAVA_TOOL_OPTIONS`` come after ours, and the
+    JVM takes the last of a repeated flag, so e.g. ``-Xmx1g`` there raises the bound.
+    """
+    require_java(env_name)
+    user_options = os.environ.get("JAVA_TOOL_OPTIONS")
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_OPTIONS} {user_options or ''}".strip()
+    try:
+        return start()
+    finally:
+        if user_options is None:
+            del os.environ["JAVA_TOOL_OPTIONS"]
+        else:
+            os.environ["JAVA_TOOL_OPTIONS"] = user_options
 
 
 def close_quietly(engine) -> None:

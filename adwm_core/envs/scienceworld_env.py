@@ -9,7 +9,7 @@ listed only when ``observation.admissible`` is read: the engine step takes
 
 from __future__ import annotations
 
-from .base import Observation, StepCounter, StepResult, TextEnv, check_split, close_quietly, require_java
+from .base import Observation, StepCounter, StepResult, TextEnv, check_split, close_quietly, start_jvm_engine
 
 REFUSAL = "No known action matches that input."
 
@@ -18,10 +18,9 @@ class ScienceWorldEnv(TextEnv):
     name = "scienceworld"
 
     def __init__(self, simplifications: str = "") -> None:
-        require_java(self.name)
         from scienceworld import ScienceWorldEnv as Engine
 
-        self._engine = Engine("", envStepLimit=10**9)
+        self._engine = start_jvm_engine(self.name, lambda: Engine("", envStepLimit=10**9))
         self._server = self._engine.server
         self._simplifications = simplifications
         self._task_names = list(self._engine.get_task_names())

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 
 from ..paths import local_cache_dir
-from .base import SPLITS, Observation, StepResult, TextEnv, check_split, close_quietly, require_java
+from .base import SPLITS, Observation, StepResult, TextEnv, check_split, close_quietly, start_jvm_engine
 
 GOLD_DRAWS = 5
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
@@ -35,14 +35,13 @@ class TextWorldExpressEnv(TextEnv):
     def __init__(self, game_params: Mapping[str, str] | None = None) -> None:
         """``game_params``: per game, the engine's parameter string, e.g.
         ``{"coin": "numLocations=4,includeDoors=0"}``."""
-        require_java(self.name)
         from textworld_express import TextWorldExpressEnv as Engine
 
         unknown = set(game_params or {}) - set(GAMES)
         if unknown:
             raise ValueError(f"game_params for unknown games {sorted(unknown)}; known: {', '.join(GAMES)}")
         self._game_params = dict(game_params or {})
-        self._engine = Engine(envStepLimit=10**9)
+        self._engine = start_jvm_engine(self.name, lambda: Engine(envStepLimit=10**9))
         self._game: str | None = None
         self._fold_seeds: dict[tuple[str, str], list[int]] = {}
         self._info: dict | None = None
