@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
 from .envs import env_names
@@ -92,6 +92,18 @@ class CellConfig(_Strict):
     psi: PsiConfig = PsiConfig()
     adwm: AdwmConfig = AdwmConfig()
     baselines: BaselineConfig = BaselineConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _react_vocabulary_for_hotpotqa(cls, raw: Any) -> Any:
+        """A HotpotQA world model acts on the fixed vocabulary {<unk>, search, lookup, finish}
+        (paper, app:wm-arch) unless the cell sets ``world_model.react_actions`` itself."""
+        if not (isinstance(raw, dict) and isinstance(raw.get("env"), dict) and raw["env"].get("name") == "hotpotqa"):
+            return raw
+        world_model = raw.get("world_model") or {}
+        if not isinstance(world_model, dict) or "react_actions" in world_model:
+            return raw
+        return {**raw, "world_model": {**world_model, "react_actions": True}}
 
     @field_validator("env")
     @classmethod

@@ -47,6 +47,8 @@ def test_seed_cells_follow_the_paper_and_name_their_unset_variables(cell):
     assert config.behaviour.episodes == next(v for k, v in episodes.items() if cell.startswith(k))
     assert config.needs_gpu and config.env.max_steps == (30 if cell.startswith("alfworld") else 12)
     assert len(config.evaluation.policies) == (2 if cell == "hotpotqa-cross" else 1)
+    # HotpotQA's world model acts on the fixed ReAct vocabulary (app:wm-arch), the others on logged strings
+    assert config.world_model.react_actions == cell.startswith("hotpotqa")
     distinct = CellConfig.load(path, environ={name: f"/models/{name}" for name in variables(path)})
     # π_e is never in the behaviour pool (paper: the world model never sees π_e)
     assert not {p.model for p in distinct.behaviour.pool} & {p.model for p in distinct.evaluation.policies}
@@ -95,6 +97,14 @@ def test_model_paths_come_from_environment_variables(tmp_path):
         CellConfig.from_mapping(raw, environ={})
     config = CellConfig.from_mapping(raw, environ={"MY_AGENT": "/models/agent"})
     assert config.evaluation.policies[0].model == "/models/agent/checkpoint"
+
+
+def test_a_hotpotqa_cell_may_opt_out_of_the_react_vocabulary():
+    raw = {**local_raw(), "env": {"name": "hotpotqa", "task": "*", "options": {"data": "offline"}}}
+    assert CellConfig.from_mapping(raw).world_model.react_actions
+    opted_out = CellConfig.from_mapping({**raw, "world_model": {"react_actions": False, "epochs": 3}}).world_model
+    assert not opted_out.react_actions and opted_out.epochs == 3
+    assert not CellConfig.from_mapping(local_raw()).world_model.react_actions
 
 
 def test_missing_or_malformed_files_are_named(tmp_path):
