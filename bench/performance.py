@@ -15,7 +15,7 @@ ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The he
 GPU when one is present).
 
 Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
-file's earlier run when it was on the same machine. Usage: ``python bench/performance.py [CELL ...]``.
+file's earlier run when it was on the same machine (each row names the day it was measured). Usage: ``python bench/performance.py [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -138,26 +138,26 @@ def main() -> None:
     earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)
     kept = json.loads(earlier.read_text()) if earlier.exists() else {"machine": {}, "cells": []}
     same_machine = {k: v for k, v in kept["machine"].items() if k != "date"} == {k: v for k, v in host.items() if k != "date"}
-    rows = [r for r in kept["cells"] if same_machine and r["cell"] not in cells]
+    rows = [{"measured": kept["machine"].get("date"), **r} for r in kept["cells"] if same_machine and r["cell"] not in cells]
     for cell in cells:
         evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
-        rows.append({"cell": cell, "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
+        rows.append({"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
                      **throughput(runs[cell], cell, evaluate["label"])})
         print(cell, json.dumps(rows[-1]), flush=True)
     order = {cell: i for i, cell in enumerate(cell_names())}
     rows.sort(key=lambda r: order.get(r["cell"], len(order)))
     device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}, {host['torch_threads']} torch thread(s) a process")
-    lines = [f"# Performance on the local cells ({device}, {host['date']})", "",
+    lines = [f"# Performance on the local cells ({device})", "",
              "Scoring π_e with `evaluate-policy` against the cell's trained world model (ψ and ADWM computed afresh) "
              "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
              "in its own process on this machine. Ratio < 1: the world model answers faster than the environment. "
              f"LLM: π_e's model alone, greedy generation for and log-prob scoring of the first {LLM_SAMPLE} logged "
              "behaviour steps' prompts (one batch each), in new and in scored (prompt + action) tokens/s.",
-             "", "| cell | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
+             "", "| cell | measured | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
              "transitions/s | imagined steps/s | LLM new tokens/s | LLM scored tokens/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['cell']} | {r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
+        lines.append(f"| {r['cell']} | {r['measured']} | {r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
                      f"{r['ratio']:.2f} | {r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
