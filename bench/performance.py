@@ -15,7 +15,8 @@ ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The he
 GPU when one is present).
 
 Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
-file's earlier run when it was on the same machine (each row names the day it was measured). Usage: ``python bench/performance.py [CELL ...]``.
+file's earlier run when it was on the same machine (each row names the day it was measured).
+Usage: ``python bench/performance.py [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -138,10 +139,12 @@ def main() -> None:
     earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)
     kept = json.loads(earlier.read_text()) if earlier.exists() else {"machine": {}, "cells": []}
     same_machine = {k: v for k, v in kept["machine"].items() if k != "date"} == {k: v for k, v in host.items() if k != "date"}
-    rows = [{"measured": kept["machine"].get("date"), **r} for r in kept["cells"] if same_machine and r["cell"] not in cells]
+    rows = [{"measured": kept["machine"].get("date"), **r}
+            for r in kept["cells"] if same_machine and r["cell"] not in cells]
     for cell in cells:
         evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
-        rows.append({"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live, "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
+        rows.append({"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live,
+                     "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
                      **throughput(runs[cell], cell, evaluate["label"])})
         print(cell, json.dumps(rows[-1]), flush=True)
     order = {cell: i for i, cell in enumerate(cell_names())}

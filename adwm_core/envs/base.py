@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ in 90 s of play, 0.48 GiB with these options, at the same episodes/s. A cell run
 engines at once (behaviour beside ground truth, 2 workers × 8 engines each)."""
 
 Engine = TypeVar("Engine")
+_JAVA_TOOL_OPTIONS_LOCK = threading.Lock()  # the variable is process-wide: one launch at a time sets it
 
 
 def require_java(env_name: str) -> str:
@@ -62,15 +64,16 @@ def start_jvm_engine(env_name: str, start: Callable[[], Engine]) -> Engine:
     JVM takes the last of a repeated flag, so e.g. ``-Xmx1g`` there raises the bound.
     """
     require_java(env_name)
-    user_options = os.environ.get("JAVA_TOOL_OPTIONS")
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_OPTIONS} {user_options or ''}".strip()
-    try:
-        return start()
-    finally:
-        if user_options is None:
-            del os.environ["JAVA_TOOL_OPTIONS"]
-        else:
-            os.environ["JAVA_TOOL_OPTIONS"] = user_options
+    with _JAVA_TOOL_OPTIONS_LOCK:
+        user_options = os.environ.get("JAVA_TOOL_OPTIONS")
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_OPTIONS} {user_options or ''}".strip()
+        try:
+            return start()
+        finally:
+            if user_options is None:
+                del os.environ["JAVA_TOOL_OPTIONS"]
+            else:
+                os.environ["JAVA_TOOL_OPTIONS"] = user_options
 
 
 def close_quietly(engine) -> None:
