@@ -6,7 +6,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from adwm_core.policies.scoring import action_span, eps_mix_logprob, fit_context, score_actions
+from adwm_core.policies.scoring import action_span, context_limit, eps_mix_logprob, fit_context, score_actions
 
 CORPUS = [f"Observation: room {i}.\nAction: take coin\nAction: move east\nAction: open door\n" for i in range(200)]
 
@@ -70,6 +70,15 @@ def test_an_action_past_the_context_is_scored_after_the_latest_prompt_tokens(tok
     assert got == pytest.approx(expected, abs=1e-5) and n == len(full) - start
     with pytest.raises(ValueError, match="does not fit a 2-token context"):
         fit_context(full, start, 2)
+
+
+def test_context_limit_reads_either_config_name_and_honours_the_cap():
+    from transformers import LlamaConfig, PretrainedConfig
+
+    assert context_limit(GPT2Config(n_positions=64)) == 64  # GPT-2 calls it n_positions
+    assert context_limit(LlamaConfig(max_position_embeddings=8192), 2048) == 2048
+    assert context_limit(LlamaConfig(max_position_embeddings=512), 2048) == 512
+    assert context_limit(PretrainedConfig()) == 2048  # a config naming no length
 
 
 def test_eps_mixed_probabilities_sum_to_one():

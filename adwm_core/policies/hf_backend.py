@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .base import LanguageModel
-from .scoring import score_actions
+from .scoring import context_limit, score_actions
 
 
 def default_device_and_dtype() -> tuple[str, torch.dtype]:
@@ -41,10 +41,7 @@ class TransformersLM(LanguageModel):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"  # generation continues every row from its last column
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or auto_dtype).to(self.device).eval()
-        limit = getattr(self.model.config, "max_position_embeddings", None) or getattr(
-            self.model.config, "n_positions", 2048
-        )
-        self.max_context = min(limit, max_context) if max_context else limit
+        self.max_context = context_limit(self.model.config, max_context)
 
     @torch.no_grad()
     def mean_input_embeddings(self, texts: Sequence[str]) -> np.ndarray:

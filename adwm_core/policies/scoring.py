@@ -57,10 +57,11 @@ def fit_context(ids: list[int], start: int, limit: int) -> tuple[list[int], int]
     return ids[excess:], start - excess
 
 
-def model_context(model) -> int:
-    """The longest input a transformers causal LM takes (positions)."""
-    config = model.config
-    return getattr(config, "n_positions", None) or config.max_position_embeddings
+def context_limit(config, cap: int | None = None) -> int:
+    """min(positions a causal LM with this transformers ``config`` takes, ``cap``); 2048
+    positions when the config names none (neither ``max_position_embeddings`` nor ``n_positions``)."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
+    return min(limit, cap) if cap else limit
 
 
 def eps_mix_logprob(logprob, epsilon: float, admissible, n_admissible) -> np.ndarray:
@@ -94,7 +95,7 @@ def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[st
 
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
-    limit = min(model_context(model), max_context or model_context(model))
+    limit = context_limit(model.config, max_context)
     spans = [fit_context(*action_span(tokenizer, p, a), limit) for p, a in zip(prompts, actions)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device

@@ -41,7 +41,7 @@ from .prompts import (
     episode_histories,
     instruction,
 )
-from .scoring import action_span, fit_context
+from .scoring import action_span, context_limit, fit_context
 
 EOS = "<|endoftext|>"
 
@@ -153,7 +153,7 @@ def finetune(
     os.makedirs(out_dir, exist_ok=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    room = min(max_context, getattr(model.config, "n_positions", None) or model.config.max_position_embeddings)
+    room = context_limit(model.config, max_context)
     templates = [PromptTemplate(env_name, v, tokenizer, room - max_new_tokens) for v in VARIANTS]
     encoded = [_encode(template, ex, room) for ex in examples for template in templates]
     if lora is not None:

@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoTokenizer
 from ..paths import local_cache_dir
 from .base import LanguageModel
 from .hf_backend import default_device_and_dtype
-from .scoring import action_span
+from .scoring import action_span, context_limit
 
 CPU_ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -56,9 +56,7 @@ class VLLMLM(LanguageModel):
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        config = AutoConfig.from_pretrained(path)
-        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048)
-        self.max_context = min(limit, max_context) if max_context else limit
+        self.max_context = context_limit(AutoConfig.from_pretrained(path), max_context)
         if not on_gpu:
             torch.cpu._init_amx()
             engine_options.setdefault("enforce_eager", True)
