@@ -84,7 +84,7 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
         noise = torch.randn((imagination.diffusion.n_steps + 1, len(group), model.config.d_z),
                             generator=torch.Generator().manual_seed(SEED + t))
         for out, action_ids in ((z_logged, [ids([row["action"]])[0] for row, *_ in group]), (z_other, [o for *_, o in group])):
-            out.append(imagination._transition(h, torch.as_tensor(action_ids), noise))
+            out.append(imagination.transition(h, torch.as_tensor(action_ids), noise))
         histories.append(h)
     z_logged, z_other, h = torch.cat(z_logged), torch.cat(z_other), torch.cat(histories)
     truth = model.encode_texts([row["next_observation"] for row, *_ in chosen])

@@ -93,7 +93,7 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
         previous = torch.cat([torch.tensor([NULL]), actions[:-1]])
         h = model.history(z[None], previous[None])[0]
         noise = torch.randn((imagination.diffusion.n_steps + 1, length, model.config.d_z), generator=generator)
-        z_next = imagination._transition(h, actions, noise)
+        z_next = imagination.transition(h, actions, noise)
         reward.append(model.config.reward.decode(model.predicted_reward(z_next, h)).numpy())
         done.append(model.done_probability(z_next, h).numpy() >= 0.5)
         logged_reward.append(model.config.reward.decode(data.reward_targets[e, :length]))

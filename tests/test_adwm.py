@@ -97,7 +97,7 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
     plain = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0)
     with torch.no_grad():
-        ours = ImaginedRollouts(model, bank, plain)._transition(h, actions, noise)
+        ours = ImaginedRollouts(model, bank, plain).transition(h, actions, noise)
         reference = diffusion.sample(lambda z, k: model.eps(z, k, h, actions), (4, model.config.d_z), noise=noise,
                                      project=on_latent_manifold)
     assert torch.equal(ours, reference)

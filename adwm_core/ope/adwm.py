@@ -252,7 +252,7 @@ class ImaginedRollouts:
                 guidance = gradient_guidance(self.diffusion, lookahead, c.alpha, self.eta,
                                              chunk=policy.policy.lm.batch_size)
             guidance = _timed(guidance, seconds)
-            z_next = self._transition(h, ids, noise[:, base[rows]], guidance)
+            z_next = self.transition(h, ids, noise[:, base[rows]], guidance)
             reward = scale.decode(model.predicted_reward(z_next, h)).numpy()
             done = model.done_probability(z_next, h).numpy() >= c.done_threshold
             seconds["world_model"] += time.perf_counter() - started
@@ -304,7 +304,7 @@ class ImaginedRollouts:
 
         return guided
 
-    def _transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
+    def transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
                     guidance: Guidance | None = None) -> torch.Tensor:
         """z_{t+1} ~ the guided reverse process given (h̄_t, a_t)."""
         return self.diffusion.sample(self.eps_model(h, actions), tuple(noise.shape[1:]), guidance=guidance,
