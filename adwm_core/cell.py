@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
-from .envs import env_names
+from .envs import env_names, uses_react_actions
 from .ope.adwm import AdwmConfig
 from .ope.baselines import BaselineConfig
 from .training.psi import PsiConfig
@@ -95,13 +95,15 @@ class CellConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _react_vocabulary_for_hotpotqa(cls, raw: Any) -> Any:
-        """A HotpotQA world model acts on the fixed vocabulary {<unk>, search, lookup, finish}
-        (paper, app:wm-arch) unless the cell sets ``world_model.react_actions`` itself."""
-        if not (isinstance(raw, dict) and isinstance(raw.get("env"), dict) and raw["env"].get("name") == "hotpotqa"):
-            return raw
-        world_model = raw.get("world_model") or {}
-        if not isinstance(world_model, dict) or "react_actions" in world_model:
+    def _react_vocabulary_where_the_env_declares_it(cls, raw: Any) -> Any:
+        """The world model of an environment with ReAct actions (HotpotQA) acts on the fixed
+        vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch) unless the cell sets
+        ``world_model.react_actions`` itself."""
+        env = raw.get("env") if isinstance(raw, dict) else None
+        world_model = (raw.get("world_model") or {}) if isinstance(raw, dict) else None
+        if not (isinstance(env, dict) and env.get("name") in env_names() and isinstance(world_model, dict)):
+            return raw  # the field validators name what is wrong
+        if "react_actions" in world_model or not uses_react_actions(env["name"]):
             return raw
         return {**raw, "world_model": {**world_model, "react_actions": True}}
 

@@ -107,6 +107,20 @@ def test_a_hotpotqa_cell_may_opt_out_of_the_react_vocabulary():
     assert not CellConfig.from_mapping(local_raw()).world_model.react_actions
 
 
+def test_any_environment_declaring_react_actions_gets_the_react_vocabulary(monkeypatch):
+    from adwm_core.envs import registry
+    from adwm_core.envs.chain import ChainEnv
+
+    class ReactChain(ChainEnv):
+        react_actions = True
+
+    monkeypatch.setitem(registry._REGISTRY, "react-chain", ReactChain)
+    monkeypatch.setitem(registry._REGISTRY, "chain-factory", lambda **options: ChainEnv(**options))
+    for name, react in (("react-chain", True), ("chain-factory", False), ("chain", False)):
+        raw = {**local_raw(), "env": {"name": name, "task": "*"}}
+        assert CellConfig.from_mapping(raw).world_model.react_actions is react, name
+
+
 def test_missing_or_malformed_files_are_named(tmp_path):
     with pytest.raises(CellConfigError, match="no cell config at"):
         CellConfig.load(str(tmp_path / "nope.yaml"))

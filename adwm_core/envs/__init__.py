@@ -1,7 +1,7 @@
 """Text environments: one protocol (:class:`TextEnv`), adapters on real engines, a registry."""
 
 from .base import SPLITS, EnvironmentUnavailable, Observation, StaleObservation, StepResult, TextEnv
-from .registry import env_names, make_env, register
+from .registry import env_names, make_env, register, uses_react_actions
 
 __all__ = [
     "SPLITS",
@@ -11,6 +11,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "env_names",
+    "uses_react_actions",
     "make_env",
     "register",
 ]

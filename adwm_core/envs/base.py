@@ -139,6 +139,9 @@ class TextEnv(ABC):
     """A multi-turn text environment on a real engine."""
 
     name: str
+    # Actions are ReAct calls ``type[argument]``: a world model keys them by type, the
+    # fixed vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch), not by string.
+    react_actions: bool = False
 
     @abstractmethod
     def tasks(self) -> list[str]:

@@ -284,6 +284,7 @@ def resolve_data(data: str | None) -> Path:
 
 class HotpotQAEnv(TextEnv):
     name = "hotpotqa"
+    react_actions = True
 
     def __init__(self, data: str | None = None) -> None:
         """``data``: a folder holding ``hotpot_dev_distractor_v1.json``, a questions file, or

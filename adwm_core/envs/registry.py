@@ -44,6 +44,12 @@ def env_factory(name: str) -> Callable[..., TextEnv]:
     return getattr(import_module(module), attr)
 
 
+def uses_react_actions(name: str) -> bool:
+    """Whether the environment registered as ``name`` declares ReAct actions (a factory
+    that is not a :class:`TextEnv` class declares nothing)."""
+    return bool(getattr(env_factory(name), "react_actions", False))
+
+
 def make_env(name: str, **kwargs) -> TextEnv:
     """Build the environment registered as ``name`` with its keyword options."""
     return env_factory(name)(**kwargs)

@@ -47,7 +47,7 @@ class TrainConfig:
     p_uncond: float = 0.1
     weights: LossWeights = field(default_factory=LossWeights)
     reward_target: str = "step"  # see data/windows.py: reward_scale
-    react_actions: bool = False  # HotpotQA: the fixed ReAct action vocabulary
+    react_actions: bool = False  # key actions by ReAct type (CellConfig: where the env declares them)
     seed: int = 0
     device: str = "auto"
 
