@@ -7,10 +7,11 @@ flat in ε. Per local cell (whose stages ``bench/main_results.py`` has run):
 
 - vocabulary coverage: the share of logged actions, of the admissible actions at logged states
   (what ε-exploration draws from) and of π_e's greedy actions at logged states that the world
-  model's action vocabulary knows (the rest all map to ⟨unk⟩);
+  model's action vocabulary knows (the rest map to ⟨unk⟩, which imagination reads as ∅ where
+  ⟨unk⟩ never trained: ``adwm.unknown_actions``);
 - action sensitivity, on up to ``N_STEPS`` logged transitions within the ADWM horizon: the
   world model's next latent from the logged history under the logged action and under one
-  other admissible action with a different vocabulary id, with the same noise and the cell's
+  other admissible action conditioned on a different id, with the same noise and the cell's
   CFG scale. Reported: the mean cosine of the two predictions, beside the mean cosine of the
   logged-action prediction with the encoded true next observation, and the mean cosine of the
   true next latents of two random transitions (how alike any two states are). Also the mean
@@ -58,7 +59,11 @@ def coverage(model: WorldModel, steps: list, greedy: list[str]) -> dict:
 def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict:
     """Cosines and reward/termination differences under the logged vs another admissible action."""
     rng = np.random.default_rng(SEED)
-    ids = model.config.actions.ids
+    imagination = ImaginedRollouts(model, StateBank.from_trajectories(table, model), cell.adwm)
+
+    def ids(actions: list[str]) -> list[int]:  # as imagination conditions on them
+        return imagination.action_ids(actions).tolist()
+
     chosen = []  # (logged row, its history, the id of another admissible action)
     for row, history in steps:
         if row["t"] >= cell.adwm.horizon or not history.admissible:
@@ -70,7 +75,6 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
     chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), min(N_STEPS, len(chosen)), replace=False))]
     if not chosen:
         return {"n": 0}
-    imagination = ImaginedRollouts(model, StateBank.from_trajectories(table, model), cell.adwm)
     chosen.sort(key=lambda c: c[0]["t"])
     z_logged, z_other, histories = [], [], []
     for t in sorted({row["t"] for row, *_ in chosen}):  # one batch per step: histories of t + 1 latents, no padding

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from adwm_core.data import TRAJECTORIES, read_table, write_table
+from adwm_core.data.actions import NULL
 from adwm_core.diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
 from adwm_core.diffusion.process import GaussianDiffusion
 from adwm_core.envs.agents import EpsilonGoldAgent
@@ -103,6 +104,24 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     assert torch.equal(ours, reference)
 
 
+def test_an_action_outside_the_vocabulary_is_imagined_as_the_unconditional_transition(corridor):
+    """The corridor pool only ever played known actions, so ⟨unk⟩ never trained: an unknown
+    action's next state is sampled from the ∅ branch, unless unknown_actions='unk'."""
+    trajectories, model = corridor
+    assert not model.config.unknown_trained
+    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    z0 = bank.latents[bank.starts[:4]]
+    h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
+    noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    config = AdwmConfig(reading="retrieval", eta_max=0.0)
+    default, as_unk = (ImaginedRollouts(model, bank, c) for c in (config, replace(config, unknown_actions="unk")))
+    with torch.no_grad():
+        unknown = default.transition(h, default.action_ids(["jump"] * 4), noise)
+        null = default.transition(h, torch.full((4,), NULL), noise)
+        untrained = as_unk.transition(h, as_unk.action_ids(["jump"] * 4), noise)
+    assert torch.equal(unknown, null) and not torch.equal(untrained, null)
+
+
 def test_success_bank_guidance_pulls_samples_towards_the_bank():
     """A toy prior N(0, I) in 8 dimensions: guidance raises the similarity to the bank, and more
     so with a larger η; η = 0 changes nothing."""
@@ -128,6 +147,8 @@ def test_bad_settings_are_named(corridor):
         AdwmConfig(reading="psychic")
     with pytest.raises(ValueError, match="n_rollouts=0"):
         AdwmConfig(n_rollouts=0)
+    with pytest.raises(ValueError, match=r"unknown_actions='drop' \(choose from \('null', 'unk'\)\)"):
+        AdwmConfig(unknown_actions="drop")
     with pytest.raises(ValueError, match="history length"):
         ImaginedRollouts(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
                          AdwmConfig(horizon=model.config.max_steps + 1))

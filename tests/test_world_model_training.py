@@ -94,6 +94,38 @@ def test_a_checkpoint_is_kept_when_no_held_out_step_is_reward_supervised(tmp_pat
     assert result.best_epoch >= 0 and WorldModel.load(str(tmp_path / "wm")) is not None
 
 
+def test_unknown_actions_read_as_null_only_where_training_never_saw_one(tmp_path):
+    """⟨unk⟩'s embedding is fitted only if some training action was outside the vocabulary;
+    otherwise imagination conditions such an action on ∅ (the trained unconditional branch)."""
+    rows = [row for e in range(10) for row in _rows(e, [("search[a]", 0.0), ("finish[b]", 1.0)])]
+    table = table_from_rows(rows, TRAJECTORIES)
+    odd = table_from_rows(rows + [row for e in range(10, 15) for row in _rows(e, [("think", 0.0), ("finish[c]", 1.0)])],
+                          TRAJECTORIES)  # 5 of 15 episodes with an ⟨unk⟩ step: 2 are held out, some train
+    for name, data, react, trained in (("strings", table, False, False), ("react", table, True, False),
+                                       ("react-with-unk", odd, True, True)):
+        config = TrainConfig(epochs=1, batch_size=4, device="cpu", react_actions=react)
+        model = WorldModel.load(train_world_model(data, str(tmp_path / name), config).path)
+        assert model.config.unknown_trained is trained, name
+        known = model.config.actions.ids(["finish[x]"])[0] if react else model.config.actions.ids(["search[a]"])[0]
+        conditioned = model.action_ids(["zzz", "finish[x]" if react else "search[a]"]).tolist()
+        assert conditioned == [UNKNOWN if trained else NULL, known], name
+        assert model.action_ids(["zzz"], unknown_as_null=False).tolist() == [UNKNOWN]
+
+
+def test_a_world_model_saved_before_unknown_trained_existed_infers_it():
+    from adwm_core.data.actions import MAX_ACTIONS
+    from adwm_core.model.world_model import WorldModelConfig
+
+    def saved(vocabulary):
+        data = WorldModelConfig(actions=vocabulary).to_json()
+        del data["unknown_trained"]
+        return WorldModelConfig.from_json(data).unknown_trained
+
+    assert not saved(ActionVocabulary.from_actions(["a", "b"]))
+    assert saved(ActionVocabulary.from_actions([str(i) for i in range(MAX_ACTIONS)]))  # capped: the rest were ⟨unk⟩
+    assert saved(ActionVocabulary.for_react())
+
+
 @pytest.fixture(scope="module")
 def behaviour(tiny_behaviour):
     return read_table(tiny_behaviour, TRAJECTORIES)

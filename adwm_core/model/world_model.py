@@ -9,12 +9,13 @@ observations; collapse of the latter is guarded in training (training/losses.py)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
-from ..data.actions import NULL, ActionVocabulary
+from ..data.actions import MAX_ACTIONS, NULL, UNKNOWN, ActionVocabulary
 from ..data.hash_tokenizer import HashTokenizer
 from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
@@ -59,6 +60,7 @@ class WorldModelConfig:
     max_tokens: int = 128
     max_steps: int = 64
     n_denoise: int = 50
+    unknown_trained: bool = False  # some training action was ⟨unk⟩, so its embedding was fitted
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -69,6 +71,8 @@ class WorldModelConfig:
     def from_json(cls, data: dict) -> "WorldModelConfig":
         data = dict(data)
         actions = ActionVocabulary.from_json(data.pop("actions"))
+        # saved before 2026-11-23: ⟨unk⟩ was trained where the vocabulary reached its cap or keys ReAct types
+        data.setdefault("unknown_trained", actions.react or len(actions) >= MAX_ACTIONS)
         return cls(actions=actions, reward=RewardScale(**data.pop("reward")), **data)
 
 
@@ -106,6 +110,16 @@ class WorldModel(nn.Module):
     def history(self, z: torch.Tensor, previous_actions: torch.Tensor) -> torch.Tensor:
         """h̄_t = HistEnc((z_0, ∅), (z_1, a_0), …, (z_t, a_{t−1})): ``(B, T, d_z)``, ``(B, T)`` → ``(B, T, 128)``."""
         return self.history_encoder(z, self.action_embedding(previous_actions))
+
+    def action_ids(self, actions: Sequence[str], unknown_as_null: bool = True) -> torch.Tensor:
+        """The ids imagination conditions on. An action outside the vocabulary is ⟨unk⟩; where no
+        training action was ⟨unk⟩ its embedding is untrained noise, and with ``unknown_as_null``
+        the action reads as ∅ instead: the unconditional branch, the next state averaged over the
+        pool's actions, which classifier-free dropout trained (p_uncond, app:wm-loss)."""
+        ids = torch.as_tensor(self.config.actions.ids(actions), dtype=torch.long)
+        if unknown_as_null and not self.config.unknown_trained:
+            ids[ids == UNKNOWN] = NULL
+        return ids
 
     def eps(self, z_k: torch.Tensor, k: torch.Tensor, h: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
         """ε_θ(z_k, k, h̄, a); ``actions=None`` is the unconditional branch ε_θ(z_k, k, h̄, ∅)."""

@@ -61,6 +61,7 @@ from ..training.psi import load_adapter
 
 READINGS = ("soft_tokens", "retrieval", "none")
 GUIDANCE = ("success_bank", "likelihood", "none")
+UNKNOWN_ACTIONS = ("null", "unk")  # see WorldModel.action_ids
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -82,6 +83,7 @@ class AdwmConfig:
     lookahead: int = 2  # h, look-ahead steps of the likelihood guidance
     lookahead_denoise: int = 5  # DDIM levels of each look-ahead transition
     guided_steps: int | None = None  # continuation guidance on the last this-many denoising steps (None: all)
+    unknown_actions: str = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
     gamma: float = 1.0  # discount of reward_sum (1: on the scale of undiscounted returns)
     done_threshold: float = 0.5
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -92,6 +94,8 @@ class AdwmConfig:
         bad = []
         if self.reading not in READINGS:
             bad.append(f"reading={self.reading!r} (choose from {READINGS})")
+        if self.unknown_actions not in UNKNOWN_ACTIONS:
+            bad.append(f"unknown_actions={self.unknown_actions!r} (choose from {UNKNOWN_ACTIONS})")
         if self.guidance not in GUIDANCE:
             bad.append(f"guidance={self.guidance!r} (choose from {GUIDANCE})")
         if self.guidance == "likelihood" and self.reading != "soft_tokens":
@@ -243,7 +247,7 @@ class ImaginedRollouts:
                                 picks[base[rows]])
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
-            ids = torch.as_tensor(model.config.actions.ids(actions))
+            ids = self.action_ids(actions)
             h = model.history(z[rows, : t + 1], previous[rows, : t + 1])[:, -1]
             guidance = self.success_guidance
             if self.guided and c.guidance == "likelihood":
@@ -290,6 +294,9 @@ class ImaginedRollouts:
             for j, decision in zip(ask, decisions):
                 actions[j] = decision.action
         return actions
+
+    def action_ids(self, actions: Sequence[str]) -> torch.Tensor:
+        return self.model.action_ids(actions, unknown_as_null=self.config.unknown_actions == "null")
 
     def eps_model(self, h: torch.Tensor, actions: torch.Tensor):
         """ε̂(z_k, k) of the world model given (h̄, a), with classifier-free guidance λ."""
@@ -340,7 +347,7 @@ class LookaheadLikelihood:
             total = total + self.policy.logprob(now, latents, greedy).to(total.device)
             if u + 1 == c.lookahead:
                 return total
-            ids = torch.as_tensor(model.config.actions.ids(greedy))
+            ids = imagination.action_ids(greedy)
             hbar = model.history(latents, previous)[:, -1]
             z_hat = imagination.diffusion.denoise_deterministic(imagination.eps_model(hbar, ids),
                                                                 torch.zeros_like(z_hat), c.lookahead_denoise,

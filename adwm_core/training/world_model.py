@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from ..data.actions import ActionVocabulary
+from ..data.actions import UNKNOWN, ActionVocabulary
 from ..data.io import atomic_open, behaviour_rows, check_output
 from ..data.windows import EpisodeArrays, Windows, covering_windows, episode_arrays, reward_scale, sample_windows
 from ..diffusion.process import GaussianDiffusion
@@ -175,7 +175,9 @@ def train_world_model(
     data = episode_arrays(behaviour, vocabulary, scale)
     train, heldout = split_indices(len(data.lengths), config.heldout_fraction, config.seed)
 
-    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale)).to(device).train()
+    unknown_trained = bool((data.actions[train] == UNKNOWN).any())
+    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, unknown_trained=unknown_trained))
+    model = model.to(device).train()
     tokens = Tokenised(model, data.texts)
     diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay)
