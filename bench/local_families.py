@@ -14,8 +14,10 @@ prompt variants cycling as in behaviour collection. Writes
 ``bench/results/local_families.{json,md}``.
 
 A run with another grid adds its checkpoints to the cell's earlier rows (the family's
-training is deterministic, so step s is the same model in every grid).
-Usage: ``python bench/local_families.py [CELL ...] [--steps 40,100,...]``.
+training is deterministic, so step s is the same model in every grid). The π_b / π_e marks
+always follow the cells' current configs; ``--render`` only rewrites the saved
+JSON and Markdown with them (no training, no episodes).
+Usage: ``python bench/local_families.py [CELL ...] [--steps 40,100,...] [--render]``.
 """
 
 from __future__ import annotations
@@ -86,10 +88,24 @@ def greedy_success(cell: CellConfig, step: int, path: str, n: int) -> dict:
             "mean_length": pc.mean(episodes["t_count"]).as_py(), "seconds": seconds}
 
 
-def calibrate(name: str, steps: list[int]) -> dict:
+def load_local_cell(name: str) -> CellConfig:
     cell = CellConfig.load(str(DEPLOYMENTS / f"{name}.yaml"))
     if cell.local_policies is None:
         raise SystemExit(f"{name} is not a local cell (no local_policies section)")
+    return cell
+
+
+def roles(cell: CellConfig) -> dict:
+    """The training steps of the cell's pool members and of its π_e, from its current config."""
+    def steps_of(spec: PolicySpec) -> int:
+        return cell.local_policies.checkpoints[spec.model.removeprefix(LOCAL_PREFIX)]
+
+    return {"pool": {p.label: steps_of(p) for p in cell.behaviour.pool},
+            "evaluation": {p.label: steps_of(p) for p in cell.evaluation.policies}}
+
+
+def calibrate(name: str, steps: list[int]) -> dict:
+    cell = load_local_cell(name)
     grid = sorted(set(steps) | {c for c in cell.local_policies.checkpoints.values() if c <= max(steps)})
     paths = family(cell, grid)
     n = min(len(cell.env.instances()), EPISODES)  # listing instances starts the environment: once
@@ -97,13 +113,8 @@ def calibrate(name: str, steps: list[int]) -> dict:
     for step in grid:
         rows.append(greedy_success(cell, step, paths[step], n))
         print(name, rows[-1], flush=True)
-
-    def steps_of(spec: PolicySpec) -> int:
-        return cell.local_policies.checkpoints[spec.model.removeprefix(LOCAL_PREFIX)]
-
     return {"cell": name, "env": dataclasses.asdict(cell.env), "instances": n,
-            "rows": rows, "suggested": suggest(rows), "pool": {p.label: steps_of(p) for p in cell.behaviour.pool},
-            "evaluation": {p.label: steps_of(p) for p in cell.evaluation.policies}}
+            "rows": rows, "suggested": suggest(rows), **roles(cell)}
 
 
 def markdown(results: list[dict], host: dict) -> str:
@@ -131,12 +142,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="local cells (default: every deployments/local-*.yaml)")
     parser.add_argument("--steps", default=",".join(map(str, STEPS)), help="checkpoint grid in optimiser steps")
+    parser.add_argument("--render", action="store_true",
+                        help="only refresh the saved results' π_b / π_e marks from the current cell configs")
     args = parser.parse_args()
     cells = args.cells or sorted(p.stem for p in DEPLOYMENTS.glob("local-*.yaml"))
     steps = [int(s) for s in args.steps.split(",")]
     out = RESULTS / "local_families.json"
-    previous = {r["cell"]: r | {"suggested": suggest(r["rows"])} for r in json.loads(out.read_text())["cells"]
-                } if out.exists() else {}
+    previous = {r["cell"]: r | {"suggested": suggest(r["rows"])} | roles(load_local_cell(r["cell"]))
+                for r in json.loads(out.read_text())["cells"]} if out.exists() else {}
+    if args.render:
+        if not out.exists():
+            raise SystemExit(f"--render: {out} does not exist yet; run without --render to measure the families")
+        write(previous, json.loads(out.read_text())["machine"])  # the machine and day the rows were measured
+        return
     for name in cells:
         result = calibrate(name, steps)
         earlier = previous.get(name)
@@ -145,10 +163,13 @@ def main() -> None:
             result["rows"] = [rows[step] for step in sorted(rows)]
             result["suggested"] = suggest(result["rows"])
         previous[name] = result
-        host = machine()
-        results = [previous[c] for c in sorted(previous)]
-        out.write_text(json.dumps({"machine": host, "cells": results}, indent=2))
-        (RESULTS / "local_families.md").write_text(markdown(results, host))
+        write(previous, machine())
+
+
+def write(by_cell: dict[str, dict], host: dict) -> None:
+    results = [by_cell[c] for c in sorted(by_cell)]
+    (RESULTS / "local_families.json").write_text(json.dumps({"machine": host, "cells": results}, indent=2))
+    (RESULTS / "local_families.md").write_text(markdown(results, host))
 
 
 if __name__ == "__main__":
