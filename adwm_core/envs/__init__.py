@@ -11,7 +11,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "env_names",
-    "uses_react_actions",
     "make_env",
     "register",
+    "uses_react_actions",
 ]

@@ -296,6 +296,7 @@ class ImaginedRollouts:
         return actions
 
     def action_ids(self, actions: Sequence[str]) -> torch.Tensor:
+        """The ids the world model is conditioned on (``unknown_actions``: see WorldModel.action_ids)."""
         return self.model.action_ids(actions, unknown_as_null=self.config.unknown_actions == "null")
 
     def eps_model(self, h: torch.Tensor, actions: torch.Tensor):
@@ -312,7 +313,7 @@ class ImaginedRollouts:
         return guided
 
     def transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
-                    guidance: Guidance | None = None) -> torch.Tensor:
+                   guidance: Guidance | None = None) -> torch.Tensor:
         """z_{t+1} ~ the guided reverse process given (h̄_t, a_t)."""
         return self.diffusion.sample(self.eps_model(h, actions), tuple(noise.shape[1:]), guidance=guidance,
                                      noise=noise, project=on_latent_manifold)
