@@ -82,6 +82,20 @@ def test_backends_agree_on_continuation_logprobs(backends):
     assert np.abs(vllm_logp - hf_logp).max() <= LOGPROB_TOLERANCE, (vllm_logp, hf_logp)
 
 
+def test_an_action_after_a_prompt_past_the_context_is_scored_alike_by_both_backends(backends):
+    """A prompt + action longer than the context loses its oldest prompt tokens in both backends
+    (vLLM's engine gets one position more, for the token it must generate after the sequence)."""
+    vllm_lm, hf_lm = backends
+    assert vllm_lm.score_context == vllm_lm.max_context == hf_lm.max_context
+    prompt = " ".join(f"Room {i} has {i % 7} coins and a door to room {i + 1}." for i in range(200)) + "\nAction:"
+    continuations = [" go north\n", " take coin\n"]
+    assert len(vllm_lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]) > vllm_lm.max_context
+    vllm_logp, vllm_n = vllm_lm.score([prompt] * 2, continuations)
+    hf_logp, hf_n = hf_lm.score([prompt] * 2, continuations)
+    np.testing.assert_array_equal(vllm_n, hf_n)
+    assert np.abs(vllm_logp - hf_logp).max() <= LOGPROB_TOLERANCE, (vllm_logp, hf_logp)
+
+
 def test_greedy_actions_match_and_score_highest(backends):
     vllm_lm, hf_lm = backends
     prompts = prompts_for(vllm_lm, HISTORIES)

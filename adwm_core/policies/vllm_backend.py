@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoTokenizer
 from ..paths import local_cache_dir
 from .base import LanguageModel
 from .hf_backend import default_device_and_dtype
-from .scoring import action_span, context_limit
+from .scoring import action_span, context_limit, fit_context
 
 CPU_ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -56,14 +56,19 @@ class VLLMLM(LanguageModel):
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.max_context = context_limit(AutoConfig.from_pretrained(path), max_context)
+        positions = context_limit(AutoConfig.from_pretrained(path))
+        self.max_context = min(positions, max_context) if max_context else positions
+        # vLLM scores a sequence by generating one token after it, so the engine gets one position
+        # more than the context where the model has it: then both backends score the same tokens
+        engine_length = min(self.max_context + 1, positions)
+        self.score_context = engine_length - 1
         if not on_gpu:
             torch.cpu._init_amx()
             engine_options.setdefault("enforce_eager", True)
         self.engine = LLM(
             path,
             dtype=dtype or default_device_and_dtype()[1],
-            max_model_len=self.max_context,
+            max_model_len=engine_length,
             seed=seed,
             **engine_options,
         )
@@ -88,7 +93,9 @@ class VLLMLM(LanguageModel):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        spans = [action_span(self.tokenizer, p, c) for p, c in zip(prompts, continuations)]
+        # as in the transformers backend, a prompt + action past the context loses its oldest prompt tokens
+        spans = [fit_context(*action_span(self.tokenizer, p, c), self.score_context)
+                 for p, c in zip(prompts, continuations)]
         # prompt_logprobs[j] holds log P(token j | tokens < j) for the actual token j (and entry 0 is None)
         outputs = self._run([ids for ids, _ in spans], max_tokens=1, prompt_logprobs=0, detokenize=False)
         logprobs = np.array(
