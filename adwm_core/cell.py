@@ -99,8 +99,9 @@ class CellConfig(_Strict):
         """The world model of an environment with ReAct actions (HotpotQA) acts on the fixed
         vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch) unless the cell sets
         ``world_model.react_actions`` itself."""
-        env = raw.get("env") if isinstance(raw, dict) else None
-        world_model = (raw.get("world_model") or {}) if isinstance(raw, dict) else None
+        if not isinstance(raw, dict):
+            return raw
+        env, world_model = raw.get("env"), raw.get("world_model") or {}
         if not (isinstance(env, dict) and env.get("name") in env_names() and isinstance(world_model, dict)):
             return raw  # the field validators name what is wrong
         if "react_actions" in world_model or not uses_react_actions(env["name"]):

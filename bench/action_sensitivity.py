@@ -69,9 +69,9 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
         if row["t"] >= cell.adwm.horizon or not history.admissible:
             continue
         logged = ids([row["action"]])[0]
-        others = [a for a, i in zip(history.admissible, ids(list(history.admissible))) if i != logged]
+        others = [i for i in ids(list(history.admissible)) if i != logged]
         if others:
-            chosen.append((row, history, ids([others[rng.integers(len(others))]])[0]))
+            chosen.append((row, history, others[rng.integers(len(others))]))
     chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), min(N_STEPS, len(chosen)), replace=False))]
     if not chosen:
         return {"n": 0}
@@ -87,7 +87,8 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
         h = model.history(z, previous)[:, -1]
         noise = torch.randn((imagination.diffusion.n_steps + 1, len(group), model.config.d_z),
                             generator=torch.Generator().manual_seed(SEED + t))
-        for out, action_ids in ((z_logged, [ids([row["action"]])[0] for row, *_ in group]), (z_other, [o for *_, o in group])):
+        for out, action_ids in ((z_logged, ids([row["action"] for row, *_ in group])),
+                                (z_other, [o for *_, o in group])):
             out.append(imagination.transition(h, torch.as_tensor(action_ids), noise))
         histories.append(h)
     z_logged, z_other, h = torch.cat(z_logged), torch.cat(z_other), torch.cat(histories)

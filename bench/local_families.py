@@ -148,12 +148,13 @@ def main() -> None:
     cells = args.cells or sorted(p.stem for p in DEPLOYMENTS.glob("local-*.yaml"))
     steps = [int(s) for s in args.steps.split(",")]
     out = RESULTS / "local_families.json"
+    saved = json.loads(out.read_text()) if out.exists() else {"cells": []}
     previous = {r["cell"]: r | {"suggested": suggest(r["rows"])} | roles(load_local_cell(r["cell"]))
-                for r in json.loads(out.read_text())["cells"]} if out.exists() else {}
+                for r in saved["cells"]}
     if args.render:
-        if not out.exists():
+        if "machine" not in saved:
             raise SystemExit(f"--render: {out} does not exist yet; run without --render to measure the families")
-        write(previous, json.loads(out.read_text())["machine"])  # the machine and day the rows were measured
+        write(previous, saved["machine"])  # the machine and day the rows were measured
         return
     for name in cells:
         result = calibrate(name, steps)

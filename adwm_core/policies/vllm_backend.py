@@ -56,11 +56,11 @@ class VLLMLM(LanguageModel):
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        positions = context_limit(AutoConfig.from_pretrained(path))
-        self.max_context = min(positions, max_context) if max_context else positions
+        config = AutoConfig.from_pretrained(path)
+        self.max_context = context_limit(config, max_context)
         # vLLM scores a sequence by generating one token after it, so the engine gets one position
         # more than the context where the model has it: then both backends score the same tokens
-        engine_length = min(self.max_context + 1, positions)
+        engine_length = min(self.max_context + 1, context_limit(config))
         self.score_context = engine_length - 1
         if not on_gpu:
             torch.cpu._init_amx()
