@@ -24,7 +24,7 @@ from .envs import env_names, uses_react_actions
 from .ope.adwm import AdwmConfig
 from .ope.baselines import BaselineConfig
 from .training.psi import PsiConfig
-from .training.world_model import TrainConfig
+from .training.world_model import PRESETS, TrainConfig
 
 LOCAL_PREFIX = "local:"
 _VARIABLE = re.compile(r"\$\{(\w+)\}")
@@ -97,14 +97,18 @@ class CellConfig(_Strict):
     @classmethod
     def _react_vocabulary_where_the_env_declares_it(cls, raw: Any) -> Any:
         """The world model of an environment with ReAct actions (HotpotQA) acts on the fixed
-        vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch) unless the cell sets
-        ``world_model.react_actions`` itself."""
+        vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch) where it reads actions by id
+        (the paper preset), unless the cell sets ``world_model.react_actions`` itself. Text
+        actions read the whole string, arguments included."""
         if not isinstance(raw, dict):
             return raw
         env, world_model = raw.get("env"), raw.get("world_model") or {}
         if not (isinstance(env, dict) and env.get("name") in env_names() and isinstance(world_model, dict)):
             return raw  # the field validators name what is wrong
         if "react_actions" in world_model or not uses_react_actions(env["name"]):
+            return raw
+        preset = PRESETS.get(world_model.get("preset", TrainConfig.preset), {})
+        if world_model.get("action_input", preset.get("action_input")) != "ids":
             return raw
         return {**raw, "world_model": {**world_model, "react_actions": True}}
 

@@ -23,10 +23,10 @@ def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None
 
     def build(folder: str) -> None:
         log = epoch_logger()
-        with stage_progress(cell.name, "world-model epochs") as progress:
+        with stage_progress(cell.name, "world-model rounds") as progress:
             def on_epoch(epoch: int, metrics: dict) -> None:
                 log(epoch, metrics)
-                progress(epoch + 1, config.epochs)
+                progress(epoch + 1, config.rounds)
 
             train_world_model(read_table(trajectories.file(behaviour.FILE), TRAJECTORIES), f"{folder}/{FOLDER}",
                               config, on_epoch=on_epoch)

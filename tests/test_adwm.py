@@ -38,7 +38,8 @@ def corridor_episodes(agent, n: int, first: int = 0, max_steps: int = HORIZON):
 
 @pytest.fixture(scope="module")
 def corridor(tmp_path_factory):
-    """Behaviour data of ε-mixed experts (ε = 0.5 and 1) and a world model trained on it."""
+    """Behaviour data of ε-mixed experts (ε = 0.5 and 1) and a world model trained on it by the
+    paper's recipe (the rollout machinery is what these tests check)."""
     root = tmp_path_factory.mktemp("corridor")
     tables = [episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 100, first=1000 * j), cell="corridor",
                              source="behavior", policy=f"expert-{eps}@p0", epsilon=None)
@@ -46,7 +47,7 @@ def corridor(tmp_path_factory):
     table = pa.concat_tables(tables)
     path = str(root / "trajectories.parquet")
     write_table(table, path, TRAJECTORIES)
-    train_world_model(table, str(root / "wm"), TrainConfig(epochs=120, device="cpu"))
+    train_world_model(table, str(root / "wm"), TrainConfig(preset="paper", epochs=120, device="cpu"))
     return path, WorldModel.load(str(root / "wm"))
 
 

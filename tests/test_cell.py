@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from adwm_core.cell import CellConfig, CellConfigError
+from adwm_core.training.world_model import PRESETS
 
 DEPLOYMENTS = os.path.join(os.path.dirname(__file__), "..", "deployments")
 LOCAL = os.path.join(DEPLOYMENTS, "local-simonsays.yaml")
@@ -47,8 +48,8 @@ def test_seed_cells_follow_the_paper_and_name_their_unset_variables(cell):
     assert config.behaviour.episodes == next(v for k, v in episodes.items() if cell.startswith(k))
     assert config.needs_gpu and config.env.max_steps == (30 if cell.startswith("alfworld") else 12)
     assert len(config.evaluation.policies) == (2 if cell == "hotpotqa-cross" else 1)
-    # HotpotQA's world model acts on the fixed ReAct vocabulary (app:wm-arch), the others on logged strings
-    assert config.world_model.react_actions == cell.startswith("hotpotqa")
+    # the default world model reads action texts; only the paper's id vocabulary keys HotpotQA by ReAct type
+    assert config.world_model.action_input == "text" and not config.world_model.react_actions
     distinct = CellConfig.load(path, environ={name: f"/models/{name}" for name in variables(path)})
     # π_e is never in the behaviour pool (paper: the world model never sees π_e)
     assert not {p.model for p in distinct.behaviour.pool} & {p.model for p in distinct.evaluation.policies}
@@ -64,7 +65,8 @@ def test_the_local_cell_resolves_its_sections():
     assert [p.model for p in config.evaluation.policies] == ["local:iter2"]  # never in the pool
     assert config.evaluation.epsilons == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert config.adwm.horizon == 12 and config.adwm.n_rollouts == 32  # set, and defaulted from the paper
-    assert config.world_model.epochs == 50 and config.psi.epochs == 20
+    assert config.world_model.preset == "default" and config.psi.epochs == 20
+    assert config.world_model.steps == PRESETS["default"]["steps"] and config.world_model.epochs is None
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -99,10 +101,13 @@ def test_model_paths_come_from_environment_variables(tmp_path):
     assert config.evaluation.policies[0].model == "/models/agent/checkpoint"
 
 
-def test_a_hotpotqa_cell_may_opt_out_of_the_react_vocabulary():
+def test_a_hotpotqa_cell_reads_the_react_vocabulary_only_where_actions_are_ids():
     raw = {**local_raw(), "env": {"name": "hotpotqa", "task": "*", "options": {"data": "offline"}}}
-    assert CellConfig.from_mapping(raw).world_model.react_actions
-    opted_out = CellConfig.from_mapping({**raw, "world_model": {"react_actions": False, "epochs": 3}}).world_model
+    paper = {**raw, "world_model": {"preset": "paper"}}
+    assert CellConfig.from_mapping(paper).world_model.react_actions
+    assert not CellConfig.from_mapping(raw).world_model.react_actions  # text actions keep the arguments
+    opted_out = CellConfig.from_mapping({**raw, "world_model": {"preset": "paper", "react_actions": False,
+                                                                "epochs": 3}}).world_model
     assert not opted_out.react_actions and opted_out.epochs == 3
     assert not CellConfig.from_mapping(local_raw()).world_model.react_actions
 
@@ -117,7 +122,7 @@ def test_any_environment_declaring_react_actions_gets_the_react_vocabulary(monke
     monkeypatch.setitem(registry._REGISTRY, "react-chain", ReactChain)
     monkeypatch.setitem(registry._REGISTRY, "chain-factory", lambda **options: ChainEnv(**options))
     for name, react in (("react-chain", True), ("chain-factory", False), ("chain", False)):
-        raw = {**local_raw(), "env": {"name": name, "task": "*"}}
+        raw = {**local_raw(), "env": {"name": name, "task": "*"}, "world_model": {"action_input": "ids"}}
         assert CellConfig.from_mapping(raw).world_model.react_actions is react, name
 
 

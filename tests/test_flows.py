@@ -131,7 +131,7 @@ def test_prefect_holds_the_results_table_and_the_report(first_run):
     table = Artifact.get("tiny-flow-main-results")
     assert table is not None and "ADWM:reward_sum" in str(table.data)
     assert Artifact.get("tiny-flow-report") is not None
-    assert progress_artifacts().get("tiny-flow: world-model epochs") == 100.0
+    assert progress_artifacts().get("tiny-flow: world-model rounds") == 100.0
 
 
 def progress_artifacts() -> dict[str, float]:

@@ -103,13 +103,54 @@ def test_unknown_actions_read_as_null_only_where_training_never_saw_one(tmp_path
                           TRAJECTORIES)  # 5 of 15 episodes with an ⟨unk⟩ step: 2 are held out, some train
     for name, data, react, trained in (("strings", table, False, False), ("react", table, True, False),
                                        ("react-with-unk", odd, True, True)):
-        config = TrainConfig(epochs=1, batch_size=4, device="cpu", react_actions=react)
+        config = TrainConfig(preset="paper", epochs=1, batch_size=4, device="cpu", react_actions=react)
         model = WorldModel.load(train_world_model(data, str(tmp_path / name), config).path)
         assert model.config.unknown_trained is trained, name
         known = model.config.actions.ids(["finish[x]"])[0] if react else model.config.actions.ids(["search[a]"])[0]
         conditioned = model.action_ids(["zzz", "finish[x]" if react else "search[a]"]).tolist()
         assert conditioned == [UNKNOWN if trained else NULL, known], name
         assert model.action_ids(["zzz"], unknown_as_null=False).tolist() == [UNKNOWN]
+
+
+def test_text_actions_give_every_action_an_id_and_read_it_against_its_observation(tmp_path):
+    """With text actions (the default preset) an action the pool never played gets its own id
+    past the vocabulary and a vector of its own; the same action reads differently in different
+    observations; outcome heads that read the action refuse a call without it."""
+    rows = [row for e in range(10) for row in _rows(e, [("go north", 0.0), ("take apple", 1.0)])]
+    model = WorldModel.load(train_world_model(table_from_rows(rows, TRAJECTORIES), str(tmp_path / "wm"),
+                                              TrainConfig(steps=2, batch_size=4, device="cpu")).path)
+    assert model.config.action_input == "text" and model.config.prediction == "z0"
+    n = len(model.config.actions)
+    ids = model.action_ids(["take apple", "eat the pear", "Eat  the pear", "open door"])
+    assert ids.tolist() == [model.config.actions.ids(["take apple"])[0], n, n, n + 1]
+    with torch.no_grad():
+        vectors = model.action_vectors(ids)
+        null = model.as_conditions(None, 1)[0]
+        assert not torch.allclose(vectors[1], vectors[3]) and not torch.allclose(vectors[1], null)
+        torch.testing.assert_close(vectors[1], vectors[2])
+        in_rooms = model.conditions(ids[:2].repeat(2), ["a kitchen", "a kitchen", "a garden with a pear", "a hall"])
+        assert not torch.allclose(in_rooms[1], in_rooms[3])
+        with pytest.raises(ValueError, match="outcome heads read the action"):
+            model.predicted_reward(None, torch.zeros(1, 128))
+
+
+def test_presets_fill_what_a_config_leaves_out():
+    paper, default = TrainConfig(preset="paper"), TrainConfig()
+    assert (paper.prediction, paper.action_input, paper.outcome_input, paper.window, paper.epochs, paper.steps,
+            paper.selection) == ("eps", "ids", "next_latent", 8, 50, None, "heads_on_true")
+    assert (default.prediction, default.action_input, default.outcome_input, default.epochs) == ("z0", "text", "action", None)
+    assert default.steps > 0 and default.rounds <= default.steps
+    budget = TrainConfig(epochs=3)  # one budget set drops the preset's other
+    assert (budget.epochs, budget.steps, budget.rounds) == (3, None, 3)
+    assert TrainConfig(preset="paper", prediction="z0").prediction == "z0"
+    with pytest.raises(ValueError, match="give one training budget"):
+        TrainConfig(epochs=3, steps=10)
+    with pytest.raises(ValueError, match="preset='fast'"):
+        TrainConfig(preset="fast")
+    with pytest.raises(ValueError, match="react_actions=True with action_input='text'"):
+        TrainConfig(react_actions=True)
+    with pytest.raises(ValueError, match="prediction='v'"):
+        TrainConfig(prediction="v")
 
 
 def test_a_world_model_saved_before_unknown_trained_existed_infers_it():
@@ -169,8 +210,8 @@ def test_a_saved_world_model_loads_back_to_the_same_outputs(trained, behaviour):
         for m in (model, again):
             assert m.training is False
         assert torch.equal(model.eps(z, k, h, a), again.eps(z, k, h, a))
-        assert torch.equal(model.predicted_reward(z, h), again.predicted_reward(z, h))
-        assert torch.equal(model.done_probability(z, h), again.done_probability(z, h))
+        assert torch.equal(model.predicted_reward(z, h, a), again.predicted_reward(z, h, a))
+        assert torch.equal(model.done_probability(z, h, a), again.done_probability(z, h, a))
     with pytest.raises(FileExistsError, match="overwrite=True"):
         train_world_model(behaviour, result.path)
 

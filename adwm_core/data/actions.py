@@ -31,12 +31,13 @@ class ActionVocabulary:
     react: bool = False  # map an action to its ReAct type before lookup
 
     @classmethod
-    def from_actions(cls, actions: Iterable[str], cap: int = MAX_ACTIONS) -> "ActionVocabulary":
-        if cap < 3:
+    def from_actions(cls, actions: Iterable[str], cap: int | None = MAX_ACTIONS) -> "ActionVocabulary":
+        """The most frequent actions, up to ``cap`` ids in all (``None``: every distinct action)."""
+        if cap is not None and cap < 3:
             raise ValueError(f"an action vocabulary needs room for ∅, ⟨unk⟩ and one action; got cap={cap}")
         counts = Counter(_normal(a) for a in actions)
         ranked = sorted(counts, key=lambda a: (-counts[a], a))
-        return cls(tuple(ranked[: cap - 2]))
+        return cls(tuple(ranked if cap is None else ranked[: cap - 2]))
 
     @classmethod
     def for_react(cls) -> "ActionVocabulary":
@@ -45,7 +46,8 @@ class ActionVocabulary:
     def __len__(self) -> int:
         return len(self.actions) + 2
 
-    def _key(self, action: str) -> str:
+    def key(self, action: str) -> str:
+        """What an action is looked up by: its normalised text, or its ReAct type."""
         if self.react:
             match = _REACT.match(action)
             return match.group(1).lower() if match else ""
@@ -56,7 +58,7 @@ class ActionVocabulary:
         return {a: i + 2 for i, a in enumerate(self.actions)}
 
     def ids(self, actions: Sequence[str]) -> list[int]:
-        return [self._index.get(self._key(a), UNKNOWN) for a in actions]
+        return [self._index.get(self.key(a), UNKNOWN) for a in actions]
 
     def to_json(self) -> dict:
         return {"actions": list(self.actions), "react": self.react}

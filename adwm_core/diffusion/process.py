@@ -69,6 +69,11 @@ class GaussianDiffusion:
         a = self._at(self.alpha_bar, k, z_k)
         return (z_k - (1.0 - a).sqrt() * eps) / a.sqrt()
 
+    def eps_from_z0(self, z_k: torch.Tensor, k: torch.Tensor, z0: torch.Tensor) -> torch.Tensor:
+        """ε̂ = (z_k − √ᾱ_k ẑ_0)/√(1−ᾱ_k): the noise a z_0-predicting model implies."""
+        a = self._at(self.alpha_bar, k, z_k)
+        return (z_k - a.sqrt() * z0) / (1.0 - a).sqrt()
+
     def step(self, z_k: torch.Tensor, k: int, eps: torch.Tensor, noise: torch.Tensor | None = None,
              project: Projection | None = None) -> torch.Tensor:
         """One reverse step z_k → z_{k−1} given ε̂ (and optionally a projection of ẑ_0);

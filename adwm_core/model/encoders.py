@@ -7,6 +7,14 @@
   causal 4-layer Transformer (subsequent-token mask) → LayerNorm. 0.814 M parameters.
 - :class:`ActionEmbedding`: |A| × d_a table (|A| ≤ 256, d_a = 32), index 0 = ∅ (no action,
   the classifier-free-guidance null token) — |A|·d_a parameters.
+- :class:`ActionTextEncoder` (beyond the paper, ``action_input="text"``): e(a_t | o_t) read from
+  the action's words *against the observation it is taken in* — f_θ's hash-token embeddings
+  (shared, so "eat grape" and "Simon says, 'eat grape'" meet in one space) → one Transformer
+  decoder layer whose cross-attention reads f_θ's token states of o_t → masked mean → SiLU MLP →
+  d_a. Whether an action fits its state (the command named, an object in the room) becomes a
+  matter of attention between words, which carries to states and actions never logged
+  together. Without an observation (the actions inside h̄, FQE's features) the layer attends to
+  one learned "no observation" state; ∅ is a learned vector.
 """
 
 from __future__ import annotations
@@ -35,12 +43,19 @@ class ObservationEncoder(nn.Module):
         self.transformer = _transformer()
         self.project = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.SiLU(), nn.Linear(2 * WIDTH, d_z))
 
+    def token_states(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` ids and padding mask → ``(B, L, 128)`` contextual token states."""
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.transformer(self.tokens(ids) + self.positions(positions), src_key_padding_mask=padding)
+
+    def pool(self, states: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """Masked mean of the token states → MLP → ``(B, d_z)``."""
+        keep = (~padding).unsqueeze(-1).to(states.dtype)
+        return self.project((states * keep).sum(1) / keep.sum(1).clamp_min(1.0))
+
     def forward(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` ids and padding mask → ``(B, d_z)``."""
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.transformer(self.tokens(ids) + self.positions(positions), src_key_padding_mask=padding)
-        keep = (~padding).unsqueeze(-1).to(x.dtype)
-        return self.project((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))
+        return self.pool(self.token_states(ids, padding), padding)
 
 
 class ActionEmbedding(nn.Embedding):
@@ -65,3 +80,29 @@ class HistoryEncoder(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(steps, device=z.device)
         x = self.inp(torch.cat([z, a], dim=-1)) + self.positions(torch.arange(steps, device=z.device))
         return self.norm(self.transformer(x, mask=mask, is_causal=True))
+
+
+class ActionTextEncoder(nn.Module):
+    """e(a | o) from token embeddings of the action text and token states of the observation."""
+
+    def __init__(self, d_a: int = 32, max_length: int = 16) -> None:
+        super().__init__()
+        self.positions = nn.Embedding(max_length, WIDTH)
+        layer = nn.TransformerDecoderLayer(WIDTH, HEADS, FEED_FORWARD, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.decoder = nn.TransformerDecoder(layer, 1)
+        self.no_observation = nn.Parameter(torch.zeros(1, 1, WIDTH))
+        self.project = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.SiLU(), nn.Linear(WIDTH, d_a))
+        self.null = nn.Parameter(torch.zeros(d_a))
+
+    def forward(self, tokens: torch.Tensor, padding: torch.Tensor, observation: torch.Tensor | None = None,
+                observation_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """``(A, L, 128)`` token embeddings and padding of the actions, ``(A, W, 128)`` token states
+        and padding of their observations (``None``: no observation) → ``(A, d_a)``."""
+        if observation is None:
+            observation = self.no_observation.expand(len(tokens), 1, -1)
+            observation_padding = torch.zeros(len(tokens), 1, dtype=torch.bool, device=tokens.device)
+        x = tokens + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        x = self.decoder(x, observation, tgt_key_padding_mask=padding, memory_key_padding_mask=observation_padding)
+        keep = (~padding).unsqueeze(-1).to(x.dtype)
+        return self.project((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))

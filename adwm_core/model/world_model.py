@@ -5,6 +5,18 @@ Latent scale: f_θ's output goes through a parameter-free LayerNorm, so every la
 has zero mean and unit mean square over its d_z coordinates — the scale of the
 unit-variance noise ξ the diffusion adds. It fixes the scale, not the spread across
 observations; collapse of the latter is guarded in training (training/losses.py).
+
+Three settings go beyond the paper (its recipe is each one's first value):
+
+- ``prediction``: the score network outputs ε (the paper) or z_0. With ``z0`` the network
+  regresses the next latent itself, ε̂ = (z_k − √ᾱ_k ẑ_0)/√(1−ᾱ_k) feeds the same sampler,
+  and the loss weighs every level alike — at the noisiest levels, where z_k carries almost
+  nothing and ẑ_0 must come from (h̄_t, a_t), ε-prediction's weight ᾱ_k vanishes;
+- ``action_input``: e(a) from an id table (``ids``) or from the action's words (``text``,
+  model/encoders.py), so an action the pool never played is still read by what it says;
+- ``outcome_input``: the reward and termination heads read (z_{t+1}, h̄_t) (``next_latent``,
+  the paper: in imagination z_{t+1} is a sample, and every sampling error becomes a wrong
+  reward or stop) or (e(a_t), h̄_t) (``action``: the outcome of acting, no sample needed).
 """
 
 from __future__ import annotations
@@ -17,13 +29,17 @@ from torch import nn
 
 from ..data.actions import MAX_ACTIONS, NULL, UNKNOWN, ActionVocabulary
 from ..data.hash_tokenizer import HashTokenizer
+from ..diffusion.process import GaussianDiffusion
 from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
-from .encoders import ActionEmbedding, HistoryEncoder, ObservationEncoder
+from .encoders import ActionEmbedding, ActionTextEncoder, HistoryEncoder, ObservationEncoder
 from .heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, termination_head
 from .score_net import ScoreNetwork
 
 WEIGHTS_FILE = "model.safetensors"
+PREDICTIONS = ("eps", "z0")
+ACTION_INPUTS = ("ids", "text")
+OUTCOME_INPUTS = ("next_latent", "action")
 
 
 def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
@@ -61,6 +77,19 @@ class WorldModelConfig:
     max_steps: int = 64
     n_denoise: int = 50
     unknown_trained: bool = False  # some training action was ⟨unk⟩, so its embedding was fitted
+    prediction: str = "eps"  # the score network's output: ε (the paper) or z_0
+    action_input: str = "ids"  # e(a) from an id table (the paper) or from the action's text
+    outcome_input: str = "next_latent"  # reward/termination heads on (z_{t+1}, h̄_t) (the paper) or (e(a_t), h̄_t)
+    action_tokens: int = 16  # hash tokens of an action text
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("prediction", PREDICTIONS), ("action_input", ACTION_INPUTS),
+                              ("outcome_input", OUTCOME_INPUTS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"world model: {name}={getattr(self, name)!r}; choose from {allowed}")
+        if self.action_input == "text" and self.actions.react:
+            raise ValueError("world model: text actions read whole action strings; the ReAct-type vocabulary "
+                             "(react_actions) belongs to action_input='ids'")
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -81,23 +110,36 @@ class WorldModel(nn.Module):
         super().__init__()
         self.config = config
         c, n_actions = config, len(config.actions)
+        self.diffusion = GaussianDiffusion(n_steps=c.n_denoise)
         self.tokenizer = HashTokenizer(c.vocab_size, c.max_tokens)
         self.observation_encoder = ObservationEncoder(c.d_z, c.vocab_size, c.max_tokens)
-        self.action_embedding = ActionEmbedding(n_actions, c.d_a)
+        if c.action_input == "text":
+            self.action_tokenizer = HashTokenizer(c.vocab_size, c.action_tokens)
+            self.action_text = ActionTextEncoder(c.d_a, c.action_tokens)
+            self._unseen: dict[str, int] = {}  # action texts met after training → ids past the vocabulary
+        else:
+            self.action_embedding = ActionEmbedding(n_actions, c.d_a)
         self.history_encoder = HistoryEncoder(c.d_z, c.d_a, c.max_steps)
         self.score_net = ScoreNetwork(c.d_z, HISTORY_WIDTH, c.d_a)
-        self.reward_head = reward_head(c.d_z, HISTORY_WIDTH)
-        self.termination_head = termination_head(c.d_z, HISTORY_WIDTH)
+        outcome_width = c.d_a if c.outcome_input == "action" else c.d_z
+        self.reward_head = reward_head(outcome_width, HISTORY_WIDTH)
+        self.termination_head = termination_head(outcome_width, HISTORY_WIDTH)
         self.idm_head = inverse_dynamics_head(n_actions, c.d_z, HISTORY_WIDTH)
         self.bc_head = behaviour_cloning_head(n_actions, c.d_z, HISTORY_WIDTH)
 
     @property
     def device(self) -> torch.device:
-        return self.action_embedding.weight.device
+        return self.observation_encoder.tokens.weight.device
 
     def encode(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         """Token ids → latents z = LN(f_θ(o)) ∈ R^{d_z} (unit mean square)."""
         return on_latent_manifold(self.observation_encoder(ids, padding))
+
+    def encode_states(self, ids: torch.Tensor, padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(latents, token states ``(B, L, 128)``) from one pass of f_θ: the states are what a
+        text action attends to."""
+        states = self.observation_encoder.token_states(ids, padding)
+        return on_latent_manifold(self.observation_encoder.pool(states, padding)), states
 
     def encode_texts(self, texts: list[str], chunk: int = 256) -> torch.Tensor:
         """Latents of ``texts``, encoded ``chunk`` at a time (each chunk padded to its longest text)."""
@@ -109,30 +151,110 @@ class WorldModel(nn.Module):
 
     def history(self, z: torch.Tensor, previous_actions: torch.Tensor) -> torch.Tensor:
         """h̄_t = HistEnc((z_0, ∅), (z_1, a_0), …, (z_t, a_{t−1})): ``(B, T, d_z)``, ``(B, T)`` → ``(B, T, 128)``."""
-        return self.history_encoder(z, self.action_embedding(previous_actions))
+        return self.history_encoder(z, self.action_vectors(previous_actions))
 
     def action_ids(self, actions: Sequence[str], unknown_as_null: bool = True) -> torch.Tensor:
-        """The ids imagination conditions on. An action outside the vocabulary is ⟨unk⟩; where no
-        training action was ⟨unk⟩ its embedding is untrained noise, and with ``unknown_as_null``
-        the action reads as ∅ instead: the unconditional branch, the next state averaged over the
-        pool's actions, which classifier-free dropout trained (p_uncond, app:wm-loss)."""
-        ids = torch.as_tensor(self.config.actions.ids(actions), dtype=torch.long)
-        if unknown_as_null and not self.config.unknown_trained:
+        """The ids imagination conditions on. With text actions every string gets an id (one the
+        vocabulary lacks is numbered past it and read by its words). With an id table, an action
+        outside the vocabulary is ⟨unk⟩; where no training action was ⟨unk⟩ its embedding is
+        untrained noise, and with ``unknown_as_null`` the action reads as ∅ instead: the
+        unconditional branch, the next state averaged over the pool's actions, which
+        classifier-free dropout trained (p_uncond, app:wm-loss)."""
+        vocabulary = self.config.actions
+        ids = torch.as_tensor(vocabulary.ids(actions), dtype=torch.long)
+        if self.config.action_input == "text":
+            for j in torch.nonzero(ids == UNKNOWN).flatten().tolist():
+                key = vocabulary.key(actions[j])
+                ids[j] = self._unseen.setdefault(key, len(vocabulary) + len(self._unseen))
+        elif unknown_as_null and not self.config.unknown_trained:
             ids[ids == UNKNOWN] = NULL
         return ids
 
+    def _action_text(self, action_id: int) -> str:
+        n = len(self.config.actions)
+        if action_id < n:
+            return self.config.actions.actions[action_id - 2]
+        return list(self._unseen)[action_id - n]
+
+    def action_vectors(self, actions: torch.Tensor, states: torch.Tensor | None = None,
+                       padding: torch.Tensor | None = None) -> torch.Tensor:
+        """e(a) for action ids (∅ = NULL): a table row, or the action text read against the token
+        ``states``/``padding`` of the observation each is taken in (rows aligned with ``actions``,
+        1-D then), or against no observation (``states=None``, ids of any shape)."""
+        if self.config.action_input == "ids":
+            return self.action_embedding(actions)
+        if states is None:  # one vector per distinct action
+            unique, inverse = torch.unique(actions, return_inverse=True)
+            return self._read_actions(unique, None, None)[inverse]
+        return self._read_actions(actions, states, padding)
+
+    def _read_actions(self, actions: torch.Tensor, states: torch.Tensor | None,
+                      padding: torch.Tensor | None) -> torch.Tensor:
+        out = self.action_text.null.expand(len(actions), -1)
+        named = actions > UNKNOWN  # ∅ and ⟨unk⟩ (never produced for text actions) read as the null vector
+        if not named.any():
+            return out
+        ids, action_padding = self.action_tokenizer([self._action_text(i) for i in actions[named].tolist()])
+        ids, action_padding = ids.to(self.device), action_padding.to(self.device)
+        read = self.action_text(self.observation_encoder.tokens(ids), action_padding,
+                                None if states is None else states[named], None if padding is None else padding[named])
+        return out.masked_scatter(named.unsqueeze(-1), read) if len(read) else out
+
+    def conditions(self, actions: torch.Tensor, observations: Sequence[str] | None = None) -> torch.Tensor:
+        """e(a_t | o_t) of each action id in the observation text beside it (``None``: without):
+        what the score network and the outcome heads are conditioned on."""
+        if self.config.action_input == "ids" or observations is None:
+            return self.action_vectors(actions)
+        ids, padding = self.tokenizer(list(observations))
+        ids, padding = ids.to(self.device), padding.to(self.device)
+        return self.action_vectors(actions.to(self.device), self.observation_encoder.token_states(ids, padding), padding)
+
+    def as_conditions(self, actions: torch.Tensor | None, n: int) -> torch.Tensor:
+        """Conditions given as vectors pass through; ids (``None``: ∅) are read without an observation."""
+        if actions is None:
+            actions = torch.full((n,), NULL, dtype=torch.long, device=self.device)
+        return actions if actions.is_floating_point() else self.action_vectors(actions)
+
+    def action_features(self) -> torch.Tensor:
+        """e(a) of every vocabulary id, ``(|A|, d_a)``: the action features of FQE and DR."""
+        return self.action_vectors(torch.arange(len(self.config.actions), device=self.device))
+
+    def denoiser(self, z_k: torch.Tensor, k: torch.Tensor, h: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
+        """The score network's own output (ε̂ or ẑ_0, ``config.prediction``). ``actions``: ids,
+        condition vectors (:meth:`conditions`), or ``None`` for ∅."""
+        return self.score_net(z_k, k, h, self.as_conditions(actions, len(z_k)))
+
     def eps(self, z_k: torch.Tensor, k: torch.Tensor, h: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
         """ε_θ(z_k, k, h̄, a); ``actions=None`` is the unconditional branch ε_θ(z_k, k, h̄, ∅)."""
+        out = self.denoiser(z_k, k, h, actions)
+        return self.diffusion.eps_from_z0(z_k, k, out) if self.config.prediction == "z0" else out
+
+    def _outcome(self, head: nn.Module, z_next: torch.Tensor | None, h: torch.Tensor,
+                 actions: torch.Tensor | None) -> torch.Tensor:
+        if self.config.outcome_input == "next_latent":
+            return head(z_next, h)
         if actions is None:
-            actions = torch.full(z_k.shape[:1], NULL, dtype=torch.long, device=z_k.device)
-        return self.score_net(z_k, k, h, self.action_embedding(actions))
+            raise ValueError("this world model's outcome heads read the action (outcome_input='action'): pass it")
+        return head(self.as_conditions(actions, len(h)), h)
 
-    def predicted_reward(self, z_next: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """σ(R_θ(z_{t+1}, h̄_t)) ∈ [0, 1]; ``config.reward.decode`` maps it to the environment's scale."""
-        return torch.sigmoid(self.reward_head(z_next, h))
+    def reward_logits(self, z_next: torch.Tensor | None, h: torch.Tensor,
+                      actions: torch.Tensor | None = None) -> torch.Tensor:
+        """R_θ(z_{t+1}, h̄_t) or R_θ(e(a_t), h̄_t) by ``config.outcome_input``."""
+        return self._outcome(self.reward_head, z_next, h, actions)
 
-    def done_probability(self, z_next: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.termination_head(z_next, h))
+    def done_logits(self, z_next: torch.Tensor | None, h: torch.Tensor,
+                    actions: torch.Tensor | None = None) -> torch.Tensor:
+        """D_θ(z_{t+1}, h̄_t) or D_θ(e(a_t), h̄_t) by ``config.outcome_input``."""
+        return self._outcome(self.termination_head, z_next, h, actions)
+
+    def predicted_reward(self, z_next: torch.Tensor | None, h: torch.Tensor,
+                         actions: torch.Tensor | None = None) -> torch.Tensor:
+        """σ(R_θ) ∈ [0, 1]; ``config.reward.decode`` maps it to the environment's scale."""
+        return torch.sigmoid(self.reward_logits(z_next, h, actions))
+
+    def done_probability(self, z_next: torch.Tensor | None, h: torch.Tensor,
+                         actions: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.sigmoid(self.done_logits(z_next, h, actions))
 
     def save(self, path: str) -> None:
         """``path/config.json`` + ``path/model.safetensors`` (any fsspec URL)."""

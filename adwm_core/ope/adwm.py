@@ -21,7 +21,8 @@ task; at step t
    step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
    J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
    :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout);
-4. the reward and termination heads read (z_{t+1}, h̄_t); the rollout stops at
+4. the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
+   model's ``outcome_input``; the rollout stops at
    P(done) ≥ 0.5 or after H_max steps.
 
 Ablations of the paper's figure: no-CFG ``cfg_scale=0``, no-continuation ``guidance="none"``,
@@ -52,7 +53,7 @@ from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
 from ..data import ESTIMATES, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, gradient_guidance, nearest_cosine, success_bank_guidance
-from ..diffusion.process import GaussianDiffusion, Guidance, classifier_free
+from ..diffusion.process import Guidance, classifier_free
 from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
@@ -198,7 +199,7 @@ class ImaginedRollouts:
             raise ValueError(f"horizon={config.horizon} exceeds the world model's history length "
                              f"{model.config.max_steps}")
         self.model, self.bank, self.config = model.eval(), bank, config
-        self.diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
+        self.diffusion = model.diffusion
         self.eta = eta_schedule(self.diffusion.n_steps, config.eta_max, config.guided_steps)
         self.guided = config.guidance != "none" and config.alpha > 0 and bool(self.eta.any())
         self.success_guidance = None
@@ -248,6 +249,7 @@ class ImaginedRollouts:
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
             ids = self.action_ids(actions)
+            conditions = model.conditions(ids, [bank.texts[i] for i in read])
             h = model.history(z[rows, : t + 1], previous[rows, : t + 1])[:, -1]
             guidance = self.success_guidance
             if self.guided and c.guidance == "likelihood":
@@ -256,9 +258,9 @@ class ImaginedRollouts:
                 guidance = gradient_guidance(self.diffusion, lookahead, c.alpha, self.eta,
                                              chunk=policy.policy.lm.batch_size)
             guidance = _timed(guidance, seconds)
-            z_next = self.transition(h, ids, noise[:, base[rows]], guidance)
-            reward = scale.decode(model.predicted_reward(z_next, h)).numpy()
-            done = model.done_probability(z_next, h).numpy() >= c.done_threshold
+            z_next = self.transition(h, conditions, noise[:, base[rows]], guidance)
+            reward = scale.decode(model.predicted_reward(z_next, h, conditions)).numpy()
+            done = model.done_probability(z_next, h, conditions).numpy() >= c.done_threshold
             seconds["world_model"] += time.perf_counter() - started
             z[rows, t + 1], previous[rows, t + 1] = z_next, ids
             counted = done if scale.terminal_only else np.ones(len(rows), bool)
@@ -300,11 +302,13 @@ class ImaginedRollouts:
         return self.model.action_ids(actions, unknown_as_null=self.config.unknown_actions == "null")
 
     def eps_model(self, h: torch.Tensor, actions: torch.Tensor):
-        """ε̂(z_k, k) of the world model given (h̄, a), with classifier-free guidance λ."""
+        """ε̂(z_k, k) of the world model given (h̄, a) — ``actions`` as ids or conditions
+        (``WorldModel.conditions``) — with classifier-free guidance λ."""
         model, scale = self.model, self.config.cfg_scale
+        actions = model.as_conditions(actions, len(h))
         if scale == 0:
             return lambda z_k, k: model.eps(z_k, k, h, actions)
-        h2, a2 = torch.cat([h, h]), torch.cat([actions, torch.full_like(actions, NULL)])
+        h2, a2 = torch.cat([h, h]), torch.cat([actions, model.as_conditions(None, len(h))])
 
         def guided(z_k: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             cond, uncond = model.eps(torch.cat([z_k, z_k]), torch.cat([k, k]), h2, a2).chunk(2)
@@ -314,7 +318,7 @@ class ImaginedRollouts:
 
     def transition(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
                    guidance: Guidance | None = None) -> torch.Tensor:
-        """z_{t+1} ~ the guided reverse process given (h̄_t, a_t)."""
+        """z_{t+1} ~ the guided reverse process given (h̄_t, a_t); ``actions`` as ids or conditions."""
         return self.diffusion.sample(self.eps_model(h, actions), tuple(noise.shape[1:]), guidance=guidance,
                                      noise=noise, project=on_latent_manifold)
 
@@ -341,7 +345,8 @@ class LookaheadLikelihood:
         for u in range(c.lookahead):
             latents = torch.cat([latents, z_hat[:, None]], 1)
             previous = torch.cat([previous, ids[:, None]], 1)
-            admissible = [bank.admissible[i] for i in bank.nearest(z_hat.detach())]
+            nearest = bank.nearest(z_hat.detach())
+            admissible = [bank.admissible[i] for i in nearest]
             now = [replace(h, observation="", admissible=listed) for h, listed in zip(histories, admissible)]
             with torch.no_grad():
                 greedy = [d.action for d in self.policy.act(now, latents.detach())]
@@ -350,7 +355,8 @@ class LookaheadLikelihood:
                 return total
             ids = imagination.action_ids(greedy)
             hbar = model.history(latents, previous)[:, -1]
-            z_hat = imagination.diffusion.denoise_deterministic(imagination.eps_model(hbar, ids),
+            conditions = model.conditions(ids, [bank.texts[i] for i in nearest])
+            z_hat = imagination.diffusion.denoise_deterministic(imagination.eps_model(hbar, conditions),
                                                                 torch.zeros_like(z_hat), c.lookahead_denoise,
                                                                 project=on_latent_manifold)
             histories = [replace(h, steps=h.steps + (("", a),)) for h, a in zip(now, greedy)]

@@ -233,9 +233,9 @@ def _encode(model: WorldModel, arrays: EpisodeArrays) -> tuple[np.ndarray, np.nd
         raise ValueError(f"episodes of {horizon} steps exceed the world model's history length "
                          f"{config.max_steps}; cut the episodes or retrain with a longer one")
     z, predicted = [], []
-    for batch, z_chunk, h in encoded_windows(model, Tokenised(model, arrays.texts), arrays,
-                                             np.arange(len(arrays.lengths)), horizon):  # one window per episode
-        reward = config.reward.decode(model.predicted_reward(z_chunk[:, 1:], h))
+    for batch, z_chunk, h, conditions in encoded_windows(model, Tokenised(model, arrays.texts), arrays,
+                                                         np.arange(len(arrays.lengths)), horizon):  # one window per episode
+        reward = config.reward.decode(model.predicted_reward(z_chunk[:, 1:], h, conditions))
         z.append(z_chunk)
         predicted.append(torch.where(batch.reward_mask, reward, 0.0))
     predicted = torch.cat(predicted).double().numpy()
@@ -256,7 +256,7 @@ def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Base
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
     next_probabilities[done] = 0.0
     states = steps.latents[:, :-1]
-    fqe = FittedQEvaluation(model.action_embedding.weight.detach().numpy(), states.shape[-1], config.fqe,
+    fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
     fqe.fit(Transitions(
         states=states[mask], actions=steps.actions[mask], rewards=steps.rewards[mask],

@@ -5,12 +5,15 @@
 - L_DSM = E[ω(k)(‖ε_θ(z_k,k,h̄_t,a_t) − ξ‖² + ‖ε_θ(z_k,k,h̄_t,∅) − ξ‖²)], ω(k) = 1 − ᾱ_k; the
   conditional branch also drops a_t to ∅ with p_uncond = 0.1 (classifier-free dropout).
   Squared errors are averaged over the d_z coordinates, so L_DSM ≈ 1 at initialisation
-  (ε̂ = 0) and the paper's weights keep their relative size.
+  (ε̂ = 0) and the paper's weights keep their relative size. A z_0-predicting network
+  (``WorldModelConfig.prediction``) regresses z_{t+1} instead of ξ, with ω(k) = 1 at every level
+  (≈ 1 at initialisation too: latents have unit mean square).
 - L_IDM = CE(IDM(z_{t+1}, h̄_t), a_t); L_BC = CE(BC(z_t, h̄_t), a_t).
 - L_div = (1/(B(B−1))) Σ_{i≠j} |z̄_iᵀ z̄_j|, z̄ = normalize(mean_t z) per window; pairs of windows
   of the same episode (success up-sampling repeats episodes) are left out.
 - L_r: MSE between σ(R_θ(z_{t+1}, h̄_t)) and the target in [0, 1], or balanced BCE for 0/1 targets.
-- L_d: balanced BCE of D_θ(z_{t+1}, h̄_t) against done_{t+1}.
+- L_d: balanced BCE of D_θ(z_{t+1}, h̄_t) against done_{t+1}. (Both heads read e(a_t) in place of
+  z_{t+1} where ``WorldModelConfig.outcome_input`` is ``action``.)
 Balanced BCE weighs positives by min(50, n_neg/n_pos) in the batch.
 
 Collapse guard: the DSM target z_{t+1} is detached — a constant encoder would make the
@@ -76,13 +79,18 @@ def diversity_loss(pooled: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     return cos[others].mean() if others.any() else cos.new_zeros(())
 
 
-def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """z ``(B, L+1, d_z)`` (zeros at padding) and h̄ ``(B, L, 128)`` for the transitions of ``batch``."""
-    z_unique = model.encode(batch.ids, batch.padding)
+def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z ``(B, L+1, d_z)`` (zeros at padding), h̄ ``(B, L, 128)`` and the conditions e(a_t | o_t)
+    ``(B, L, d_a)`` (``WorldModel.conditions``) of the transitions of ``batch``."""
+    z_unique, states = model.encode_states(batch.ids, batch.padding)
     present = batch.observations >= 0
     z = z_unique[batch.observations.clamp(min=0)] * present.unsqueeze(-1)
     h = model.history(z[:, :-1], batch.previous_actions[:, :-1])
-    return z, h
+    if model.config.action_input == "ids":
+        return z, h, model.action_vectors(batch.actions)
+    rows = batch.observations[:, :-1].clamp(min=0).reshape(-1)
+    a = model.action_vectors(batch.actions.reshape(-1), states[rows], batch.padding[rows])
+    return z, h, a.reshape(*batch.actions.shape, -1)
 
 
 def world_model_losses(
@@ -95,25 +103,29 @@ def world_model_losses(
     generator: torch.Generator | None = None,
 ) -> dict[str, torch.Tensor]:
     """Every term of Eq. (wm-loss) and their weighted sum under ``total``."""
-    z, h = latents(model, batch)
+    z, h, conditions = latents(model, batch)
     m = batch.valid
-    z_now, z_next, h_t, a_t = z[:, :-1][m], z[:, 1:][m], h[m], batch.actions[m]
+    z_now, z_next, h_t, a_t, c_t = z[:, :-1][m], z[:, 1:][m], h[m], batch.actions[m], conditions[m]
     device = z.device
 
     k = diffusion.sample_steps(len(a_t), generator).to(device)
     noise = torch.randn(z_next.shape, generator=generator).to(device, z_next.dtype)
     z_k = diffusion.q_sample(z_next.detach(), k, noise)
     dropped = torch.rand(len(a_t), generator=generator).to(device) < p_uncond
-    cond = model.eps(z_k, k, h_t, torch.where(dropped, torch.full_like(a_t, NULL), a_t))
-    uncond = model.eps(z_k, k, h_t, None)
-    omega = (1.0 - diffusion.alpha_bar.to(device)[k]).to(z.dtype)
-    dsm = (omega * (((cond - noise) ** 2).mean(-1) + ((uncond - noise) ** 2).mean(-1))).mean()
+    null = model.action_vectors(torch.full_like(a_t[:1], NULL))
+    cond = model.denoiser(z_k, k, h_t, torch.where(dropped.unsqueeze(-1), null, c_t))
+    uncond = model.denoiser(z_k, k, h_t, None)
+    if model.config.prediction == "z0":
+        target, omega = z_next.detach(), torch.ones_like(k, dtype=z.dtype)
+    else:
+        target, omega = noise, (1.0 - diffusion.alpha_bar.to(device)[k]).to(z.dtype)
+    dsm = (omega * (((cond - target) ** 2).mean(-1) + ((uncond - target) ** 2).mean(-1))).mean()
 
     present = (batch.observations >= 0).unsqueeze(-1).to(z.dtype)
     pooled = z.sum(1) / present.sum(1).clamp_min(1.0)  # latents() already zeroed the padding
 
     reward_on = batch.reward_mask[m]
-    reward_logits = model.reward_head(z_next, h_t)[reward_on]
+    reward_logits = model.reward_logits(z_next, h_t, c_t)[reward_on]
     targets = batch.reward_targets[m][reward_on]
     if model.config.reward.binary:
         reward = balanced_bce(reward_logits, targets)
@@ -126,7 +138,7 @@ def world_model_losses(
         "bc": nn.functional.cross_entropy(model.bc_head(z_now, h_t), a_t),
         "div": diversity_loss(pooled, batch.episode),
         "reward": reward,
-        "done": balanced_bce(model.termination_head(z_next, h_t), batch.done[m]),
+        "done": balanced_bce(model.done_logits(z_next, h_t, c_t), batch.done[m]),
     }
     terms["total"] = terms["dsm"] + sum(getattr(weights, name) * terms[name] for name in ("idm", "bc", "div", "reward", "done"))
     return terms

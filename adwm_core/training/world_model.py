@@ -3,14 +3,24 @@
 Per epoch every training episode is drawn once — successful ones ``success_upsample``
 (5) times — in shuffled batches of 64; each draw is a window of L transitions at a
 uniform start. AdamW (0.9, 0.999), weight decay 1e-4, peak lr 3e-4 annealed by cosine
-to 10 % over the epochs, gradient-norm clip 1.0, bf16 autocast on CUDA. After each
-epoch the held-out episodes are scored; the checkpoint with the lowest held-out
-reward MSE is kept (ties, e.g. rewards every epoch predicts exactly, broken by the
-termination BCE) (safetensors + JSON config, see model/world_model.py).
+to 10 % over the rounds, gradient-norm clip 1.0, bf16 autocast on CUDA. After each
+round the held-out episodes are scored and the best checkpoint so far is kept
+(safetensors + JSON config, see model/world_model.py).
+
+Two presets (``TrainConfig.preset``); a field set explicitly overrides its preset:
+
+- ``paper``: the paper's recipe — ε-prediction, action ids, outcome heads on z_{t+1},
+  windows of 8, a budget of 50 epochs (a round = an epoch; a few hundred optimiser steps
+  on a local cell), and selection on the heads read on the *encoded true* next latent;
+- ``default`` (beyond the paper): z_0-prediction, actions read as text, outcome heads on
+  (e(a_t), h̄_t), windows of whole episodes (up to 32 steps), a budget in optimiser steps
+  (50 evaluation rounds), and selection on what imagination reads — the outcome heads and
+  the denoised next latent, each relative to a trivial predictor (``fidelity_key``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -22,22 +32,41 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from ..data.actions import UNKNOWN, ActionVocabulary
+from ..data.actions import MAX_ACTIONS, UNKNOWN, ActionVocabulary
 from ..data.io import atomic_open, behaviour_rows, check_output
 from ..data.windows import EpisodeArrays, Windows, covering_windows, episode_arrays, reward_scale, sample_windows
-from ..diffusion.process import GaussianDiffusion
-from ..model.world_model import WorldModel, WorldModelConfig
+from ..model.world_model import (ACTION_INPUTS, OUTCOME_INPUTS, PREDICTIONS, WorldModel, WorldModelConfig,
+                                 on_latent_manifold)
 from .losses import Batch, LossWeights, latents, world_model_losses
 
 HISTORY_FILE = "history.json"
 EpochCallback = Callable[[int, dict[str, float]], None]
 
 
+SELECTIONS = ("heads_on_true", "fidelity")
+PRESETS = {
+    "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
+              "epochs": 50, "steps": None, "selection": "heads_on_true"},
+    "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
+                "epochs": None, "steps": 2000, "selection": "fidelity"},
+}
+EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 50
+    """World-model training settings. ``None`` takes the value of ``preset`` (``PRESETS``); the
+    budget is ``epochs`` or ``steps`` (optimiser steps), and setting one alone drops the other."""
+
+    preset: str = "default"
+    prediction: str | None = None  # model/world_model.py
+    action_input: str | None = None
+    outcome_input: str | None = None
+    window: int | None = None  # transitions a window holds (cut to the longest logged episode)
+    epochs: int | None = None
+    steps: int | None = None
+    selection: str | None = None  # heads_on_true | fidelity
     batch_size: int = 64
-    window: int = 8
     lr: float = 3e-4
     final_lr_fraction: float = 0.1
     weight_decay: float = 1e-4
@@ -52,13 +81,36 @@ class TrainConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        positive = {"epochs": self.epochs, "batch_size": self.batch_size, "window": self.window, "lr": self.lr,
+        if self.preset not in PRESETS:
+            raise ValueError(f"world-model training config: preset={self.preset!r}; choose from {tuple(PRESETS)}")
+        preset = PRESETS[self.preset]
+        if self.epochs is not None and self.steps is not None:
+            raise ValueError(f"world-model training config: epochs={self.epochs} and steps={self.steps}; "
+                             "give one training budget")
+        explicit_budget = self.epochs is not None or self.steps is not None
+        for name, value in preset.items():
+            if getattr(self, name) is None and not (explicit_budget and name in ("epochs", "steps")):
+                object.__setattr__(self, name, value)
+        choices = {"prediction": PREDICTIONS, "action_input": ACTION_INPUTS, "outcome_input": OUTCOME_INPUTS,
+                   "selection": SELECTIONS}
+        bad = [f"{name}={getattr(self, name)!r} (choose from {allowed})" for name, allowed in choices.items()
+               if getattr(self, name) not in allowed]
+        budget = {"epochs": self.epochs} if self.epochs is not None else {"steps": self.steps}
+        positive = {**budget, "batch_size": self.batch_size, "window": self.window, "lr": self.lr,
                     "success_upsample": self.success_upsample}
-        bad = [f"{name}={value}" for name, value in positive.items() if value <= 0]
+        bad += [f"{name}={value} (must be positive)" for name, value in positive.items() if value <= 0]
         if not 0 < self.heldout_fraction < 1:
             bad.append(f"heldout_fraction={self.heldout_fraction} (must lie in (0, 1))")
+        if self.react_actions and self.action_input == "text":
+            bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
+                       "the ReAct-type vocabulary is for action_input='ids')")
         if bad:
-            raise ValueError(f"world-model training config: {', '.join(bad)}; these must be positive")
+            raise ValueError(f"world-model training config: {'; '.join(bad)}")
+
+    @property
+    def rounds(self) -> int:
+        """Held-out evaluations: one per epoch, or ``EVALUATION_ROUNDS`` over a budget in steps."""
+        return self.epochs if self.epochs is not None else min(EVALUATION_ROUNDS, self.steps)
 
 
 @dataclass
@@ -117,8 +169,8 @@ def split_indices(n: int, fraction: float, seed: int, minimum: int = 1) -> tuple
 
 
 def encoded_windows(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
-                    length: int, chunk: int = 256) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor]]:
-    """(batch, z, h̄) for the covering windows of ``episodes`` (every transition once, in
+                    length: int, chunk: int = 256) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(batch, z, h̄, e(a_t | o_t)) for the covering windows of ``episodes`` (every transition once, in
     episode order), ``chunk`` windows at a time."""
     windows = covering_windows(data, episodes, length)
     for rows in np.array_split(np.arange(len(windows.episode)), math.ceil(len(windows.episode) / chunk)):
@@ -129,27 +181,49 @@ def encoded_windows(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, e
 @torch.no_grad()
 def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
                     window: int, constants: dict[str, float]) -> dict[str, float]:
-    """Reward MSE and termination BCE over every held-out transition, beside the constant
-    predictors' (training-set mean reward target and done rate)."""
+    """One-step fidelity on every held-out transition (real history, logged action), each beside
+    a trivial predictor:
+
+    - ``reward_mse`` / ``done_bce``: the outcome heads as imagination reads them (on the
+      denoised next latent ẑ_{t+1}, or on e(a_t)), beside the training mean and done rate;
+    - ``reward_mse_true`` / ``done_bce_true``: the heads on the *encoded true* next latent (the
+      paper's selection; the same as above for heads that read the action);
+    - ``latent_mse``: ‖ẑ_{t+1} − z_{t+1}‖² (mean square over coordinates), ẑ_{t+1} by
+      deterministic DDIM from z_K = 0 on 5 levels given (h̄_t, a_t), beside copying z_t.
+    """
     model.eval()
-    rewards, targets, done_p, done = [], [], [], []
-    for batch, z, h in encoded_windows(model, tokens, data, episodes, window):
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in
+                                            ("reward", "reward_true", "target", "done_p", "done_p_true", "done",
+                                             "latent", "latent_copy")}
+    for batch, z, h, conditions in encoded_windows(model, tokens, data, episodes, window):
         m = batch.valid
-        z_next, h_t, on = z[:, 1:][m], h[m], batch.reward_mask[m]
-        rewards.append(model.predicted_reward(z_next, h_t)[on])
-        targets.append(batch.reward_targets[m][on])
-        done_p.append(model.done_probability(z_next, h_t))
-        done.append(batch.done[m].float())
+        z_now, z_next, h_t, a_t, on = z[:, :-1][m], z[:, 1:][m], h[m], conditions[m], batch.reward_mask[m]
+        z_hat = model.diffusion.denoise_deterministic(lambda z_k, k: model.eps(z_k, k, h_t, a_t),
+                                                      torch.zeros_like(z_next), 5, project=on_latent_manifold)
+        parts["reward"].append(model.predicted_reward(z_hat, h_t, a_t)[on])
+        parts["reward_true"].append(model.predicted_reward(z_next, h_t, a_t)[on])
+        parts["target"].append(batch.reward_targets[m][on])
+        parts["done_p"].append(model.done_probability(z_hat, h_t, a_t))
+        parts["done_p_true"].append(model.done_probability(z_next, h_t, a_t))
+        parts["done"].append(batch.done[m].float())
+        parts["latent"].append(((z_hat - z_next) ** 2).mean(-1))
+        parts["latent_copy"].append(((z_now - z_next) ** 2).mean(-1))
     model.train()
-    reward, target = torch.cat(rewards).float().cpu(), torch.cat(targets).cpu()
-    p, d = torch.cat(done_p).float().cpu().clamp(1e-6, 1 - 1e-6), torch.cat(done).cpu()
-    base = torch.tensor(constants["done_rate"]).clamp(1e-6, 1 - 1e-6).expand_as(d)
-    bce = nn.functional.binary_cross_entropy
+    x = {name: torch.cat(values).float().cpu() for name, values in parts.items()}
+    base = torch.tensor(constants["done_rate"]).expand_as(x["done"])
+
+    def bce(p: torch.Tensor) -> float:
+        return float(nn.functional.binary_cross_entropy(p.clamp(1e-6, 1 - 1e-6), x["done"]))
+
     return {
-        "heldout_reward_mse": float(((reward - target) ** 2).mean()),
-        "heldout_reward_mse_constant": float(((constants["reward_mean"] - target) ** 2).mean()),
-        "heldout_done_bce": float(bce(p, d)),
-        "heldout_done_bce_constant": float(bce(base, d)),
+        "heldout_reward_mse": float(((x["reward"] - x["target"]) ** 2).mean()),
+        "heldout_reward_mse_true": float(((x["reward_true"] - x["target"]) ** 2).mean()),
+        "heldout_reward_mse_constant": float(((constants["reward_mean"] - x["target"]) ** 2).mean()),
+        "heldout_done_bce": bce(x["done_p"]),
+        "heldout_done_bce_true": bce(x["done_p_true"]),
+        "heldout_done_bce_constant": bce(base),
+        "heldout_latent_mse": float(x["latent"].mean()),
+        "heldout_latent_mse_copy": float(x["latent_copy"].mean()),
     }
 
 
@@ -161,7 +235,8 @@ def train_world_model(
     on_epoch: EpochCallback | None = None,
     overwrite: bool = False,
 ) -> TrainResult:
-    """Train a world model on behaviour ``trajectories``; the best checkpoint goes to ``out_dir``."""
+    """Train a world model on behaviour ``trajectories``; the best checkpoint goes to ``out_dir``.
+    ``on_epoch(round, metrics)`` follows every held-out evaluation (``config.rounds`` in all)."""
     check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
     behaviour = behaviour_rows(trajectories)
     if behaviour.num_rows == 0:
@@ -170,31 +245,40 @@ def train_world_model(
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     actions = behaviour["action"].to_pylist()
-    vocabulary = ActionVocabulary.for_react() if config.react_actions else ActionVocabulary.from_actions(actions)
+    if config.react_actions:
+        vocabulary = ActionVocabulary.for_react()
+    else:  # text actions need no table, so every logged action keeps its own id
+        vocabulary = ActionVocabulary.from_actions(actions, cap=None if config.action_input == "text" else MAX_ACTIONS)
     scale = reward_scale(behaviour, config.reward_target)
     data = episode_arrays(behaviour, vocabulary, scale)
     train, heldout = split_indices(len(data.lengths), config.heldout_fraction, config.seed)
+    window = min(config.window, int(data.lengths.max()))
 
     unknown_trained = bool((data.actions[train] == UNKNOWN).any())
-    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, unknown_trained=unknown_trained))
+    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, unknown_trained=unknown_trained,
+                                        prediction=config.prediction, action_input=config.action_input,
+                                        outcome_input=config.outcome_input))
     model = model.to(device).train()
     tokens = Tokenised(model, data.texts)
-    diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, config.epochs, config.lr * config.final_lr_fraction)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, config.rounds, config.lr * config.final_lr_fraction)
     rng = np.random.default_rng(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     constants = _constants(data, train)
     draws = np.concatenate([train] + [train[data.success[train]]] * (config.success_upsample - 1))
+    per_epoch = math.ceil(len(draws) / config.batch_size)
+    total_steps = config.steps if config.steps is not None else config.epochs * per_epoch
+    batches = _batches(draws, config.batch_size, rng)
 
     history: list[dict[str, float]] = []
-    best_epoch, best_key = -1, (math.inf, math.inf)
-    for epoch in range(config.epochs):
-        started, sums, n_batches, n_transitions = time.perf_counter(), {}, 0, 0
-        for chunk in np.array_split(rng.permutation(draws), math.ceil(len(draws) / config.batch_size)):
-            batch = tokens.batch(sample_windows(data, chunk, config.window, rng), device)
+    best_round, best_key = -1, (math.inf, math.inf)
+    for round_ in range(config.rounds):
+        started, sums, n_transitions = time.perf_counter(), {}, 0
+        n_batches = (round_ + 1) * total_steps // config.rounds - round_ * total_steps // config.rounds
+        for chunk in itertools.islice(batches, n_batches):
+            batch = tokens.batch(sample_windows(data, chunk, window, rng), device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                terms = world_model_losses(model, batch, diffusion, weights=config.weights,
+                terms = world_model_losses(model, batch, model.diffusion, weights=config.weights,
                                            p_uncond=config.p_uncond, generator=generator)
             optimiser.zero_grad(set_to_none=True)
             terms["total"].backward()
@@ -202,35 +286,48 @@ def train_world_model(
             optimiser.step()
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + float(value.detach())
-            n_batches += 1
             n_transitions += int(batch.valid.sum())
-        metrics = {f"train_{name}": total / n_batches for name, total in sums.items()}
+        metrics = {f"train_{name}": total / max(n_batches, 1) for name, total in sums.items()}
         metrics["lr"] = optimiser.param_groups[0]["lr"]
+        metrics["optimiser_steps"] = (round_ + 1) * total_steps // config.rounds
         schedule.step()
         metrics["transitions_per_s"] = n_transitions / (time.perf_counter() - started)
-        metrics.update(heldout_metrics(model, tokens, data, heldout, config.window, constants))
+        metrics.update(heldout_metrics(model, tokens, data, heldout, window, constants))
         history.append(metrics)
-        key = selection_key(metrics)
+        key = selection_key(metrics, config.selection)
         if key < best_key:
-            best_epoch, best_key = epoch, key
+            best_round, best_key = round_, key
             model.save(out_dir)
         with atomic_open(f"{out_dir.rstrip('/')}/{HISTORY_FILE}", "w") as f:  # progress survives an interruption
-            json.dump({"config": asdict(config), "best_epoch": best_epoch, "complete": epoch == config.epochs - 1,
+            json.dump({"config": asdict(config), "best_epoch": best_round, "complete": round_ == config.rounds - 1,
                        "epochs": history}, f, indent=2)
         if on_epoch is not None:
-            on_epoch(epoch, metrics)
-    if best_epoch < 0:
-        raise RuntimeError(f"no epoch of world-model training gave finite held-out metrics (last: {history[-1]}); "
+            on_epoch(round_, metrics)
+    if best_round < 0:
+        raise RuntimeError(f"no round of world-model training gave finite held-out metrics (last: {history[-1]}); "
                            "the training diverged: lower TrainConfig.lr or check the behaviour data")
-    return TrainResult(out_dir, best_epoch, history)
+    return TrainResult(out_dir, best_round, history)
 
 
-def selection_key(metrics: dict[str, float]) -> tuple[float, float]:
-    """The checkpoint with the lowest (held-out reward MSE, done BCE) is kept; ties (e.g. all 0)
-    go to termination. Where no held-out transition is reward-supervised (terminal-only rewards
-    and held-out episodes all cut at the horizon) the MSE is NaN at every epoch and termination
-    alone decides; a NaN BCE (diverged) never wins."""
-    mse, bce = metrics["heldout_reward_mse"], metrics["heldout_done_bce"]
+def _batches(draws: np.ndarray, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Batches of episode draws, epoch after epoch: every draw once per epoch, in shuffled order."""
+    while True:
+        yield from np.array_split(rng.permutation(draws), math.ceil(len(draws) / batch_size))
+
+
+def selection_key(metrics: dict[str, float], selection: str = "heads_on_true") -> tuple[float, float]:
+    """The lowest key is kept. ``heads_on_true`` (the paper's): (held-out reward MSE, done BCE) of
+    the heads on the encoded true next latent; ties (e.g. all 0) go to termination. Where no
+    held-out transition is reward-supervised (terminal-only rewards and held-out episodes all
+    cut at the horizon) the MSE is NaN at every epoch and termination alone decides; a NaN BCE
+    (diverged) never wins. ``fidelity``: the sum of reward MSE, done BCE and next-latent MSE as
+    imagination reads them, each divided by its trivial predictor's (``heldout_metrics``)."""
+    if selection == "fidelity":
+        ratios = [metrics[f"heldout_{name}"] / max(metrics[f"heldout_{name}_{base}"], 1e-6)
+                  for name, base in (("reward_mse", "constant"), ("done_bce", "constant"), ("latent_mse", "copy"))]
+        total = sum(0.0 if math.isnan(r) and i == 0 else r for i, r in enumerate(ratios))
+        return (math.inf if math.isnan(total) else total, 0.0)
+    mse, bce = metrics["heldout_reward_mse_true"], metrics["heldout_done_bce_true"]
     return (0.0 if math.isnan(mse) else mse, math.inf if math.isnan(bce) else bce)
 
 
