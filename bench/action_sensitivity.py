@@ -76,7 +76,7 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
     if not chosen:
         return {"n": 0}
     chosen.sort(key=lambda c: c[0]["t"])
-    z_logged, z_other, histories = [], [], []
+    z_logged, z_other, histories, c_logged, c_other = [], [], [], [], []
     for t in sorted({row["t"] for row, *_ in chosen}):  # one batch per step: histories of t + 1 latents, no padding
         group = [c for c in chosen if c[0]["t"] == t]
         texts = [text for _, history, _ in group for text in [o for o, _ in history.steps] + [history.observation]]
@@ -87,14 +87,19 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
         h = model.history(z, previous)[:, -1]
         noise = torch.randn((imagination.diffusion.n_steps + 1, len(group), model.config.d_z),
                             generator=torch.Generator().manual_seed(SEED + t))
-        for out, action_ids in ((z_logged, ids([row["action"] for row, *_ in group])),
-                                (z_other, [o for *_, o in group])):
-            out.append(imagination.transition(h, torch.as_tensor(action_ids), noise))
+        observed = [history.observation for _, history, _ in group]
+        for out, conditions, action_ids in ((z_logged, c_logged, ids([row["action"] for row, *_ in group])),
+                                            (z_other, c_other, [o for *_, o in group])):
+            conditions.append(model.conditions(torch.as_tensor(action_ids), observed))
+            out.append(imagination.transition(h, conditions[-1], noise))
         histories.append(h)
     z_logged, z_other, h = torch.cat(z_logged), torch.cat(z_other), torch.cat(histories)
+    c_logged, c_other = torch.cat(c_logged), torch.cat(c_other)
     truth = model.encode_texts([row["next_observation"] for row, *_ in chosen])
-    reward_logged, reward_other = (model.config.reward.decode(model.predicted_reward(z_next, h)) for z_next in (z_logged, z_other))
-    done_logged, done_other = (model.done_probability(z_next, h) >= cell.adwm.done_threshold for z_next in (z_logged, z_other))
+    reward_logged, reward_other = (model.config.reward.decode(model.predicted_reward(z_next, h, c))
+                                   for z_next, c in ((z_logged, c_logged), (z_other, c_other)))
+    done_logged, done_other = (model.done_probability(z_next, h, c) >= cell.adwm.done_threshold
+                               for z_next, c in ((z_logged, c_logged), (z_other, c_other)))
     return {"n": len(chosen), "cos_logged_vs_other": cos(z_logged, z_other), "cos_logged_vs_truth": cos(z_logged, truth),
             "cos_random_truths": cos(truth, truth[torch.as_tensor(rng.permutation(len(chosen)))]),
             "mean_abs_reward_change": float((reward_logged - reward_other).abs().mean()),

@@ -45,10 +45,10 @@ from world_model_training import behaviour
 
 CELL_HORIZON = 12
 VARIANTS = {
-    "ADWM (soft tokens, success bank)": AdwmConfig(),
+    "ADWM (soft tokens, success bank)": AdwmConfig(reading="soft_tokens"),
     "retrieval reading": AdwmConfig(reading="retrieval"),
-    "no CFG (λ = 0)": AdwmConfig(cfg_scale=0.0),
-    "no continuation guidance": AdwmConfig(guidance="none"),
+    "no CFG (λ = 0)": AdwmConfig(reading="soft_tokens", cfg_scale=0.0),
+    "no continuation guidance": AdwmConfig(reading="soft_tokens", guidance="none"),
     "no ψ (π_e sees no observation)": AdwmConfig(reading="none"),
 }
 
@@ -93,9 +93,10 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
         previous = torch.cat([torch.tensor([NULL]), actions[:-1]])
         h = model.history(z[None], previous[None])[0]
         noise = torch.randn((imagination.diffusion.n_steps + 1, length, model.config.d_z), generator=generator)
-        z_next = imagination.transition(h, actions, noise)
-        reward.append(model.config.reward.decode(model.predicted_reward(z_next, h)).numpy())
-        done.append(model.done_probability(z_next, h).numpy() >= 0.5)
+        conditions = model.conditions(actions, [data.texts[i] for i in data.observations[e, :length]])
+        z_next = imagination.transition(h, conditions, noise)
+        reward.append(model.config.reward.decode(model.predicted_reward(z_next, h, conditions)).numpy())
+        done.append(model.done_probability(z_next, h, conditions).numpy() >= 0.5)
         logged_reward.append(model.config.reward.decode(data.reward_targets[e, :length]))
         logged_done.append(data.done[e, :length])
     reward, logged_reward = np.concatenate(reward), np.concatenate(logged_reward)
@@ -140,7 +141,7 @@ def main() -> None:
     reader = SoftPromptPolicy(llm, load_adapter(psi_path))
     variants = dict(VARIANTS)
     variants[f"likelihood guidance (last {args.likelihood_steps} of 50 steps, 2 seeds)"] = AdwmConfig(
-        guidance="likelihood", guided_steps=args.likelihood_steps, seeds=(0, 1))
+        reading="soft_tokens", guidance="likelihood", guided_steps=args.likelihood_steps, seeds=(0, 1))
     results = {}
     for label, config in variants.items():
         result = estimates(model, trajectories, reader, llm, replace(config, horizon=CELL_HORIZON))
@@ -155,9 +156,9 @@ def main() -> None:
     bank = StateBank.from_trajectories(table, model)
     fidelity = one_step_fidelity(model, table, bank)
     print("one-step fidelity", fidelity, flush=True)
-    cost = {"default": cell_seed_cost(model, bank, reader, AdwmConfig(), 5, 32, 30),
+    cost = {"default": cell_seed_cost(model, bank, reader, AdwmConfig(reading="soft_tokens"), 5, 32, 30),
             "retrieval": cell_seed_cost(model, bank, llm, AdwmConfig(reading="retrieval"), 5, 32, 30)}
-    sliced = cell_seed_cost(model, bank, reader, AdwmConfig(guidance="likelihood"), 1, 32, 3)
+    sliced = cell_seed_cost(model, bank, reader, AdwmConfig(reading="soft_tokens", guidance="likelihood"), 1, 32, 3)
     cost["likelihood_slice"] = sliced
     cost["likelihood_scaled_wall_s"] = sliced["wall_s"] / sliced["imagined_steps"] * 5 * 32 * 30
     print(json.dumps(cost, indent=1), flush=True)

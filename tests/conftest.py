@@ -117,7 +117,8 @@ def tiny_cell(path, policies: dict[str, str]) -> str:
         "ground_truth": {"episodes": 12},
         "world_model": {"epochs": 40, "device": "cpu"},  # long enough (seconds) to be killed midway in test_flows
         "psi": {"epochs": 2, "batch_size": 4, "device": "cpu"},
-        "adwm": {"n_rollouts": 4, "horizon": 6, "seeds": [0, 1], "n_bootstrap": 50, "guidance": "none"},
+        "adwm": {"n_rollouts": 4, "horizon": 6, "seeds": [0, 1], "n_bootstrap": 50, "guidance": "none",
+                 "reading": "soft_tokens"},  # the flow's longest path: ψ before ADWM
         "baselines": {"n_bootstrap": 50, "fqe": {"epochs": 2}},
     }
     path.write_text(yaml.safe_dump(config))

@@ -16,6 +16,7 @@ from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank, evaluate_policy
+from adwm_core.ope.fidelity import one_step_fidelity, open_loop_replay
 from adwm_core.ope.metrics import spearman
 from adwm_core.training.world_model import TrainConfig, train_world_model
 
@@ -166,7 +167,8 @@ def test_bad_settings_are_named(corridor):
     with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):
         AdwmConfig(reading="retrieval", guidance="likelihood")
     with pytest.raises(TypeError, match="SoftPromptPolicy"):
-        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,), config=AdwmConfig())
+        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,),
+                        config=AdwmConfig(reading="soft_tokens"))
 
 
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
@@ -177,7 +179,7 @@ def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tin
 
     out = tmp_path / "adwm.parquet"
     world_model, env = tiny_world_model[0].path, TINY_ENV[0]
-    config = AdwmConfig(n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
+    config = AdwmConfig(reading="soft_tokens", n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         run_adwm(tiny_behaviour, str(tmp_path / "no-model"), tiny_pool[1], env, str(out), cell="c", psi=tiny_psi,
                  epsilons=(0.0, 1.0), config=config)
@@ -213,10 +215,29 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
     model = WorldModel.load(tiny_world_model[0].path)
     reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), load_adapter(tiny_psi))
     bank = StateBank.from_trajectories(read_table(tiny_behaviour, TRAJECTORIES), model)
-    guided = AdwmConfig(guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
+    guided = AdwmConfig(reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
     first, again = (ImaginedRollouts(model, bank, guided).run(reader, (0.0,), seed=5) for _ in range(2))
     plain = ImaginedRollouts(model, bank, replace(guided, guidance="none")).run(reader, (0.0,), seed=5)
     assert np.array_equal(first.success_similarity, again.success_similarity)
     assert np.array_equal(first.reward_sum, again.reward_sum)
     assert not np.array_equal(first.success_similarity, plain.success_similarity)
     assert first.seconds["guidance"] > 0 and plain.seconds["guidance"] == 0
+
+
+def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corridor):
+    """Moves in the corridor are deterministic: the trained world model retrieves the true next
+    room from (history, action) far better than its ∅ branch and than copying the room it is in,
+    and replaying the ε family's recorded moves ranks the ε levels as the truth does."""
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    truth = pa.concat_tables([
+        episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 40, first=5000 + 100 * j), cell="corridor",
+                       source="ground_truth", policy="east@p0", epsilon=eps) for j, eps in enumerate(EPSILONS)])
+    one = one_step_fidelity(model, table, np.arange(0, 200, 10), n_samples=2)
+    assert one["transitions"]["n"] > 20
+    assert one["world_model"]["top1"] >= 0.8 and one["world_model"]["plausible"] >= one["world_model"]["top1"]
+    assert one["world_model"]["top1"] > max(one["null_action"]["top1"], one["copy_z_t"]["top1"]) + 0.2
+    for forced in (False, True):
+        replay = open_loop_replay(model, table, truth, teacher_forced=forced)
+        assert replay["episodes"] == 200 and len(replay["levels"]) == len(EPSILONS)
+        assert replay["rho_per_level"] >= 0.9, (forced, replay["levels"])

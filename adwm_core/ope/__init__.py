@@ -1,1 +1,1 @@
-"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics."""
+"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments."""

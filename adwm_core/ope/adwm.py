@@ -70,11 +70,19 @@ class Policy(Protocol):
     def act(self, histories: Sequence[History]) -> list[Decision]: ...
 
 
+PRESETS = {"paper": {"reading": "soft_tokens"}, "default": {"reading": "retrieval"}}
+
+
 @dataclass(frozen=True)
 class AdwmConfig:
-    """Inference settings; defaults from app:ope-rollout."""
+    """Inference settings; defaults from app:ope-rollout, except where ``preset`` fills a field
+    left ``None`` (``PRESETS``): the ``default`` preset reads imagined states by ``retrieval`` —
+    π_e reads the behaviour observation the world model judges its action against (a world
+    model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
+    tokens."""
 
-    reading: str = "soft_tokens"
+    preset: str = "default"
+    reading: str | None = None
     guidance: str = "success_bank"
     n_rollouts: int = 32
     horizon: int = 30  # H_max
@@ -92,6 +100,11 @@ class AdwmConfig:
     confidence: float = 0.95
 
     def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"ADWM config: preset={self.preset!r} (choose from {tuple(PRESETS)})")
+        for name, value in PRESETS[self.preset].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         bad = []
         if self.reading not in READINGS:
             bad.append(f"reading={self.reading!r} (choose from {READINGS})")

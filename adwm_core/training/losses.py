@@ -88,8 +88,9 @@ def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor
     h = model.history(z[:, :-1], batch.previous_actions[:, :-1])
     if model.config.action_input == "ids":
         return z, h, model.action_vectors(batch.actions)
-    rows = batch.observations[:, :-1].clamp(min=0).reshape(-1)
-    a = model.action_vectors(batch.actions.reshape(-1), states[rows], batch.padding[rows])
+    rows, actions = batch.observations[:, :-1].clamp(min=0).reshape(-1), batch.actions.reshape(-1)
+    pairs, inverse = torch.unique(torch.stack([rows, actions]), dim=1, return_inverse=True)  # each (o, a) read once
+    a = model.action_vectors(pairs[1], states[pairs[0]], batch.padding[pairs[0]])[inverse]
     return z, h, a.reshape(*batch.actions.shape, -1)
 
 
