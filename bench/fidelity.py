@@ -8,7 +8,11 @@ For each cell (whose behaviour and ground-truth stages have run) and each world-
   beside the trivial predictors;
 - counterfactual actions: ``--counterfactual N`` logged transitions replayed in the real
   environment under another admissible action (0 skips it);
-- open-loop replay of the ground-truth episodes of π_e^ε: imagined vs real return per ε.
+- replay of the ground-truth episodes of π_e^ε (open loop and teacher-forced): imagined vs
+  real return per ε;
+- ADWM itself under the same preset (``adwm.preset``: the paper reads imagined states through
+  ψ, trained here; the default by retrieval), the cell's other ADWM settings unchanged:
+  Spearman ρ of the seed-averaged Ĵ against ground truth and |Ĵ−J|/range of ``reward_sum``.
 
 Writes ``bench/results/fidelity.{md,json}``; rows of cells and presets not measured in this
 run are kept. Usage: ``python bench/fidelity.py [CELL ...] [--presets paper default]``.
@@ -22,17 +26,24 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from adwm_core.cell import CellConfig
-from adwm_core.data import TRAJECTORIES, read_table
+import numpy as np
+
+from adwm_core.cell import LOCAL_PREFIX, CellConfig
+from adwm_core.collection import ModelCache
+from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
+from adwm_core.ope.adwm import AdwmConfig, evaluate_policy
+from adwm_core.ope.metrics import spearman
+from adwm_core.policies.soft_prompt import SoftPromptPolicy
+from adwm_core.training.psi import load_adapter, run_psi
 from adwm_core.ope.fidelity import TOP_K, counterfactual_fidelity, counterfactual_outcomes, one_step_fidelity, open_loop_replay
 from adwm_core.paths import local_cache_dir
 from adwm_core.training.world_model import HISTORY_FILE, PRESETS, TrainConfig, split_indices, train_world_model
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
-from tasks import behaviour, ground_truth
+from tasks import behaviour, ground_truth, policies
 
 OUT = RESULTS / "fidelity"
 
@@ -46,7 +57,7 @@ def preset_config(cell: CellConfig, preset: str) -> TrainConfig:
                        react_actions=react)
 
 
-def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, dict]:
+def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, dict, str]:
     key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
     folder = os.path.join(local_cache_dir("bench"), "fidelity", cell.name, f"{config.preset}-{key}")
     history, timing = os.path.join(folder, HISTORY_FILE), os.path.join(folder, "train_seconds.json")
@@ -58,17 +69,49 @@ def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, d
     with open(history) as f, open(timing) as g:
         saved, seconds = json.load(f), json.load(g)
     return WorldModel.load(folder), {"best_round": saved["best_epoch"], "rounds": len(saved["epochs"]),
-                                     "train_seconds": seconds}
+                                     "train_seconds": seconds}, folder
+
+
+def adwm_estimates(cell: CellConfig, preset: str, model_folder: str, trajectories: str, truth) -> dict:
+    """ADWM's ρ and normalised error on the cell's ε family under ``preset``'s reading."""
+    spec = cell.evaluation.policies[0]
+    if spec.model.startswith(LOCAL_PREFIX):
+        family = latest_artifact(cell.name, policies.STAGE)
+        spec = replace(spec, model=f"{family}/family/{spec.model[len(LOCAL_PREFIX):]}")
+    config = AdwmConfig(**{**asdict(cell.adwm), "preset": preset, "reading": None})
+    llm = ModelCache().policy(spec, cell.env.name)
+    reader = llm
+    if config.reading == "soft_tokens":
+        psi_folder = f"{model_folder}/psi"
+        if not os.path.exists(f"{psi_folder}/config.json"):
+            run_psi(trajectories, model_folder, spec, psi_folder, cell.psi, overwrite=True)
+        reader = SoftPromptPolicy(llm, load_adapter(psi_folder))
+    table, runs = evaluate_policy(model_folder, trajectories, reader, cell=cell.name, label=spec.name,
+                                  epsilons=cell.evaluation.epsilons, config=config)
+    rows = table.to_pylist()
+    levels = sorted(truth)
+    out = {"reading": config.reading, "truth": [truth[e] for e in levels],
+           "mean_length": float(np.mean([run.lengths.mean() for run in runs]))}
+    for name in ("ADWM:reward_sum", "ADWM:success_similarity"):
+        estimate = [float(np.mean([r["value"] for r in rows if r["estimator"] == name and r["epsilon"] == e]))
+                    for e in levels]
+        out[name] = {"estimate": estimate, "rho": spearman(estimate, out["truth"])}
+    spread = float(np.ptp(out["truth"]))
+    out["ADWM:reward_sum"]["normalised_error"] = (
+        float(np.mean(np.abs(np.subtract(out["ADWM:reward_sum"]["estimate"], out["truth"])))) / spread
+        if spread else float("nan"))
+    return out
 
 
 def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
     cell = CellConfig.load(cell_config_path(cell_name))
-    table = read_table(f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}", TRAJECTORIES)
+    behaviour_file = f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}"
+    table = read_table(behaviour_file, TRAJECTORIES)
     label = cell.evaluation.policies[0].label
     truth = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.EPISODES}",
                        TRAJECTORIES)
     config = preset_config(cell, preset)
-    model, training = trained(cell, table, config)
+    model, training, folder = trained(cell, table, config)
     n_episodes = len(set(table["episode"].to_pylist()))
     _, heldout = split_indices(n_episodes, config.heldout_fraction, config.seed)
     lam = cell.adwm.cfg_scale
@@ -77,6 +120,9 @@ def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
            "replay": open_loop_replay(model, table, truth, cfg_scale=lam, done_threshold=cell.adwm.done_threshold),
            "replay_teacher_forced": open_loop_replay(model, table, truth, cfg_scale=lam, teacher_forced=True,
                                                      done_threshold=cell.adwm.done_threshold)}
+    summary = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.SUMMARY}",
+                         GROUND_TRUTH).to_pylist()
+    row["adwm"] = adwm_estimates(cell, preset, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})
     if n_counterfactual:
         outcomes = counterfactual_outcomes(cell.env.name, dict(cell.env.options), table, n_counterfactual)
         row["counterfactual"] = counterfactual_fidelity(model, table, outcomes, cfg_scale=lam) if outcomes else {}
@@ -133,6 +179,18 @@ def render(rows: list[dict]) -> str:
             lines.append(f"| {r['cell']} | {r['preset']} | {kind} | {p['episodes']} | {fmt(p['return_mae'])} | "
                          f"{fmt(p['length_mae'])} | {fmt(p['rho_per_level'])} | {fmt(p['normalised_error'])} | "
                          f"{real} | {imagined} |")
+    lines += ["", "## ADWM under the same preset (π_e's ε family; Ĵ averaged over the cell's seeds)", "",
+              "| cell | preset | reading | reward_sum ρ | success_similarity ρ | reward_sum |Ĵ−J|/range | "
+              "mean imagined length | truth per ε | reward_sum per ε |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a = r.get("adwm")
+        if a is None:
+            continue
+        s_, m_ = a["ADWM:reward_sum"], a.get("ADWM:success_similarity", {})
+        lines.append(f"| {r['cell']} | {r['preset']} | {a['reading']} | {fmt(s_['rho'])} | {fmt(m_.get('rho'))} | "
+                     f"{fmt(s_['normalised_error'])} | {a['mean_length']:.1f} | "
+                     + " ".join(f"{x:.2f}" for x in a["truth"]) + " | " + " ".join(f"{x:.2f}" for x in s_["estimate"])
+                     + " |")
     lines += ["", "## Training", "", "| cell | preset | rounds | best round | seconds (0: cached) |", "|---|---|---|---|---|"]
     for r in rows:
         t = r["training"]

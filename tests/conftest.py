@@ -65,7 +65,7 @@ def tiny_pool(tiny_policies):
     return [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
 
 
-WM_EPOCHS = 20
+WM_STEPS = 400  # the default recipe's budget is in optimiser steps (20 evaluation rounds here)
 
 
 @pytest.fixture(scope="session")
@@ -80,13 +80,14 @@ def tiny_behaviour(tiny_pool, adwm_home):
 
 @pytest.fixture(scope="session")
 def tiny_world_model(tiny_behaviour, adwm_home):
-    """A world model trained WM_EPOCHS epochs on ``tiny_behaviour``: (TrainResult, epochs reported)."""
+    """A world model trained by the default recipe, WM_STEPS optimiser steps, on ``tiny_behaviour``:
+    (TrainResult, evaluation rounds reported)."""
     from adwm_core.data import TRAJECTORIES, read_table
     from adwm_core.training.world_model import TrainConfig, train_world_model
 
     seen = []
     result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(adwm_home / "tiny-cell" / "world-model"),
-                               TrainConfig(epochs=WM_EPOCHS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
+                               TrainConfig(steps=WM_STEPS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
     return result, seen
 
 

@@ -12,9 +12,7 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.policies.base import load_language_model
 from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
 from adwm_core.training.world_model import TrainConfig, split_indices, train_world_model
-from conftest import WM_EPOCHS
-
-EPOCHS = WM_EPOCHS
+from conftest import WM_STEPS
 
 
 def _rows(episode, steps, done_last=True):
@@ -179,7 +177,7 @@ def trained(tiny_world_model):
 
 def test_every_loss_term_falls_and_progress_reaches_the_callback(trained):
     result, seen = trained
-    assert seen == list(range(EPOCHS))
+    assert seen == list(range(len(result.history))) and result.history[-1]["optimiser_steps"] == WM_STEPS
     first, last = result.history[0], result.history[-1]
     for term in ("dsm", "idm", "bc", "div", "reward", "done", "total"):
         assert last[f"train_{term}"] < 0.9 * first[f"train_{term}"], term
@@ -187,9 +185,14 @@ def test_every_loss_term_falls_and_progress_reaches_the_callback(trained):
 
 
 def test_reward_and_termination_heads_beat_the_constant_predictor_on_held_out_episodes(trained):
+    """Read as imagination reads them — from the action in its observation, no true next state —
+    on episodes of held-out variations (commands the pool never saw in training)."""
     best = trained[0].best
-    assert best["heldout_reward_mse"] < 0.5 * best["heldout_reward_mse_constant"]
-    assert best["heldout_done_bce"] < 0.5 * best["heldout_done_bce_constant"]
+    ratios = (best["heldout_reward_mse"] / best["heldout_reward_mse_constant"],
+              best["heldout_done_bce"] / best["heldout_done_bce_constant"],
+              best["heldout_latent_mse"] / best["heldout_latent_mse_copy"])
+    print("held-out ratios to the trivial predictors (reward, done, next latent):", ratios)
+    assert all(r < 0.8 for r in ratios), ratios
 
 
 def test_a_saved_world_model_loads_back_to_the_same_outputs(trained, behaviour):
