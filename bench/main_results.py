@@ -1,7 +1,9 @@
 """The paper's main table, reproduced on the local cells (Table main_results; appendix
 app:results: tab:perseed, tab:curves; fig:ablation), from the project's own flow runs.
 
-Every local cell (``deployments/local-*.yaml``) runs through the ope-cell flow, one cell
+Every development cell (``deployments/local-*.yaml``, tuned on) and every test cell
+(``deployments/test-*.yaml``, never tuned on; reported in a table of their own) runs through
+the ope-cell flow, one cell
 after another in this process by default, so that each stage's wall time is that of one cell
 alone on this machine. ``--jobs N`` runs N cells side by side, each in its own process with
 cpus/N torch threads and its own Prefect home (as the full-suite deployment does on a worker),
@@ -48,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
 BASELINES = ("FQE", "DR", "DM", "IS", "WIS", "PDIS", "WDR")
+DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on
 ABLATION_CELLS = ("local-webshop", "local-scienceworld", "local-hotpotqa")  # the paper's three (fig:ablation)
 ABLATIONS = {"paper recipe": {"world_model": {"preset": "paper"}, "adwm": {"preset": "paper"}},
              "no CFG": {"adwm": {"cfg_scale": 0.0}}, "no continuation guidance": {"adwm": {"guidance": "none"}},
@@ -247,7 +250,7 @@ def update_readme(table: list[str], host: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
+    parser.add_argument("cells", nargs="*", help="cells (default: every development local-* and test test-* cell)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
     parser.add_argument("--child", nargs=2, metavar=("CELL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -255,7 +258,7 @@ def main() -> None:
         cell, out = args.child
         Path(out).write_text(json.dumps(run_cell_with_ablations(cell)))
         return
-    cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
+    cells = args.cells or [c for c in cell_names() if c.startswith((DEVELOPMENT, TEST))]
     unknown = sorted(set(cells) - set(cell_names()))
     if unknown or args.jobs < 1:
         raise SystemExit(f"unknown cells {unknown}: choose from {cell_names()}" if unknown else "--jobs must be ≥ 1")
@@ -269,7 +272,11 @@ def main() -> None:
     plots.mkdir(parents=True, exist_ok=True)
     for result in results:
         shutil.copyfile(f"{result['report']}/estimates_vs_truth.png", plots / f"{result['cell']}.png")
-    table = main_table(results)
+    development = [r for r in results if not r["cell"].startswith(TEST)]
+    tests = [r for r in results if r["cell"].startswith(TEST)]
+    table = main_table(development) if development else []
+    if tests:  # declared before any tuning and never tuned on: their own table
+        table += ["", "**Test cells** (never tuned on; configs fixed before their first run):", "", *main_table(tests)]
     lines = [f"# Main results on the local cells ({host['cpus']} CPUs, {host['processor']}, {host['date']})", "",
              f"`python bench/main_results.py --jobs {args.jobs}` ({args.jobs} cell(s) side by side, "
              f"{max(1, host['cpus'] // args.jobs)} torch thread(s) each): {wall / 60:.1f} min this invocation (finished stages of earlier "
