@@ -186,6 +186,8 @@ def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, e
 
     - ``reward_mse`` / ``done_bce``: the outcome heads as imagination reads them (on the
       denoised next latent ẑ_{t+1}, or on e(a_t)), beside the training mean and done rate;
+    - ``done_error``: termination misread at P(done) ≥ 0.5, as imagination stops a rollout,
+      beside the majority class;
     - ``reward_mse_true`` / ``done_bce_true``: the heads on the *encoded true* next latent (the
       paper's selection; the same as above for heads that read the action);
     - ``latent_mse``: ‖ẑ_{t+1} − z_{t+1}‖² (mean square over coordinates), ẑ_{t+1} by
@@ -222,6 +224,8 @@ def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, e
         "heldout_done_bce": bce(x["done_p"]),
         "heldout_done_bce_true": bce(x["done_p_true"]),
         "heldout_done_bce_constant": bce(base),
+        "heldout_done_error": float(((x["done_p"] >= 0.5).float() != x["done"]).float().mean()),
+        "heldout_done_error_constant": float(min(x["done"].mean(), 1 - x["done"].mean())),
         "heldout_latent_mse": float(x["latent"].mean()),
         "heldout_latent_mse_copy": float(x["latent_copy"].mean()),
     }
@@ -320,11 +324,13 @@ def selection_key(metrics: dict[str, float], selection: str = "heads_on_true") -
     the heads on the encoded true next latent; ties (e.g. all 0) go to termination. Where no
     held-out transition is reward-supervised (terminal-only rewards and held-out episodes all
     cut at the horizon) the MSE is NaN at every epoch and termination alone decides; a NaN BCE
-    (diverged) never wins. ``fidelity``: the sum of reward MSE, done BCE and next-latent MSE as
-    imagination reads them, each divided by its trivial predictor's (``heldout_metrics``)."""
+    (diverged) never wins. ``fidelity``: the sum of reward MSE, termination error (at the 0.5
+    threshold imagination stops at; the BCE would also punish confidence, and overfits first) and
+    next-latent MSE as imagination reads them, each divided by its trivial predictor's
+    (``heldout_metrics``)."""
     if selection == "fidelity":
         ratios = [metrics[f"heldout_{name}"] / max(metrics[f"heldout_{name}_{base}"], 1e-6)
-                  for name, base in (("reward_mse", "constant"), ("done_bce", "constant"), ("latent_mse", "copy"))]
+                  for name, base in (("reward_mse", "constant"), ("done_error", "constant"), ("latent_mse", "copy"))]
         total = sum(0.0 if math.isnan(r) and i == 0 else r for i, r in enumerate(ratios))
         return (math.inf if math.isnan(total) else total, 0.0)
     mse, bce = metrics["heldout_reward_mse_true"], metrics["heldout_done_bce_true"]
