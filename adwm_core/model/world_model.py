@@ -117,6 +117,7 @@ class WorldModel(nn.Module):
             self.action_tokenizer = HashTokenizer(c.vocab_size, c.action_tokens)
             self.action_text = ActionTextEncoder(c.d_a, c.action_tokens)
             self._unseen: dict[str, int] = {}  # action texts met after training → ids past the vocabulary
+            self._unseen_texts: list[str] = []
         else:
             self.action_embedding = ActionEmbedding(n_actions, c.d_a)
         self.history_encoder = HistoryEncoder(c.d_z, c.d_a, c.max_steps)
@@ -165,7 +166,10 @@ class WorldModel(nn.Module):
         if self.config.action_input == "text":
             for j in torch.nonzero(ids == UNKNOWN).flatten().tolist():
                 key = vocabulary.key(actions[j])
-                ids[j] = self._unseen.setdefault(key, len(vocabulary) + len(self._unseen))
+                if key not in self._unseen:
+                    self._unseen[key] = len(vocabulary) + len(self._unseen_texts)
+                    self._unseen_texts.append(key)
+                ids[j] = self._unseen[key]
         elif unknown_as_null and not self.config.unknown_trained:
             ids[ids == UNKNOWN] = NULL
         return ids
@@ -174,7 +178,7 @@ class WorldModel(nn.Module):
         n = len(self.config.actions)
         if action_id < n:
             return self.config.actions.actions[action_id - 2]
-        return list(self._unseen)[action_id - n]
+        return self._unseen_texts[action_id - n]
 
     def action_vectors(self, actions: torch.Tensor, states: torch.Tensor | None = None,
                        padding: torch.Tensor | None = None) -> torch.Tensor:
