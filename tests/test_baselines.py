@@ -25,13 +25,14 @@ def logprobs(tiny_behaviour, tiny_pool, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_world_model(tiny_behaviour, tmp_path_factory):
-    """The paper's world model (DM as the paper defines it: R_θ(z_{t+1}, h̄_t) on the logged next
-    observation); the default recipe's reward head reads the action instead (test_world_model_training)."""
+    """The paper's world model with its whole recipe, 50-epoch budget included (DM as the paper
+    defines it: R_θ(z_{t+1}, h̄_t) on the logged next observation); the default recipe's reward
+    head reads the action instead (test_world_model_training)."""
     from adwm_core.training.world_model import TrainConfig, train_world_model
 
     table = read_table(tiny_behaviour, TRAJECTORIES)
     return train_world_model(table, str(tmp_path_factory.mktemp("paper-wm")),
-                             TrainConfig(preset="paper", epochs=20, device="cpu"), overwrite=True), None
+                             TrainConfig(preset="paper", device="cpu"), overwrite=True), None
 
 
 @pytest.fixture(scope="module")
