@@ -105,7 +105,6 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
     now, nxt, actions = data.observations[e, t], data.observations[e, t + 1], torch.as_tensor(data.actions[e, t])
     true_reward = model.config.reward.decode(torch.as_tensor(data.reward_targets[e, t])).numpy()
     true_done, scored = data.done[e, t], data.reward_mask[e, t]
-    logged_text = table.select(["episode", "t", "action"]).sort_by([("episode", "ascending"), ("t", "ascending")])
     successors = _successors(data)
 
     imagination = _sampler(model, trajectories, cfg_scale)
@@ -139,7 +138,7 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
                                     if name not in ("top1", f"top{TOP_K}", "plausible")}
     report["constant"] = _constant_predictor(data, episodes, nxt, model.config.reward, true_reward, true_done,
                                              scored)
-    report["transitions"] = {"n": float(n), "logged_actions": float(len(set(logged_text["action"].to_pylist())))}
+    report["transitions"] = {"n": float(n), "logged_actions": float(pc.count_distinct(table["action"]).as_py())}
     return report
 
 
@@ -226,7 +225,6 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
     logged_done = data.done[e, t]
     other_reward = np.array([o["other_reward"] for o in outcomes])
     other_done = np.array([o["other_done"] for o in outcomes])
-    scored = np.ones(n, bool) if not model.config.reward.terminal_only else None
 
     def predict(actions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         rewards, dones = [], []
@@ -238,8 +236,8 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
         return np.stack(rewards, 1), np.stack(dones, 1)
 
     (r_logged, d_logged), (r_other, d_other) = predict(logged), predict(other)
-    scored_logged = data.reward_mask[e, t] if scored is None else scored
-    scored_other = other_done if scored is None else scored
+    scored_logged = data.reward_mask[e, t]  # every step, or terminal steps for terminal-only rewards
+    scored_other = other_done if model.config.reward.terminal_only else np.ones(n, bool)
     differs = (np.abs(logged_reward - other_reward) > 1e-3) | (logged_done != other_done)
     predicted_differs = (np.abs(r_logged - r_other) > 0.5 * np.abs(logged_reward - other_reward)[:, None]) \
         | ((d_logged >= 0.5) != (d_other >= 0.5))
