@@ -34,7 +34,8 @@ from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import AdwmConfig, evaluate_policy
+from adwm_core.ope.adwm import AdwmConfig
+from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 from adwm_core.training.psi import load_adapter, run_psi

@@ -7,7 +7,7 @@ from prefect import task
 
 from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec
-from adwm_core.ope.adwm import run_adwm
+from adwm_core.ope.evaluate import run_adwm
 
 from . import behaviour, psi, world_model
 from .common import Artifact, evaluation_slice, log_metrics, run_stage

@@ -15,8 +15,9 @@ from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
-from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank, evaluate_policy
-from adwm_core.ope.fidelity import one_step_fidelity, open_loop_replay
+from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
+from adwm_core.ope.evaluate import evaluate_policy
+from adwm_core.ope.fidelity import one_step_fidelity, open_loop_replay, policy_agreement
 from adwm_core.ope.metrics import spearman
 from adwm_core.training.world_model import TrainConfig, train_world_model
 
@@ -61,21 +62,25 @@ def test_the_corridor_values_are_exact():
 
 
 def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
+    """ADWM and the logged-successor reference world model, both through the same rollouts."""
     trajectories, model = corridor
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
     table, runs = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
                                   config=config)
     rows = table.to_pylist()
     assert {(r["estimator"], r["epsilon"], r["seed"]) for r in rows} == {
-        (f"ADWM:{name}", eps, seed) for name in ("reward_sum", "success_similarity") for eps in EPSILONS
-        for seed in (0, 1)}
-    for name in ("ADWM:reward_sum", "ADWM:success_similarity"):
-        estimate = [np.mean([r["value"] for r in rows if r["estimator"] == name and r["epsilon"] == eps])
-                    for eps in EPSILONS]
-        assert spearman(estimate, TRUTH) >= 0.9, (name, estimate)
-    reward_sum = [np.mean([r["value"] for r in rows if r["estimator"] == "ADWM:reward_sum" and r["epsilon"] == eps])
-                  for eps in EPSILONS]
-    np.testing.assert_allclose(reward_sum, TRUTH, atol=0.1)  # 64 rollouts per level: MC s.e. ≤ 0.06
+        (f"{estimator}:{name}", eps, seed) for estimator in ("ADWM", "kNN-WM")
+        for name in ("reward_sum", "success_similarity") for eps in EPSILONS for seed in (0, 1)}
+
+    def curve(name):
+        return [np.mean([r["value"] for r in rows if r["estimator"] == name and r["epsilon"] == eps])
+                for eps in EPSILONS]
+
+    for estimator in ("ADWM", "kNN-WM"):
+        for name in ("reward_sum", "success_similarity"):
+            assert spearman(curve(f"{estimator}:{name}"), TRUTH) >= 0.9, (estimator, name, curve(f"{estimator}:{name}"))
+        # 64 rollouts per level: MC s.e. ≤ 0.06
+        np.testing.assert_allclose(curve(f"{estimator}:reward_sum"), TRUTH, atol=0.1, err_msg=estimator)
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
     assert runs[0].seconds["world_model"] > 0 and runs[0].lengths.max() <= HORIZON
 
@@ -174,7 +179,7 @@ def test_bad_settings_are_named(corridor):
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
                                                                              tiny_pool, tiny_psi, tmp_path):
     from adwm_core.data import ESTIMATES
-    from adwm_core.ope.adwm import run_adwm
+    from adwm_core.ope.evaluate import run_adwm
     from conftest import TINY_ENV
 
     out = tmp_path / "adwm.parquet"
@@ -193,14 +198,15 @@ def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tin
              epsilons=(0.0, 1.0), config=config)
     rows = read_table(str(out), ESTIMATES).to_pylist()
     assert {(r["estimator"], r["epsilon"], r["policy"]) for r in rows} == {
-        (f"ADWM:{name}", eps, "tiny-late@p0") for name in ("reward_sum", "success_similarity") for eps in (0.0, 1.0)}
+        (f"{estimator}:{name}", eps, "tiny-late@p0") for estimator in ("ADWM", "kNN-WM")
+        for name in ("reward_sum", "success_similarity") for eps in (0.0, 1.0)}
     assert all(np.isfinite(r["value"]) for r in rows)
     with pytest.raises(FileExistsError, match="overwrite"):
         run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(out), cell="c", psi=tiny_psi, config=config)
     retrieval = tmp_path / "retrieval.parquet"  # any backend: no ψ needed
     run_adwm(tiny_behaviour, world_model, tiny_pool[1], env, str(retrieval), cell="c", epsilons=(0.0,),
              config=replace(config, reading="retrieval"))
-    assert read_table(str(retrieval), ESTIMATES).num_rows == 2
+    assert read_table(str(retrieval), ESTIMATES).num_rows == 4  # two estimators × two value estimates
 
 
 def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_behaviour, tiny_world_model, tiny_pool,
@@ -241,3 +247,19 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
         replay = open_loop_replay(model, table, truth, teacher_forced=forced)
         assert replay["episodes"] == 200 and len(replay["levels"]) == len(EPSILONS)
         assert replay["rho_per_level"] >= 0.9, (forced, replay["levels"])
+
+
+class Echo:
+    """π_e that names the room it is shown: its action tells which observation it read."""
+
+    def act(self, histories):
+        return [Decision(h.observation.split(".")[0]) for h in histories]
+
+
+def test_policy_agreement_reads_whether_pi_e_sees_the_state_it_would_see(corridor):
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    agreement = policy_agreement(model, table, np.arange(0, 200, 5), Echo(), max_transitions=60)
+    assert agreement["n"] == 60
+    assert agreement["retrieval"] >= 0.8, agreement  # the one-step test: the true next room is retrieved
+    assert agreement["chance"] <= agreement["retrieval"] - 0.3, agreement

@@ -47,10 +47,8 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 import torch
-from scipy import stats
 
-from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
-from ..data import ESTIMATES, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
+from ..data import behaviour_rows
 from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, gradient_guidance, nearest_cosine, success_bank_guidance
 from ..diffusion.process import Guidance, classifier_free
@@ -58,7 +56,6 @@ from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
-from ..training.psi import load_adapter
 
 READINGS = ("soft_tokens", "retrieval", "none")
 GUIDANCE = ("success_bank", "likelihood", "none")
@@ -94,6 +91,7 @@ class AdwmConfig:
     guided_steps: int | None = None  # continuation guidance on the last this-many denoising steps (None: all)
     unknown_actions: str = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
     gamma: float = 1.0  # discount of reward_sum (1: on the scale of undiscounted returns)
+    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/reference.py)
     done_threshold: float = 0.5
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_bootstrap: int = 1000
@@ -244,7 +242,6 @@ class ImaginedRollouts:
         similarity = np.full(len(eps_of), -np.inf if len(bank.success) else np.nan)  # NaN: no success bank
         lengths, alive = np.zeros(len(eps_of), np.int64), np.ones(len(eps_of), bool)
         seconds = {"world_model": 0.0, "policy": 0.0, "guidance": 0.0}
-        scale = model.config.reward
         for t in range(c.horizon):
             flips, picks = rng.random(n), rng.random(n)  # drawn every step for every rollout index
             noise = torch.randn((self.diffusion.n_steps + 1, n, d), generator=generator)
@@ -262,22 +259,11 @@ class ImaginedRollouts:
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
             ids = self.action_ids(actions)
-            conditions = model.conditions(ids, [bank.texts[i] for i in read])
-            h = model.history(z[rows, : t + 1], previous[rows, : t + 1])[:, -1]
-            guidance = self.success_guidance
-            if self.guided and c.guidance == "likelihood":
-                lookahead = LookaheadLikelihood(self, policy, histories, actions, z[rows, : t + 1],
-                                                previous[rows, : t + 1], ids)
-                guidance = gradient_guidance(self.diffusion, lookahead, c.alpha, self.eta,
-                                             chunk=policy.policy.lm.batch_size)
-            guidance = _timed(guidance, seconds)
-            z_next = self.transition(h, conditions, noise[:, base[rows]], guidance)
-            reward = scale.decode(model.predicted_reward(z_next, h, conditions)).numpy()
-            done = model.done_probability(z_next, h, conditions).numpy() >= c.done_threshold
+            z_next, reward, done = self.advance(policy, histories, actions, ids, read, z[rows, : t + 1],
+                                                previous[rows, : t + 1], noise[:, base[rows]], seconds)
             seconds["world_model"] += time.perf_counter() - started
             z[rows, t + 1], previous[rows, t + 1] = z_next, ids
-            counted = done if scale.terminal_only else np.ones(len(rows), bool)
-            reward_sum[rows] += np.where(counted, c.gamma ** t * reward, 0.0)
+            reward_sum[rows] += c.gamma ** t * reward
             if len(bank.success):
                 similarity[rows] = np.maximum(similarity[rows], nearest_cosine(z_next, bank.success).numpy())
             for r, i, a in zip(rows, read, actions):
@@ -286,6 +272,26 @@ class ImaginedRollouts:
             alive[rows[done]] = False
         seconds["world_model"] -= seconds["guidance"]  # guidance ran inside the transitions
         return Rollouts(eps_of, reward_sum, similarity, lengths, seconds)
+
+    def advance(self, policy: Policy | SoftPromptPolicy, histories: list[History], actions: list[str],
+                ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,
+                noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """One imagined transition of the alive rollouts: (z_{t+1}, the reward r̂_t counted in
+        ``reward_sum`` — on the environment's scale, zero where a terminal-only head is not read —
+        and whether the episode ends). ``past``/``previous``: z_{0..t} and a_{−1..t−1}."""
+        c, model = self.config, self.model
+        conditions = model.conditions(ids, [self.bank.texts[i] for i in read])
+        h = model.history(past, previous)[:, -1]
+        guidance = self.success_guidance
+        if self.guided and c.guidance == "likelihood":
+            lookahead = LookaheadLikelihood(self, policy, histories, actions, past, previous, ids)
+            guidance = gradient_guidance(self.diffusion, lookahead, c.alpha, self.eta,
+                                         chunk=policy.policy.lm.batch_size)
+        z_next = self.transition(h, conditions, noise, _timed(guidance, seconds))
+        scale = model.config.reward
+        reward = scale.decode(model.predicted_reward(z_next, h, conditions)).numpy()
+        done = model.done_probability(z_next, h, conditions).numpy() >= c.done_threshold
+        return z_next, np.where(done, reward, 0.0) if scale.terminal_only else reward, done
 
     def _observed(self, row: int) -> str:
         """The observation text π_e is shown for bank row ``row``: its text under the retrieval
@@ -389,90 +395,3 @@ def _timed(guidance: Guidance | None, seconds: dict[str, float]) -> Guidance | N
             seconds["guidance"] += time.perf_counter() - started
 
     return timed
-
-
-def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig) -> list[dict]:
-    """One estimates row per value estimate and ε level: the mean over rollouts and its
-    percentile-bootstrap interval (scipy.stats.bootstrap)."""
-    rows = []
-    for name in VALUE_ESTIMATES:
-        if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
-            continue  # no successful behaviour episode, no success bank
-        for epsilon in np.unique(rollouts.epsilons):
-            x = rollouts.values(name, epsilon)
-            low, high = _interval(x, config, seed)
-            value = float(x.mean())
-            rows.append({
-                "cell": cell, "estimator": f"ADWM:{name}", "policy": policy, "epsilon": float(epsilon), "seed": seed,
-                "value": value, "ci_low": low, "ci_high": high,
-                "log_abs_value": float(np.log(abs(value))) if value else -np.inf, "sign": int(np.sign(value)),
-            })
-    return rows
-
-
-def _interval(x: np.ndarray, config: AdwmConfig, seed: int) -> tuple[float, float]:
-    if np.ptp(x) == 0:  # every rollout agrees: the interval is the point
-        return float(x[0]), float(x[0])
-    result = stats.bootstrap((x,), np.mean, n_resamples=config.n_bootstrap, confidence_level=config.confidence,
-                             method="percentile", random_state=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
-def evaluate_policy(
-    world_model: str | WorldModel,
-    trajectories: str,
-    policy: Policy | SoftPromptPolicy,
-    *,
-    cell: str,
-    label: str,
-    epsilons: Sequence[float],
-    config: AdwmConfig = AdwmConfig(),
-) -> tuple[pa.Table, list[Rollouts]]:
-    """Score one policy against an already trained world model: the estimates table (every
-    value estimate × ε × seed) and each seed's rollouts. ``policy``: a :class:`SoftPromptPolicy`
-    for the soft-token reading, anything with ``act(histories)`` for the text readings."""
-    check_epsilons(epsilons)
-    model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
-    imagination = ImaginedRollouts(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
-                                   config)
-    imagination.check_policy(policy)
-    runs = [imagination.run(policy, epsilons, seed) for seed in config.seeds]
-    rows = [row for seed, run in zip(config.seeds, runs)
-            for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config)]
-    return table_from_rows(rows, ESTIMATES), runs
-
-
-def run_adwm(
-    trajectories: str,
-    world_model: str,
-    policy: PolicySpec,
-    env_name: str,
-    out: str,
-    *,
-    cell: str,
-    psi: str | None = None,
-    epsilons: Sequence[float] = EPSILONS,
-    config: AdwmConfig = AdwmConfig(),
-    overwrite: bool = False,
-    timings: dict | None = None,
-) -> pa.Table:
-    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
-    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
-    given) receives the imagined steps of all seeds and the seconds spent in the world model,
-    the guidance and π_e."""
-    check_output(out, overwrite=overwrite)
-    check_epsilons(epsilons)
-    if config.reading == "soft_tokens" and psi is None:
-        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
-                         "or choose reading='retrieval'")
-    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
-    adapter = load_adapter(psi) if config.reading == "soft_tokens" else None
-    llm = ModelCache().policy(policy, env_name)
-    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
-    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                  config=config)
-    if timings is not None:
-        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
-        for part in runs[0].seconds:
-            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
-    return write_table(table, out, ESTIMATES, overwrite=overwrite)

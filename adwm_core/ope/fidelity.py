@@ -19,6 +19,8 @@ the action, so "the world model is right" and "the data are easy" can be told ap
   model from its real first observation; imagined against real return and length, per
   episode and per ε (MAE, Spearman ρ of the per-ε means). This bypasses π_e: if replay fails,
   the world model is at fault; if replay works and ADWM does not, π_e's reading is.
+- :func:`policy_agreement` — π_e's action on an imagined next state against its action on
+  the real one, for the retrieval and soft-token readings, beside chance.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..envs import make_env
 from ..model.world_model import RewardScale, WorldModel
+from ..policies.prompts import History
 from .adwm import AdwmConfig, ImaginedRollouts, StateBank
 
 TOP_K = 5
@@ -328,3 +331,67 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
         "normalised_error": float(np.mean(np.abs(np.subtract(imagined_means, real_means))) / spread) if spread else float("nan"),
         "levels": per_level,
     }
+
+
+@torch.no_grad()
+def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequence[int], policy, *,
+                     soft_policy=None, max_transitions: int = 200, cfg_scale: float = 1.0,
+                     seed: int = 0) -> dict[str, float]:
+    """How often π_e acts on an imagined next state as it acts on the real one it stands for.
+
+    On logged transitions of behaviour ``episodes`` (rows of ``episode_arrays``) that the
+    episode continues after, z_{t+1} is sampled teacher-forced (real h̄_t, logged a_t); π_e
+    (``policy``, anything with ``act(histories)``) acts on the real o_{t+1} with the real past
+    turns, and the imagined state is read as ADWM reads it: ``retrieval`` (the behaviour
+    observation nearest to z_{t+1}, its admissible list) and, given ``soft_policy`` (π_e with
+    its ψ adapter), ``soft_tokens`` (the latents of the real past and z_{t+1} as soft tokens).
+    ``chance``: π_e on a behaviour observation drawn at random — what agreement costs nothing."""
+    model.eval()
+    table = behaviour_rows(trajectories).sort_by([("episode", "ascending"), ("t", "ascending")])
+    data = episode_arrays(table, model.config.actions, model.config.reward)
+    steps_of: dict[int, list[dict]] = defaultdict(list)
+    for row in table.select(["episode", "task_description", "observation", "action", "admissible"]).to_pylist():
+        steps_of[row["episode"]].append(row)
+    episode_ids = sorted(steps_of)
+    latents = model.encode_texts(data.texts)
+    steps, h = _histories(model, data, latents, np.asarray(episodes))
+    keep = np.flatnonzero(steps[:, 1] + 1 < data.lengths[steps[:, 0]])
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(keep, min(max_transitions, len(keep)), replace=False))
+    steps, h = steps[keep], h[keep]
+    e, t = steps[:, 0], steps[:, 1]
+    now = data.observations[e, t]
+    conditions = model.conditions(torch.as_tensor(data.actions[e, t]), [data.texts[i] for i in now])
+    imagination = _sampler(model, trajectories, cfg_scale)
+    bank = imagination.bank
+    noise = torch.randn((model.diffusion.n_steps + 1, len(e), model.config.d_z),
+                        generator=torch.Generator().manual_seed(seed))
+    z_next = imagination.transition(h, conditions, noise)
+    read = bank.nearest(z_next)
+    random_rows = rng.integers(len(bank.texts), size=len(e))
+
+    def history(episode: int, step: int, observation: str, admissible, blank: bool = False) -> History:
+        rows = steps_of[episode_ids[episode]]
+        turns = tuple(("" if blank else r["observation"], r["action"]) for r in rows[: step + 1])
+        return History(rows[0]["task_description"], turns, observation, admissible)
+
+    def actions(decisions) -> np.ndarray:
+        return np.array([" ".join(d.action.lower().split()) for d in decisions])
+
+    real = actions(policy.act([history(a, b + 1, steps_of[episode_ids[a]][b + 1]["observation"],
+                                       _listed(steps_of[episode_ids[a]][b + 1]["admissible"])) for a, b in zip(e, t)]))
+    out = {"n": float(len(e))}
+    for name, rows in (("retrieval", read), ("chance", random_rows)):
+        imagined = actions(policy.act([history(a, b, bank.texts[i], bank.admissible[i]) for a, b, i in zip(e, t, rows)]))
+        out[name] = float((imagined == real).mean())
+    if soft_policy is not None:
+        past = [latents[data.observations[a, : b + 1]] for a, b in zip(e, t)]
+        imagined = actions(soft_policy.act([history(a, b, "", bank.admissible[i], blank=True)
+                                            for a, b, i in zip(e, t, read)],
+                                           [torch.cat([p, z[None]]) for p, z in zip(past, z_next)]))
+        out["soft_tokens"] = float((imagined == real).mean())
+    return out
+
+
+def _listed(admissible) -> tuple[str, ...] | None:
+    return None if admissible is None else tuple(admissible)

@@ -1,0 +1,118 @@
+"""Scoring π_e with ADWM: the estimates of every seed and ε level, and the ADWM stage.
+
+Beside ADWM's rows (``ADWM:<value estimate>``), ``AdwmConfig.reference`` adds those of the
+non-parametric reference world model (``kNN-WM:<value estimate>``, ope/reference.py) under the
+same rollouts, reading and seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from scipy import stats
+
+from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
+from ..data import ESTIMATES, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..model.world_model import WorldModel
+from ..policies.soft_prompt import SoftPromptPolicy
+from ..training.psi import load_adapter
+from .adwm import VALUE_ESTIMATES, AdwmConfig, ImaginedRollouts, Policy, Rollouts, StateBank
+from .reference import ESTIMATOR as REFERENCE, LoggedTransitions, ReferenceRollouts
+
+ESTIMATOR = "ADWM"
+
+
+def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig,
+               estimator: str = ESTIMATOR) -> list[dict]:
+    """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``): the
+    mean over rollouts and its percentile-bootstrap interval (scipy.stats.bootstrap)."""
+    rows = []
+    for name in VALUE_ESTIMATES:
+        if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
+            continue  # no successful behaviour episode, no success bank
+        for epsilon in np.unique(rollouts.epsilons):
+            x = rollouts.values(name, epsilon)
+            low, high = _interval(x, config, seed)
+            value = float(x.mean())
+            rows.append({
+                "cell": cell, "estimator": f"{estimator}:{name}", "policy": policy, "epsilon": float(epsilon),
+                "seed": seed, "value": value, "ci_low": low, "ci_high": high,
+                "log_abs_value": float(np.log(abs(value))) if value else -np.inf, "sign": int(np.sign(value)),
+            })
+    return rows
+
+
+def _interval(x: np.ndarray, config: AdwmConfig, seed: int) -> tuple[float, float]:
+    if np.ptp(x) == 0:  # every rollout agrees: the interval is the point
+        return float(x[0]), float(x[0])
+    result = stats.bootstrap((x,), np.mean, n_resamples=config.n_bootstrap, confidence_level=config.confidence,
+                             method="percentile", random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def evaluate_policy(
+    world_model: str | WorldModel,
+    trajectories: str,
+    policy: Policy | SoftPromptPolicy,
+    *,
+    cell: str,
+    label: str,
+    epsilons: Sequence[float],
+    config: AdwmConfig = AdwmConfig(),
+) -> tuple[pa.Table, list[Rollouts]]:
+    """Score one policy against an already trained world model: the estimates table (every
+    estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``policy``: a
+    :class:`SoftPromptPolicy` for the soft-token reading, anything with ``act(histories)`` for
+    the text readings."""
+    check_epsilons(epsilons)
+    model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
+    table = read_table(trajectories, TRAJECTORIES)
+    bank = StateBank.from_trajectories(table, model)
+    imaginations = {ESTIMATOR: ImaginedRollouts(model, bank, config)}
+    if config.reference:
+        transitions = LoggedTransitions.from_trajectories(table, model, bank)
+        imaginations[REFERENCE] = ReferenceRollouts(model, bank, transitions, config)
+    imaginations[ESTIMATOR].check_policy(policy)
+    runs = {name: [imagination.run(policy, epsilons, seed) for seed in config.seeds]
+            for name, imagination in imaginations.items()}
+    rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)
+            for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
+    return table_from_rows(rows, ESTIMATES), runs[ESTIMATOR]
+
+
+def run_adwm(
+    trajectories: str,
+    world_model: str,
+    policy: PolicySpec,
+    env_name: str,
+    out: str,
+    *,
+    cell: str,
+    psi: str | None = None,
+    epsilons: Sequence[float] = EPSILONS,
+    config: AdwmConfig = AdwmConfig(),
+    overwrite: bool = False,
+    timings: dict | None = None,
+) -> pa.Table:
+    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
+    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
+    given) receives the imagined steps of all seeds and the seconds spent in the world model,
+    the guidance and π_e."""
+    check_output(out, overwrite=overwrite)
+    check_epsilons(epsilons)
+    if config.reading == "soft_tokens" and psi is None:
+        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
+                         "or choose reading='retrieval'")
+    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
+    adapter = load_adapter(psi) if config.reading == "soft_tokens" else None
+    llm = ModelCache().policy(policy, env_name)
+    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
+    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
+                                  config=config)
+    if timings is not None:
+        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
+        for part in runs[0].seconds:
+            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
+    return write_table(table, out, ESTIMATES, overwrite=overwrite)
