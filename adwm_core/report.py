@@ -74,6 +74,35 @@ def _errors(estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
     return {"regret_at_1": regret_at_1(estimates, truth), "nmae": normalised_absolute_error(estimates, truth)}
 
 
+def undefined_rho_reason(name: str, curves: dict) -> str:
+    """Why an estimator's ρ is undefined (Spearman ρ needs both curves to vary)."""
+    if np.ptp(curves["ground_truth"]) == 0:
+        return "ground truth is the same at every point"
+    if np.ptp(curves["estimators"][name]) == 0:
+        return "Ĵ is the same at every point"
+    return "undefined"
+
+
+def signed(value: float, reason: str = "–") -> str:
+    return reason if value != value else f"{value:+.2f}"
+
+
+def summary_lines(rows: list[dict], curves: dict) -> list[str]:
+    """One line per estimator, best ρ first: ρ [95 % CI] and NMAE, or a dash and the reason
+    where ρ is undefined; estimates only where the cell has no ground truth."""
+    if curves["ground_truth"] is None:
+        return [f"{name:<28} Ĵ = " + " ".join(f"{v:.3g}" for v in values) + "   (no ground truth)"
+                for name, values in curves["estimators"].items()]
+    lines = []
+    for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
+        if r["rho"] != r["rho"]:
+            lines.append(f"{r['estimator']:<28} ρ   –     ({undefined_rho_reason(r['estimator'], curves)})")
+        else:
+            lines.append(f"{r['estimator']:<28} ρ {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}]"
+                         f"   NMAE " + ("–" if r["nmae"] != r["nmae"] else f"{r['nmae']:.3g}"))
+    return lines
+
+
 def _point_labels(curves: dict) -> list[str]:
     if len(set(curves["policy"])) == 1:
         return [f"ε={e:g}" for e in curves["epsilon"]]
@@ -88,9 +117,10 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
     else:
         lines += ["| estimator | Spearman ρ [95 % CI] | ρ per seed | regret@1 | NMAE |", "|---|---|---|---|---|"]
         for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
-            lines.append(f"| {r['estimator']} | {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}] | "
-                         f"{r['rho_seed_mean']:+.2f} ± {r['rho_seed_sd']:.2f} ({r['n_seeds']}) | "
-                         f"{r['regret_at_1']:.2f} | {r['nmae']:.3g} |")
+            rho = (f"– ({undefined_rho_reason(r['estimator'], curves)})" if r["rho"] != r["rho"] else
+                   f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]")
+            lines.append(f"| {r['estimator']} | {rho} | {signed(r['rho_seed_mean'])} ± {r['rho_seed_sd']:.2f} "
+                         f"({r['n_seeds']}) | {r['regret_at_1']:.2f} | {r['nmae']:.3g} |")
         lines.append("")
     labels = _point_labels(curves)
     lines += [f"| Ĵ | {' | '.join(labels)} |", "|---|" + "---|" * len(labels)]

@@ -10,9 +10,11 @@ For each cell (whose behaviour and ground-truth stages have run) and each world-
   environment under another admissible action (0 skips it);
 - replay of the ground-truth episodes of π_e^ε (open loop and teacher-forced): imagined vs
   real return per ε;
+- π_e's agreement on imagined vs real next states (retrieval; ψ's soft tokens under the paper);
 - ADWM itself under the same preset (``adwm.preset``: the paper reads imagined states through
   ψ, trained here; the default by retrieval), the cell's other ADWM settings unchanged:
-  Spearman ρ of the seed-averaged Ĵ against ground truth and |Ĵ−J|/range of ``reward_sum``.
+  Spearman ρ of the seed-averaged Ĵ against ground truth and |Ĵ−J|/range of ``reward_sum``,
+  beside the logged-successor reference world model (``kNN-WM``) and ADWM with ``snap``.
 
 Writes ``bench/results/fidelity.{md,json}``; rows of cells and presets not measured in this
 run are kept. Usage: ``python bench/fidelity.py [CELL ...] [--presets paper default]``.
@@ -39,14 +41,16 @@ from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 from adwm_core.training.psi import load_adapter, run_psi
-from adwm_core.ope.fidelity import TOP_K, counterfactual_fidelity, counterfactual_outcomes, one_step_fidelity, open_loop_replay
+from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, one_step_fidelity,
+                                    open_loop_replay, policy_agreement)
 from adwm_core.paths import local_cache_dir
 from adwm_core.training.world_model import HISTORY_FILE, PRESETS, TrainConfig, split_indices, train_world_model
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
-from tasks import behaviour, ground_truth, policies
+from tasks import behaviour, ground_truth, policies, world_model
 
 OUT = RESULTS / "fidelity"
+ESTIMATES = ("ADWM:reward_sum", "ADWM:success_similarity", "kNN-WM:reward_sum", "ADWM:reward_sum snapped")
 
 
 def preset_config(cell: CellConfig, preset: str) -> TrainConfig:
@@ -59,48 +63,79 @@ def preset_config(cell: CellConfig, preset: str) -> TrainConfig:
 
 
 def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, dict, str]:
-    key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
-    folder = os.path.join(local_cache_dir("bench"), "fidelity", cell.name, f"{config.preset}-{key}")
-    history, timing = os.path.join(folder, HISTORY_FILE), os.path.join(folder, "train_seconds.json")
-    if not os.path.exists(timing):
-        started = time.perf_counter()
-        train_world_model(table, folder, config, overwrite=True)
-        with open(timing, "w") as f:
-            json.dump(time.perf_counter() - started, f)
-    with open(history) as f, open(timing) as g:
-        saved, seconds = json.load(f), json.load(g)
+    """The world model of ``config`` on the cell's behaviour data: the flow's own where the cell
+    trains exactly this one (its stage has run), else trained here once and cached."""
+    folder = flow_world_model(cell, config)
+    seconds = float("nan")  # the flow's: timed in its MLflow run
+    if folder is None:
+        key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+        folder = os.path.join(local_cache_dir("bench"), "fidelity", cell.name, f"{config.preset}-{key}")
+        timing = os.path.join(folder, "train_seconds.json")
+        if not os.path.exists(timing):
+            started = time.perf_counter()
+            train_world_model(table, folder, config, overwrite=True)
+            with open(timing, "w") as f:
+                json.dump(time.perf_counter() - started, f)
+        with open(timing) as f:
+            seconds = json.load(f)
+    with open(os.path.join(folder, HISTORY_FILE)) as f:
+        saved = json.load(f)
     return WorldModel.load(folder), {"best_round": saved["best_epoch"], "rounds": len(saved["epochs"]),
                                      "train_seconds": seconds}, folder
 
 
-def adwm_estimates(cell: CellConfig, preset: str, model_folder: str, trajectories: str, truth) -> dict:
-    """ADWM's ρ and normalised error on the cell's ε family under ``preset``'s reading."""
+def flow_world_model(cell: CellConfig, config: TrainConfig) -> str | None:
+    """The folder of the world model the cell's latest flow run trained, if trained by ``config``."""
+    try:
+        folder = f"{latest_artifact(cell.name, world_model.STAGE)}/{world_model.FOLDER}"
+        with open(os.path.join(folder, HISTORY_FILE)) as f:
+            saved = json.load(f)
+    except (SystemExit, FileNotFoundError):
+        return None
+    mine = json.loads(json.dumps(asdict(config), default=str))
+    return folder if saved["config"] == mine and saved["complete"] else None
+
+
+def evaluated_policy(cell: CellConfig, preset: str, model_folder: str, trajectories: str):
+    """(π_e as the cell's first evaluated policy, π_e with its ψ adapter under a soft-token
+    reading — trained here — else ``None``; the ADWM settings under ``preset``)."""
     spec = cell.evaluation.policies[0]
     if spec.model.startswith(LOCAL_PREFIX):
         family = latest_artifact(cell.name, policies.STAGE)
         spec = replace(spec, model=f"{family}/family/{spec.model[len(LOCAL_PREFIX):]}")
     config = AdwmConfig(**{**asdict(cell.adwm), "preset": preset, "reading": None})
     llm = ModelCache().policy(spec, cell.env.name)
-    reader = llm
+    soft = None
     if config.reading == "soft_tokens":
         psi_folder = f"{model_folder}/psi"
         if not os.path.exists(f"{psi_folder}/config.json"):
             run_psi(trajectories, model_folder, spec, psi_folder, cell.psi, overwrite=True)
-        reader = SoftPromptPolicy(llm, load_adapter(psi_folder))
-    table, runs = evaluate_policy(model_folder, trajectories, reader, cell=cell.name, label=spec.name,
-                                  epsilons=cell.evaluation.epsilons, config=config)
-    rows = table.to_pylist()
+        soft = SoftPromptPolicy(llm, load_adapter(psi_folder))
+    return spec, llm, soft, config
+
+
+def adwm_estimates(cell: CellConfig, evaluated: tuple, model_folder: str, trajectories: str, truth) -> dict:
+    """ADWM's (and the reference world model's) ρ and normalised error on the cell's ε family
+    (``evaluated``: :func:`evaluated_policy`)."""
+    spec, llm, soft, config = evaluated
+    rows = []
+    for snapped in (False, True):  # the snapped run adds ADWM's rows only, renamed
+        table, runs = evaluate_policy(model_folder, trajectories, soft or llm, cell=cell.name, label=spec.name,
+                                      epsilons=cell.evaluation.epsilons,
+                                      config=replace(config, snap=snapped, reference=not snapped))
+        rows += [{**r, "estimator": r["estimator"] + (" snapped" if snapped else "")} for r in table.to_pylist()]
+        if not snapped:
+            lengths = [run.lengths.mean() for run in runs]
     levels = sorted(truth)
-    out = {"reading": config.reading, "truth": [truth[e] for e in levels],
-           "mean_length": float(np.mean([run.lengths.mean() for run in runs]))}
-    for name in ("ADWM:reward_sum", "ADWM:success_similarity"):
+    out = {"reading": config.reading, "truth": [truth[e] for e in levels], "mean_length": float(np.mean(lengths))}
+    spread = float(np.ptp(out["truth"]))
+    for name in ESTIMATES:
         estimate = [float(np.mean([r["value"] for r in rows if r["estimator"] == name and r["epsilon"] == e]))
                     for e in levels]
         out[name] = {"estimate": estimate, "rho": spearman(estimate, out["truth"])}
-    spread = float(np.ptp(out["truth"]))
-    out["ADWM:reward_sum"]["normalised_error"] = (
-        float(np.mean(np.abs(np.subtract(out["ADWM:reward_sum"]["estimate"], out["truth"])))) / spread
-        if spread else float("nan"))
+        if "reward_sum" in name:
+            out[name]["normalised_error"] = (
+                float(np.mean(np.abs(np.subtract(estimate, out["truth"])))) / spread if spread else float("nan"))
     return out
 
 
@@ -119,11 +154,16 @@ def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
     row = {"cell": cell_name, "preset": preset, "training": training,
            "one_step": one_step_fidelity(model, table, heldout, cfg_scale=lam),
            "replay": open_loop_replay(model, table, truth, cfg_scale=lam, done_threshold=cell.adwm.done_threshold),
+           "replay_snapped": open_loop_replay(model, table, truth, cfg_scale=lam, snap=True,
+                                              done_threshold=cell.adwm.done_threshold),
            "replay_teacher_forced": open_loop_replay(model, table, truth, cfg_scale=lam, teacher_forced=True,
                                                      done_threshold=cell.adwm.done_threshold)}
     summary = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.SUMMARY}",
                          GROUND_TRUTH).to_pylist()
-    row["adwm"] = adwm_estimates(cell, preset, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})
+    evaluated = evaluated_policy(cell, preset, folder, behaviour_file)
+    row["adwm"] = adwm_estimates(cell, evaluated, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})
+    _, llm, soft, _ = evaluated
+    row["policy_agreement"] = policy_agreement(model, table, heldout, llm, soft_policy=soft, cfg_scale=lam)
     if n_counterfactual:
         outcomes = counterfactual_outcomes(cell.env.name, dict(cell.env.options), table, n_counterfactual)
         row["counterfactual"] = counterfactual_fidelity(model, table, outcomes, cfg_scale=lam) if outcomes else {}
@@ -168,11 +208,13 @@ def render(rows: list[dict]) -> str:
             ot["done_accuracy"], ot["done_recall"])) + " |")
     lines += ["", "## Replay of the ground-truth episodes (π_e^ε's recorded actions from the real first observation)",
               "", "Open loop: the world model's samples are the states. Teacher-forced: the real states, the "
-              "world model's outcomes (its predicted termination still ends the episode).", "",
+              "world model's outcomes (its predicted termination still ends the episode). Snapped: open loop, "
+              "each sample replaced by its nearest behaviour observation (`adwm.snap`).", "",
               "| cell | preset | replay | episodes | return MAE | length MAE | ρ of per-ε means | |Ĵ−J|/range | "
               "real return per ε | imagined return per ε |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        for kind, p in (("open loop", r["replay"]), ("teacher-forced", r.get("replay_teacher_forced"))):
+        for kind, p in (("open loop", r["replay"]), ("open loop, snapped", r.get("replay_snapped")),
+                        ("teacher-forced", r.get("replay_teacher_forced"))):
             if p is None:
                 continue
             real = " ".join(f"{x['real_return']:.2f}" for x in p["levels"])
@@ -180,18 +222,34 @@ def render(rows: list[dict]) -> str:
             lines.append(f"| {r['cell']} | {r['preset']} | {kind} | {p['episodes']} | {fmt(p['return_mae'])} | "
                          f"{fmt(p['length_mae'])} | {fmt(p['rho_per_level'])} | {fmt(p['normalised_error'])} | "
                          f"{real} | {imagined} |")
+    lines += ["", "## Policy agreement (π_e's action on the imagined next state = its action on the real one)", "",
+              "Held-out behaviour transitions, one teacher-forced sample each; chance: π_e shown a behaviour "
+              "observation drawn at random.", "",
+              "| cell | preset | n | retrieval | soft tokens (ψ) | chance |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r.get("policy_agreement")
+        if p:
+            lines.append(f"| {r['cell']} | {r['preset']} | {int(p['n'])} | {fmt(p['retrieval'])} | "
+                         f"{fmt(p.get('soft_tokens'))} | {fmt(p['chance'])} |")
     lines += ["", "## ADWM under the same preset (π_e's ε family; Ĵ averaged over the cell's seeds)", "",
+              "kNN-WM: the logged-successor reference world model (adwm_core/ope/reference.py) through the same "
+              "rollouts and reading.", "",
               "| cell | preset | reading | reward_sum ρ | success_similarity ρ | reward_sum |Ĵ−J|/range | "
-              "mean imagined length | truth per ε | reward_sum per ε |", "|---|---|---|---|---|---|---|---|---|"]
+              "kNN-WM ρ | kNN-WM |Ĵ−J|/range | snapped ρ | snapped |Ĵ−J|/range | mean imagined length | "
+              "truth per ε | reward_sum per ε | kNN-WM per ε | snapped per ε |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         a = r.get("adwm")
         if a is None:
             continue
         s_, m_ = a["ADWM:reward_sum"], a.get("ADWM:success_similarity", {})
+        k_, n_ = a.get("kNN-WM:reward_sum", {}), a.get("ADWM:reward_sum snapped", {})
         lines.append(f"| {r['cell']} | {r['preset']} | {a['reading']} | {fmt(s_['rho'])} | {fmt(m_.get('rho'))} | "
-                     f"{fmt(s_['normalised_error'])} | {a['mean_length']:.1f} | "
-                     + " ".join(f"{x:.2f}" for x in a["truth"]) + " | " + " ".join(f"{x:.2f}" for x in s_["estimate"])
-                     + " |")
+                     f"{fmt(s_['normalised_error'])} | {fmt(k_.get('rho'))} | {fmt(k_.get('normalised_error'))} | "
+                     f"{fmt(n_.get('rho'))} | {fmt(n_.get('normalised_error'))} | {a['mean_length']:.1f} | "
+                     + " | ".join(" ".join(f"{x:.2f}" for x in curve)
+                                  for curve in (a["truth"], s_["estimate"], k_.get("estimate", []),
+                                                n_.get("estimate", []))) + " |")
     lines += ["", "## Training", "", "| cell | preset | rounds | best round | seconds (0: cached) |", "|---|---|---|---|---|"]
     for r in rows:
         t = r["training"]

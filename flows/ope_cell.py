@@ -48,8 +48,5 @@ def ope_cell(cell: str = "local-simonsays") -> str:
 if __name__ == "__main__":
     import sys
 
-    import fsspec
-
-    folder = ope_cell(sys.argv[1] if len(sys.argv) > 1 else "local-simonsays")
-    with fsspec.open(f"{folder}/{report.REPORT}", "r") as f:
-        print(f.read())
+    state = ope_cell(sys.argv[1] if len(sys.argv) > 1 else "local-simonsays", return_state=True)
+    print(report.closing_screen(state.result(), str(state.state_details.flow_run_id)))

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make up / make down: Prefect server, a worker on pool `gpu` and the MLflow server on 127.0.0.1,
 # then every deployment of prefect.yaml. Logs and PIDs under $ADWM_HOME/stack.
-# Usage: scripts/stack.sh up|down   (VENV, ADWM_HOME, PREFECT_PORT, MLFLOW_PORT, GPU_SLOTS from the env)
+# Usage: scripts/stack.sh up|down   (VENV, ADWM_HOME, PREFECT_PORT, MLFLOW_PORT, GPU_SLOTS, STOP_GRACE from the env)
+# `down` stops each process group (a server or worker and every process it started), waits up to
+# STOP_GRACE seconds (default 20) after SIGTERM, then sends SIGKILL, and says what it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${VENV:-.venv}
@@ -31,6 +33,31 @@ start() {  # name, command...
   echo $! > "$stack/$name.pid"
 }
 
+alive() {  # process group id: does any process of the group still run?
+  kill -0 -- -"$1" 2> /dev/null
+}
+
+stop() {  # name: SIGTERM to its process group, SIGKILL after the grace period; 1 if it survives
+  local name=$1 pid waited=0 grace=${STOP_GRACE:-20}
+  [ -f "$stack/$name.pid" ] || return 0
+  pid=$(cat "$stack/$name.pid")
+  if ! alive "$pid"; then
+    echo "$name was not running"; rm -f "$stack/$name.pid"; return 0
+  fi
+  kill -TERM -- -"$pid" 2> /dev/null || true
+  while alive "$pid" && [ "$waited" -lt $((grace * 10)) ]; do sleep 0.1; waited=$((waited + 1)); done
+  if alive "$pid"; then
+    echo "$name (process group $pid) ignored SIGTERM for ${grace} s: sending SIGKILL"
+    kill -KILL -- -"$pid" 2> /dev/null || true
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+  fi
+  if alive "$pid"; then
+    echo "could not stop $name: process group $pid is still running (ps -g $pid)" >&2; return 1
+  fi
+  rm -f "$stack/$name.pid"
+  echo "stopped $name (process group $pid, $((waited / 10)) s)"
+}
+
 case ${1:-} in
   up)
     start prefect-server "$venv/bin/prefect" server start --host 127.0.0.1 --port "$prefect_port"
@@ -49,13 +76,11 @@ case ${1:-} in
     echo "then: PREFECT_API_URL=$PREFECT_API_URL $venv/bin/prefect deployment run ope-cell/local-simonsays"
     ;;
   down)
-    for name in prefect-worker mlflow-server prefect-server; do
-      if [ -f "$stack/$name.pid" ]; then
-        kill -- -"$(cat "$stack/$name.pid")" 2>/dev/null || true
-        rm -f "$stack/$name.pid"
-        echo "stopped $name"
-      fi
+    failed=0
+    for name in prefect-worker mlflow-server prefect-server; do  # the worker first: it polls the server
+      stop "$name" || failed=1
     done
+    exit $failed
     ;;
   *)
     echo "usage: $0 up|down" >&2; exit 2 ;;

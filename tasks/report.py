@@ -14,10 +14,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from adwm_core.cell import CellConfig
 from adwm_core.data import ESTIMATES, GROUND_TRUTH, read_table
-from adwm_core.report import main_results, markdown, plot
+from adwm_core.report import main_results, markdown, plot, summary_lines
 
 from . import adwm, baselines, ground_truth
-from .common import Artifact, run_stage
+from .common import Artifact, run_stage, use_tracking_store
 
 REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "estimates_vs_truth.png"
 FORMAT = 2  # of results.json; a report written in an older format is recomputed (2: rho_p, rho_seeds)
@@ -60,3 +60,25 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
         create_table_artifact(rows, key=f"{cell.name}-main-results", description=f"{cell.name}: ρ per estimator")
     create_markdown_artifact(text, key=f"{cell.name}-report", description=f"{cell.name}: report")
     return artifact
+
+
+def closing_screen(folder: str, flow_run_id: str | None) -> str:
+    """What a finished cell run tells its user on the terminal: ρ per estimator, where the
+    report, the plot and the MLflow run are, and how to open the UIs (the full report stays in
+    its file)."""
+    with fsspec.open(f"{folder}/{RESULTS}") as f, fsspec.open(f"{folder}/{CURVES}") as g:
+        rows, curves = json.load(f), json.load(g)
+    graded = curves["ground_truth"] is not None
+    lines = ["", "Spearman ρ of each estimator's Ĵ against ground truth over the π_e family (NMAE: |Ĵ−J|/range)"
+             if graded else "No ground truth for this cell: each estimator's Ĵ per point", *summary_lines(rows, curves),
+             "", f"report   {folder}/{REPORT}", f"plot     {folder}/{PLOT}"]
+    uri = use_tracking_store() or mlflow.get_tracking_uri()
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string=f"params.flow_run_id = '{flow_run_id}'",
+                              output_format="list") if flow_run_id else []
+    if runs:
+        run = runs[0].info
+        lines.append(f"MLflow   experiment {run.experiment_id}, run {run.run_id} (store {uri})")
+        lines += ["", "open the Prefect and MLflow UIs on these stores: make up, then",
+                  "         http://127.0.0.1:4200 (flow runs)   "
+                  f"http://127.0.0.1:5000/#/experiments/{run.experiment_id}/runs/{run.run_id}"]
+    return "\n".join(lines)

@@ -1,21 +1,32 @@
 import os
+import shutil
 import tempfile
 
 import pytest
 
-# Prefect reads these when it starts its test server: a private home, no telemetry (which
-# otherwise logs "database is locked" on SQLite), and room for a slow CI machine to start.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="adwm-prefect-"))
-os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)  # `make test` points it under $ADWM_HOME, maybe not made yet
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The tests keep out of the user's stores: every run gets its own Prefect home (its database and
+# the test server's), MLflow store and artifact root (``adwm_home``), all removed afterwards —
+# whatever `make`, `make up` or the shell exported (a Prefect server or MLflow server URL
+# included). Prefect reads these when it starts its test server; no telemetry (which otherwise
+# logs "database is locked" on SQLite), and room for a slow CI machine to start.
+PRIVATE_PREFECT_HOME = tempfile.mkdtemp(prefix="adwm-test-prefect-")
+os.environ["PREFECT_HOME"] = PRIVATE_PREFECT_HOME
+for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):
+    os.environ.pop(name, None)
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(PRIVATE_PREFECT_HOME, ignore_errors=True)
 
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)
 def adwm_home(tmp_path_factory):
-    """Every artifact of the test session (compiled games included) goes to a fresh folder."""
+    """Every artifact of the test session (compiled games and the MLflow store included) goes to
+    a fresh folder, removed with pytest's temporary folders of passing runs."""
     home = tmp_path_factory.mktemp("adwm_home")
     os.environ["ADWM_HOME"] = str(home)
     return home

@@ -67,7 +67,8 @@ def first_run(killed_run):
     from flows.ope_cell import ope_cell
 
     cell, _ = killed_run
-    return cell, ope_cell(cell)
+    state = ope_cell(cell, return_state=True)
+    return cell, state.result(), str(state.state_details.flow_run_id)
 
 
 def test_a_killed_run_resumes_from_its_finished_stages_with_nothing_half_written(killed_run, first_run):
@@ -87,7 +88,7 @@ def stage_folders(stage: str) -> list[str]:
 
 
 def test_every_stage_leaves_a_finished_artifact_and_the_report_grades_every_estimator(first_run):
-    _, report = first_run
+    _, report, _ = first_run
     for stage in STAGES:
         (folder,) = stage_folders(stage)
         assert os.path.exists(os.path.join(folder, "_COMPLETE")), stage
@@ -125,6 +126,25 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     assert {"report.md", "estimates_vs_truth.png"} <= artifacts
 
 
+def test_the_closing_screen_says_what_happened_and_where_to_look(first_run):
+    """What `python -m flows.ope_cell` (the demo) prints last: ρ per estimator, never a NaN,
+    the report, plot and MLflow run, and how to open the UIs."""
+    from tasks.report import closing_screen
+
+    _, report, flow_run_id = first_run
+    screen = closing_screen(report, flow_run_id)
+    lines = screen.splitlines()
+    for estimator in ("ADWM:reward_sum", "kNN-WM:reward_sum", "IS", "WIS", "DR", "FQE", "DM"):
+        (line,) = [line for line in lines if line.split(" ")[0] == estimator]
+        assert " ρ " in line and ("[" in line or "(" in line), line  # an interval, or the reason ρ is undefined
+    assert "nan" not in screen.lower()
+    assert f"{report}/report.md" in screen and f"{report}/estimates_vs_truth.png" in screen and "make up" in screen
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    (parent,) = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                   filter_string=f"params.flow_run_id = '{flow_run_id}'")
+    assert parent.info.run_id in screen and "| estimator |" not in screen  # the full report stays in its file
+
+
 def test_prefect_holds_the_results_table_and_the_report(first_run):
     from prefect.artifacts import Artifact
 
@@ -148,7 +168,7 @@ def test_a_rerun_with_a_second_policy_reuses_every_stage_of_the_first_and_redoes
     (as if killed), is computed again; the report ranks both π_e over their six points."""
     from flows.ope_cell import ope_cell
 
-    cell, report = first_run
+    cell, report, _ = first_run
     finished = {stage: [os.path.getmtime(os.path.join(f, "_COMPLETE")) for f in stage_folders(stage)]
                 for stage in STAGES if stage not in ("adwm", "report")}
     (adwm,) = stage_folders("adwm")
@@ -172,7 +192,7 @@ def test_a_rerun_with_a_second_policy_reuses_every_stage_of_the_first_and_redoes
 def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(first_run, tiny_policies, harness):
     from flows.evaluate_policy import evaluate_policy
 
-    cell, _ = first_run
+    cell, _, _ = first_run
     (model,) = stage_folders("world-model")
     trained = os.path.getmtime(os.path.join(model, "_COMPLETE"))
     path = evaluate_policy(cell, tiny_policies["early"], label="newcomer")

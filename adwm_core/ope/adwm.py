@@ -23,7 +23,9 @@ task; at step t
    :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout);
 4. the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
    model's ``outcome_input``; the rollout stops at
-   P(done) ≥ 0.5 or after H_max steps.
+   P(done) ≥ 0.5 or after H_max steps. With ``snap`` (beyond the paper), z_{t+1} is then
+   replaced by the latent of the behaviour observation nearest to it, so the history the world
+   model reads next stays on states it was trained on.
 
 Ablations of the paper's figure: no-CFG ``cfg_scale=0``, no-continuation ``guidance="none"``,
 no-ψ ``reading="none"``.
@@ -91,6 +93,7 @@ class AdwmConfig:
     guided_steps: int | None = None  # continuation guidance on the last this-many denoising steps (None: all)
     unknown_actions: str = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
     gamma: float = 1.0  # discount of reward_sum (1: on the scale of undiscounted returns)
+    snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
     reference: bool = True  # also score π_e in the logged-successor reference world model (ope/reference.py)
     done_threshold: float = 0.5
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -261,6 +264,8 @@ class ImaginedRollouts:
             ids = self.action_ids(actions)
             z_next, reward, done = self.advance(policy, histories, actions, ids, read, z[rows, : t + 1],
                                                 previous[rows, : t + 1], noise[:, base[rows]], seconds)
+            if c.snap:
+                z_next = bank.latents[bank.nearest(z_next)]
             seconds["world_model"] += time.perf_counter() - started
             z[rows, t + 1], previous[rows, t + 1] = z_next, ids
             reward_sum[rows] += c.gamma ** t * reward

@@ -254,7 +254,8 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
 
 @torch.no_grad()
 def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa.Table, *, cfg_scale: float = 1.0,
-                     done_threshold: float = 0.5, seed: int = 0, teacher_forced: bool = False) -> dict:
+                     done_threshold: float = 0.5, seed: int = 0, teacher_forced: bool = False,
+                     snap: bool = False) -> dict:
     """Feed every ground-truth episode's recorded actions to the world model from its real first
     observation; compare imagined and real return and length, per episode and per ε.
 
@@ -262,7 +263,8 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
     the next state at random (Simon Says names a random command), a recorded action answers the
     real state, not the imagined one, so open-loop replay there measures state prediction as
     much as outcomes. ``teacher_forced`` keeps the real states and lets the world model predict
-    only the outcomes along them (its predicted termination still ends the episode)."""
+    only the outcomes along them (its predicted termination still ends the episode); ``snap``
+    (open loop) replaces each sample by its nearest behaviour observation, as ``AdwmConfig.snap``."""
     model.eval()
     gt = ground_truth.filter(pc.equal(ground_truth["source"], "ground_truth"))
     gt = gt.sort_by([("policy", "ascending"), ("epsilon", "ascending"), ("episode", "ascending"), ("t", "ascending")])
@@ -304,6 +306,8 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
         reward, done_p = _outcomes(model, z_next, h, conditions)
         if teacher_forced:
             z_next = model.encode_texts([episodes[keys[r]][t]["next_observation"] for r in rows_alive])
+        elif snap:
+            z_next = imagination.bank.latents[imagination.bank.nearest(z_next)]
         done = done_p.numpy() >= done_threshold
         counted = done if scale.terminal_only else np.ones(len(rows_alive), bool)
         imagined_return[rows_alive] += np.where(counted, reward.numpy(), 0.0)
