@@ -250,10 +250,11 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
 
 
 class Echo:
-    """π_e that names the room it is shown: its action tells which observation it read."""
+    """π_e that names the room it is shown and the turns before it: its action tells which
+    observation and history it read."""
 
     def act(self, histories):
-        return [Decision(h.observation.split(".")[0]) for h in histories]
+        return [Decision(f"{h.observation.split('.')[0]} after {len(h.steps)} turns") for h in histories]
 
 
 def test_policy_agreement_reads_whether_pi_e_sees_the_state_it_would_see(corridor):

@@ -375,6 +375,7 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
     random_rows = rng.integers(len(bank.texts), size=len(e))
 
     def history(episode: int, step: int, observation: str, admissible, blank: bool = False) -> History:
+        """Turns 0…step as logged (their observations blank under soft tokens), then ``observation``."""
         rows = steps_of[episode_ids[episode]]
         turns = tuple(("" if blank else r["observation"], r["action"]) for r in rows[: step + 1])
         return History(rows[0]["task_description"], turns, observation, admissible)
@@ -382,7 +383,7 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
     def actions(decisions) -> np.ndarray:
         return np.array([" ".join(d.action.lower().split()) for d in decisions])
 
-    real = actions(policy.act([history(a, b + 1, steps_of[episode_ids[a]][b + 1]["observation"],
+    real = actions(policy.act([history(a, b, steps_of[episode_ids[a]][b + 1]["observation"],
                                        _listed(steps_of[episode_ids[a]][b + 1]["admissible"])) for a, b in zip(e, t)]))
     out = {"n": float(len(e))}
     for name, rows in (("retrieval", read), ("chance", random_rows)):
