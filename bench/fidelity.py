@@ -10,6 +10,7 @@ For each cell (whose behaviour and ground-truth stages have run) and each world-
   environment under another admissible action (0 skips it);
 - replay of the ground-truth episodes of π_e^ε (open loop and teacher-forced): imagined vs
   real return per ε;
+- coverage: the share of π_e^ε's live (rewarded) steps whose (observation, action) was logged;
 - π_e's agreement on imagined vs real next states (retrieval; ψ's soft tokens under the paper);
 - ADWM itself under the same preset (``adwm.preset``: the paper reads imagined states through
   ψ, trained here; the default by retrieval), the cell's other ADWM settings unchanged:
@@ -42,7 +43,7 @@ from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 from adwm_core.training.psi import load_adapter, run_psi
 from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, one_step_fidelity,
-                                    open_loop_replay, policy_agreement)
+                                    logged_coverage, open_loop_replay, policy_agreement)
 from adwm_core.paths import local_cache_dir
 from adwm_core.training.world_model import HISTORY_FILE, PRESETS, TrainConfig, split_indices, train_world_model
 from common import RESULTS, latest_artifact, machine
@@ -151,7 +152,7 @@ def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
     n_episodes = len(set(table["episode"].to_pylist()))
     _, heldout = split_indices(n_episodes, config.heldout_fraction, config.seed)
     lam = cell.adwm.cfg_scale
-    row = {"cell": cell_name, "preset": preset, "training": training,
+    row = {"cell": cell_name, "preset": preset, "training": training, "coverage": logged_coverage(table, truth),
            "one_step": one_step_fidelity(model, table, heldout, cfg_scale=lam),
            "replay": open_loop_replay(model, table, truth, cfg_scale=lam, done_threshold=cell.adwm.done_threshold),
            "replay_snapped": open_loop_replay(model, table, truth, cfg_scale=lam, snap=True,
@@ -222,6 +223,13 @@ def render(rows: list[dict]) -> str:
             lines.append(f"| {r['cell']} | {r['preset']} | {kind} | {p['episodes']} | {fmt(p['return_mae'])} | "
                          f"{fmt(p['length_mae'])} | {fmt(p['rho_per_level'])} | {fmt(p['normalised_error'])} | "
                          f"{real} | {imagined} |")
+    lines += ["", "## Coverage: π_e^ε's live steps whose (observation, action) the behaviour log holds", "",
+              "| cell | steps logged per ε | rewarded steps logged per ε |", "|---|---|---|"]
+    for cell in dict.fromkeys(r["cell"] for r in rows):
+        c = next((r["coverage"] for r in rows if r["cell"] == cell and r.get("coverage")), None)
+        if c:
+            lines.append(f"| {cell} | " + " ".join(fmt(x["steps_logged"]) for x in c) + " | "
+                         + " ".join(fmt(x["rewarded_steps_logged"]) for x in c) + " |")
     lines += ["", "## Policy agreement (π_e's action on the imagined next state = its action on the real one)", "",
               "Held-out behaviour transitions, one teacher-forced sample each; chance: π_e shown a behaviour "
               "observation drawn at random.", "",

@@ -24,17 +24,21 @@ wait_for() {  # url, what
   exit 1
 }
 
-start() {  # name, command...
+alive() {  # process group id: does any process of the group still run?
+  kill -0 -- -"$1" 2> /dev/null
+}
+
+start() {  # name, command... (returns once the command leads its own process group)
   local name=$1; shift
   if [ -f "$stack/$name.pid" ] && kill -0 "$(cat "$stack/$name.pid")" 2>/dev/null; then
     echo "$name already running (pid $(cat "$stack/$name.pid"))"; return
   fi
   setsid "$@" > "$stack/$name.log" 2>&1 < /dev/null &
-  echo $! > "$stack/$name.pid"
-}
-
-alive() {  # process group id: does any process of the group still run?
-  kill -0 -- -"$1" 2> /dev/null
+  local pid=$!
+  echo "$pid" > "$stack/$name.pid"
+  for _ in $(seq 100); do alive "$pid" && return 0; sleep 0.1; done  # setsid has not run yet on a busy machine
+  echo "$name did not start; see $stack/$name.log" >&2
+  exit 1
 }
 
 stop() {  # name: SIGTERM to its process group, SIGKILL after the grace period; 1 if it survives

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
 from adwm_core.ope.evaluate import evaluate_policy
-from adwm_core.ope.fidelity import one_step_fidelity, open_loop_replay, policy_agreement
+from adwm_core.ope.fidelity import logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement
 from adwm_core.ope.metrics import spearman
 from adwm_core.training.world_model import TrainConfig, train_world_model
 
@@ -243,6 +244,12 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
     assert one["transitions"]["n"] > 20
     assert one["world_model"]["top1"] >= 0.8 and one["world_model"]["plausible"] >= one["world_model"]["top1"]
     assert one["world_model"]["top1"] > max(one["null_action"]["top1"], one["copy_z_t"]["top1"]) + 0.2
+    coverage = logged_coverage(table, truth)  # the ε = 0.5 and 1 experts walked every room both ways
+    assert [c["epsilon"] for c in coverage] == list(EPSILONS) and all(c["steps_logged"] == 1.0 for c in coverage)
+    first_room = pc.starts_with(table["observation"], "You are in room 1 ")
+    east = pc.equal(table["action"], "go east")
+    partial = logged_coverage(table.filter(pc.invert(pc.and_(first_room, east))), truth)
+    assert 0 < partial[0]["steps_logged"] < 1 and partial[0]["steps_logged"] < partial[-1]["steps_logged"]
     for forced in (False, True):
         replay = open_loop_replay(model, table, truth, teacher_forced=forced)
         assert replay["episodes"] == 200 and len(replay["levels"]) == len(EPSILONS)

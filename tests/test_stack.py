@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ("prefect-server", "mlflow-server", "prefect-worker")
 
@@ -29,6 +31,7 @@ def stack(command: str, env: dict) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.slow  # 80 s: three servers and `prefect deploy --all`; `make test-all` runs it
 def test_down_stops_every_process_up_started(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
     env.update(ADWM_HOME=str(tmp_path), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_PORT=free_port(),
@@ -41,7 +44,10 @@ def test_down_stops_every_process_up_started(tmp_path):
             if pid_file.exists():
                 groups[name] = int(pid_file.read_text())
         assert up.returncode == 0, up.stdout + up.stderr
-        assert set(groups) == set(SERVICES) and all(group_alive(g) for g in groups.values())
+        assert set(groups) == set(SERVICES), up.stdout
+        for name, group in groups.items():
+            log = tmp_path / "stack" / f"{name}.log"
+            assert group_alive(group), f"{name} is not running after `up`:\n{log.read_text()[-3000:]}"
     finally:
         down = stack("down", env)
     print(down.stdout)

@@ -21,6 +21,8 @@ the action, so "the world model is right" and "the data are easy" can be told ap
   the world model is at fault; if replay works and ADWM does not, π_e's reading is.
 - :func:`policy_agreement` — π_e's action on an imagined next state against its action on
   the real one, for the retrieval and soft-token readings, beside chance.
+- :func:`logged_coverage` — the share of π_e^ε's live steps (and rewarded steps) whose
+  (observation, action) the behaviour log holds: where the data, not the model, fall short.
 """
 
 from __future__ import annotations
@@ -400,3 +402,22 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
 
 def _listed(admissible) -> tuple[str, ...] | None:
     return None if admissible is None else tuple(admissible)
+
+
+def logged_coverage(trajectories: pa.Table, ground_truth: pa.Table) -> list[dict]:
+    """How much of what π_e^ε does live the behaviour log has seen, per (π_e, ε): the share of
+    its steps whose (observation, action) was logged, and of its rewarded steps (reward ≠ 0).
+    What no log holds, no world model learnt from it can know except by generalising."""
+    logged = {(o, " ".join(a.lower().split()))
+              for o, a in zip(*behaviour_rows(trajectories).select(["observation", "action"]).to_pydict().values())}
+    gt = ground_truth.filter(pc.equal(ground_truth["source"], "ground_truth"))
+    levels: dict[tuple, list[tuple[bool, bool]]] = defaultdict(list)
+    for row in gt.select(["policy", "epsilon", "observation", "action", "reward"]).to_pylist():
+        seen = (row["observation"], " ".join(row["action"].lower().split())) in logged
+        levels[(row["policy"], row["epsilon"])].append((seen, row["reward"] != 0))
+    out = []
+    for (policy, epsilon), steps in sorted(levels.items()):
+        seen, rewarded = np.array(steps).T
+        out.append({"policy": policy, "epsilon": epsilon, "steps_logged": float(seen.mean()),
+                    "rewarded_steps_logged": float(seen[rewarded].mean()) if rewarded.any() else float("nan")})
+    return out
