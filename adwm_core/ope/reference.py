@@ -25,6 +25,7 @@ import torch
 
 from ..data import behaviour_rows
 from ..model.world_model import WorldModel
+from ..policies.prompts import History
 from .adwm import AdwmConfig, ImaginedRollouts, Policy, StateBank
 
 ESTIMATOR = "kNN-WM"  # estimates rows are named f"{ESTIMATOR}:{value estimate}"
@@ -79,17 +80,19 @@ class ReferenceRollouts(ImaginedRollouts):
         super().__init__(model, bank, config)
         self.transitions = transitions
         self.guided = False
-        normal = torch.nn.functional.normalize
-        self._state_similarity = normal(bank.latents, dim=-1) @ normal(bank.latents, dim=-1).T  # (U, U)
+        self._units = torch.nn.functional.normalize(bank.latents, dim=-1)
+        self._logged_units = self._units[transitions.observations]  # (N, d_z) of each transition's o
 
-    def advance(self, policy: Policy, histories, actions, ids, read, past, previous, noise,
-                seconds) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    def advance(self, policy: Policy, histories: list[History], actions: list[str], ids: torch.Tensor,
+                read: np.ndarray, past: torch.Tensor, previous: torch.Tensor, noise: torch.Tensor,
+                seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         logged = self.transitions
+        scores = (self._units[torch.as_tensor(read)] @ self._logged_units.T
+                  + torch.stack([logged.action_match(a) for a in actions]))  # (B, N): sim of every transition
         # one uniform draw per rollout from its own diffusion noise: shared across ε levels
         draws = torch.special.ndtr(noise[0, :, 0]).numpy()
         chosen = np.empty(len(actions), np.int64)
-        for j, (row, action) in enumerate(zip(read, actions)):
-            score = self._state_similarity[row, logged.observations] + logged.action_match(action)
+        for j, score in enumerate(scores):
             best = torch.nonzero(score >= score.max() - 1e-6).flatten().numpy()
             chosen[j] = best[min(int(draws[j] * len(best)), len(best) - 1)]
         return logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen]
