@@ -83,8 +83,13 @@ def undefined_rho_reason(name: str, curves: dict) -> str:
     return "undefined"
 
 
-def signed(value: float, reason: str = "–") -> str:
-    return reason if value != value else f"{value:+.2f}"
+def signed(value: float) -> str:
+    return "–" if value != value else f"{value:+.2f}"
+
+
+def _by_rho(rows: list[dict]) -> list[dict]:
+    """Best ρ first, undefined ρ last."""
+    return sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2))
 
 
 def summary_lines(rows: list[dict], curves: dict) -> list[str]:
@@ -94,7 +99,7 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
         return [f"{name:<28} Ĵ = " + " ".join(f"{v:.3g}" for v in values) + "   (no ground truth)"
                 for name, values in curves["estimators"].items()]
     lines = []
-    for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
+    for r in _by_rho(rows):
         if r["rho"] != r["rho"]:
             lines.append(f"{r['estimator']:<28} ρ   –     ({undefined_rho_reason(r['estimator'], curves)})")
         else:
@@ -116,7 +121,7 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
         lines += ["No ground truth for this cell (its environment cannot be run here): estimates only.", ""]
     else:
         lines += ["| estimator | Spearman ρ [95 % CI] | ρ per seed | regret@1 | NMAE |", "|---|---|---|---|---|"]
-        for r in sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2)):
+        for r in _by_rho(rows):
             rho = (f"– ({undefined_rho_reason(r['estimator'], curves)})" if r["rho"] != r["rho"] else
                    f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]")
             lines.append(f"| {r['estimator']} | {rho} | {signed(r['rho_seed_mean'])} ± {r['rho_seed_sd']:.2f} "

@@ -21,7 +21,8 @@ REACT_TYPES = ("search", "lookup", "finish")
 _REACT = re.compile(r"^\s*(\w+)\s*\[")
 
 
-def _normal(action: str) -> str:
+def normal_action(action: str) -> str:
+    """An action as it is compared: lower case, single spaces."""
     return " ".join(action.lower().split())
 
 
@@ -35,7 +36,7 @@ class ActionVocabulary:
         """The most frequent actions, up to ``cap`` ids in all (``None``: every distinct action)."""
         if cap is not None and cap < 3:
             raise ValueError(f"an action vocabulary needs room for ∅, ⟨unk⟩ and one action; got cap={cap}")
-        counts = Counter(_normal(a) for a in actions)
+        counts = Counter(normal_action(a) for a in actions)
         ranked = sorted(counts, key=lambda a: (-counts[a], a))
         return cls(tuple(ranked if cap is None else ranked[: cap - 2]))
 
@@ -51,7 +52,7 @@ class ActionVocabulary:
         if self.react:
             match = _REACT.match(action)
             return match.group(1).lower() if match else ""
-        return _normal(action)
+        return normal_action(action)
 
     @cached_property
     def _index(self) -> dict[str, int]:

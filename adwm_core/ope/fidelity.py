@@ -37,7 +37,7 @@ import torch
 from scipy import stats
 
 from ..data import behaviour_rows
-from ..data.actions import NULL
+from ..data.actions import NULL, normal_action
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..envs import make_env
 from ..model.world_model import RewardScale, WorldModel
@@ -383,7 +383,7 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
         return History(rows[0]["task_description"], turns, observation, admissible)
 
     def actions(decisions) -> np.ndarray:
-        return np.array([" ".join(d.action.lower().split()) for d in decisions])
+        return np.array([normal_action(d.action) for d in decisions])
 
     real = actions(policy.act([history(a, b, steps_of[episode_ids[a]][b + 1]["observation"],
                                        _listed(steps_of[episode_ids[a]][b + 1]["admissible"])) for a, b in zip(e, t)]))
@@ -408,12 +408,12 @@ def logged_coverage(trajectories: pa.Table, ground_truth: pa.Table) -> list[dict
     """How much of what π_e^ε does live the behaviour log has seen, per (π_e, ε): the share of
     its steps whose (observation, action) was logged, and of its rewarded steps (reward ≠ 0).
     What no log holds, no world model learnt from it can know except by generalising."""
-    logged = {(o, " ".join(a.lower().split()))
+    logged = {(o, normal_action(a))
               for o, a in zip(*behaviour_rows(trajectories).select(["observation", "action"]).to_pydict().values())}
     gt = ground_truth.filter(pc.equal(ground_truth["source"], "ground_truth"))
     levels: dict[tuple, list[tuple[bool, bool]]] = defaultdict(list)
     for row in gt.select(["policy", "epsilon", "observation", "action", "reward"]).to_pylist():
-        seen = (row["observation"], " ".join(row["action"].lower().split())) in logged
+        seen = (row["observation"], normal_action(row["action"])) in logged
         levels[(row["policy"], row["epsilon"])].append((seen, row["reward"] != 0))
     out = []
     for (policy, epsilon), steps in sorted(levels.items()):

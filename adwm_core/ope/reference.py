@@ -17,13 +17,14 @@ no guidance, no heads: beside ADWM it shows what the learned transition adds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from ..data import behaviour_rows
+from ..data.actions import normal_action
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import AdwmConfig, ImaginedRollouts, Policy, StateBank
@@ -51,7 +52,7 @@ class LoggedTransitions:
         with torch.no_grad():
             encoded = model.encode_texts(successors).cpu()
         successor_of = {text: i for i, text in enumerate(successors)}
-        actions = [" ".join(r["action"].lower().split()) for r in rows]
+        actions = [normal_action(r["action"]) for r in rows]
         return cls(
             observations=torch.tensor([row_of[r["observation"]] for r in rows]),
             actions=actions,
@@ -63,7 +64,7 @@ class LoggedTransitions:
 
     def action_match(self, action: str) -> torch.Tensor:
         """match(a, ·) over the transitions: 1 for the same text, else the Jaccard word overlap."""
-        key = " ".join(action.lower().split())
+        key = normal_action(action)
         if key not in self._matches:
             words = frozenset(key.split())
             self._matches[key] = torch.tensor([1.0 if a == key else len(words & w) / max(len(words | w), 1)
@@ -77,9 +78,8 @@ class ReferenceRollouts(ImaginedRollouts):
 
     def __init__(self, model: WorldModel, bank: StateBank, transitions: LoggedTransitions,
                  config: AdwmConfig = AdwmConfig()) -> None:
-        super().__init__(model, bank, config)
+        super().__init__(model, bank, replace(config, guidance="none"))  # no sampler, nothing to guide
         self.transitions = transitions
-        self.guided = False
         self._units = torch.nn.functional.normalize(bank.latents, dim=-1)
         self._logged_units = self._units[transitions.observations]  # (N, d_z) of each transition's o
 
