@@ -87,6 +87,10 @@ def signed(value: float) -> str:
     return "–" if value != value else f"{value:+.2f}"
 
 
+def _plain(value: float, spec: str) -> str:
+    return "–" if value != value else format(value, spec)
+
+
 def _by_rho(rows: list[dict]) -> list[dict]:
     """Best ρ first, undefined ρ last."""
     return sorted(rows, key=lambda r: -np.nan_to_num(r["rho"], nan=-2))
@@ -104,7 +108,7 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
             lines.append(f"{r['estimator']:<28} ρ   –     ({undefined_rho_reason(r['estimator'], curves)})")
         else:
             lines.append(f"{r['estimator']:<28} ρ {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}]"
-                         f"   NMAE " + ("–" if r["nmae"] != r["nmae"] else f"{r['nmae']:.3g}"))
+                         f"   NMAE {_plain(r['nmae'], '.3g')}")
     return lines
 
 
@@ -124,8 +128,8 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
         for r in _by_rho(rows):
             rho = (f"– ({undefined_rho_reason(r['estimator'], curves)})" if r["rho"] != r["rho"] else
                    f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]")
-            lines.append(f"| {r['estimator']} | {rho} | {signed(r['rho_seed_mean'])} ± {r['rho_seed_sd']:.2f} "
-                         f"({r['n_seeds']}) | {r['regret_at_1']:.2f} | {r['nmae']:.3g} |")
+            lines.append(f"| {r['estimator']} | {rho} | {signed(r['rho_seed_mean'])} ± {_plain(r['rho_seed_sd'], '.2f')} "
+                         f"({r['n_seeds']}) | {_plain(r['regret_at_1'], '.2f')} | {_plain(r['nmae'], '.3g')} |")
         lines.append("")
     labels = _point_labels(curves)
     lines += [f"| Ĵ | {' | '.join(labels)} |", "|---|" + "---|" * len(labels)]
