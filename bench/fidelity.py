@@ -9,7 +9,7 @@ For each cell (whose behaviour and ground-truth stages have run) and each world-
 - counterfactual actions: ``--counterfactual N`` logged transitions replayed in the real
   environment under another admissible action (0 skips it);
 - replay of the ground-truth episodes of π_e^ε (open loop and teacher-forced): imagined vs
-  real return per ε;
+  real return per ε, beside the same replay in the real environment (open loop's ceiling);
 - coverage: the share of π_e^ε's live (rewarded) steps whose (observation, action) was logged;
 - π_e's agreement on imagined vs real next states (retrieval; ψ's soft tokens under the paper);
 - ADWM itself under the same preset (``adwm.preset``: the paper reads imagined states through
@@ -42,8 +42,8 @@ from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 from adwm_core.training.psi import load_adapter, run_psi
-from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, one_step_fidelity,
-                                    logged_coverage, open_loop_replay, policy_agreement)
+from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, environment_replay,
+                                    logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement)
 from adwm_core.paths import local_cache_dir
 from adwm_core.training.world_model import HISTORY_FILE, PRESETS, TrainConfig, split_indices, train_world_model
 from common import RESULTS, latest_artifact, machine
@@ -158,7 +158,8 @@ def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
            "replay_snapped": open_loop_replay(model, table, truth, cfg_scale=lam, snap=True,
                                               done_threshold=cell.adwm.done_threshold),
            "replay_teacher_forced": open_loop_replay(model, table, truth, cfg_scale=lam, teacher_forced=True,
-                                                     done_threshold=cell.adwm.done_threshold)}
+                                                     done_threshold=cell.adwm.done_threshold),
+           "replay_environment": environment_replay(cell.env.name, dict(cell.env.options), truth, table)}
     summary = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.SUMMARY}",
                          GROUND_TRUTH).to_pylist()
     evaluated = evaluated_policy(cell, preset, folder, behaviour_file)
@@ -210,12 +211,16 @@ def render(rows: list[dict]) -> str:
     lines += ["", "## Replay of the ground-truth episodes (π_e^ε's recorded actions from the real first observation)",
               "", "Open loop: the world model's samples are the states. Teacher-forced: the real states, the "
               "world model's outcomes (its predicted termination still ends the episode). Snapped: open loop, "
-              "each sample replaced by its nearest behaviour observation (`adwm.snap`).", "",
+              "each sample replaced by its nearest behaviour observation (`adwm.snap`). Environment: the ceiling "
+              "of open loop, the same actions played in the real environment, in a logged instance with the same "
+              "first observation drawn at random (where the environment draws what comes next, actions chosen "
+              "for one draw meet another, and no world model can replay better).", "",
               "| cell | preset | replay | episodes | return MAE | length MAE | ρ of per-ε means | |Ĵ−J|/range | "
               "real return per ε | imagined return per ε |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for kind, p in (("open loop", r["replay"]), ("open loop, snapped", r.get("replay_snapped")),
-                        ("teacher-forced", r.get("replay_teacher_forced"))):
+                        ("teacher-forced", r.get("replay_teacher_forced")),
+                        ("environment (ceiling)", r.get("replay_environment"))):
             if p is None:
                 continue
             real = " ".join(f"{x['real_return']:.2f}" for x in p["levels"])

@@ -49,6 +49,7 @@ from flows.cells import cell_config_path, cell_names
 REPO = Path(__file__).resolve().parent.parent
 
 ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
+REFERENCE = ("kNN-WM:reward_sum",)  # the logged-successor world model through ADWM's rollouts
 BASELINES = ("FQE", "DR", "DM", "IS", "WIS", "PDIS", "WDR")
 DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on
 ABLATION_CELLS = ("local-webshop", "local-scienceworld", "local-hotpotqa")  # the paper's three (fig:ablation)
@@ -77,7 +78,29 @@ def run_cell(cell: str, changes: dict[str, dict] | None = None) -> dict:
         folder = ope_cell(path)
         wall = time.perf_counter() - started
     return {"cell": cell, "report": folder, "wall_s": wall, "rows": json.load(open(f"{folder}/results.json")),
-            "curves": json.load(open(f"{folder}/curves.json")), "stages": stage_times(cell)}
+            "curves": json.load(open(f"{folder}/curves.json")), "stages": stage_times(cell),
+            "measured": time.strftime("%Y-%m-%d"), "commit": source_commit()}
+
+
+def source_commit() -> str:
+    """The checkout's commit, ``+changes`` where the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def earlier_results(kept: set[str]) -> tuple[list[dict], dict[str, dict]]:
+    """The cells of the last ``main_results.json`` that this invocation does not rerun, with their
+    ablations: each keeps the date and commit it was measured at (results from before cells
+    recorded them are dropped: their recipe cannot be told)."""
+    path = RESULTS / "main_results.json"
+    if not path.exists():
+        return [], {}
+    earlier = json.loads(path.read_text())
+    cells = [c for c in earlier["cells"] if c["cell"] not in kept and "commit" in c]
+    names = {c["cell"] for c in cells}
+    return cells, {c: runs for c, runs in earlier.get("ablations", {}).items() if c in names}
 
 
 def run_cell_with_ablations(cell: str) -> dict:
@@ -146,9 +169,10 @@ def rho(row: dict | None) -> str:
 
 
 def main_table(results: list[dict]) -> list[str]:
-    columns = [*ADWM, *BASELINES]
-    lines = ["| cell | n | " + " | ".join(f"{name} ρ [CI95], p" if name in ADWM else name for name in columns) + " |",
-             "|---|---|" + "---|" * len(columns)]
+    columns = [*ADWM, *REFERENCE, *BASELINES]
+    lines = ["| cell | n | measured | " + " | ".join(f"{name} ρ [CI95], p" if name in ADWM else name
+                                                  for name in columns) + " |",
+             "|---|---|---|" + "---|" * len(columns)]
     values: dict[str, list[float]] = {name: [] for name in columns}
     for result in results:
         rows, cells = by_estimator(result), []
@@ -158,9 +182,10 @@ def main_table(results: list[dict]) -> list[str]:
                 values[name].append(row["rho"])
             cells.append(f"{rho(row)} [{row['rho_ci_low']:+.2f}, {row['rho_ci_high']:+.2f}], {row['rho_p']:.3f}"
                          if name in ADWM and row is not None else rho(row))
-        lines.append(f"| {result['cell']} | {len(result['curves']['epsilon'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {result['cell']} | {len(result['curves']['epsilon'])} | "
+                     f"{result['measured']} `{result['commit']}` | " + " | ".join(cells) + " |")
     for label, reduce in (("mean ρ", lambda v: sum(v) / len(v)), ("min ρ", min)):
-        lines.append(f"| **{label}** | | " + " | ".join(f"{reduce(values[n]):+.2f}" if values[n] else "–"
+        lines.append(f"| **{label}** | | | " + " | ".join(f"{reduce(values[n]):+.2f}" if values[n] else "–"
                                                        for n in columns) + " |")
     return lines
 
@@ -193,7 +218,7 @@ def curves_table(result: dict) -> list[str]:
 
 
 def calibration_table(results: list[dict]) -> list[str]:
-    columns = [*ADWM[:1], *BASELINES]
+    columns = [*ADWM[:1], *REFERENCE, *BASELINES]
     lines = ["| cell | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for result in results:
         rows = by_estimator(result)
@@ -252,6 +277,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every development local-* and test test-* cell)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="drop the cells of the last main_results.json that this invocation does not rerun "
+                             "(by default they are kept, each with the date and commit it was measured at)")
     parser.add_argument("--child", nargs=2, metavar=("CELL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -267,10 +295,16 @@ def main() -> None:
     full = {r["cell"]: r for r in results}
     ablations = {cell: full[cell].pop("ablations") for cell in ABLATION_CELLS if "ablations" in full.get(cell, {})}
     wall = time.perf_counter() - started
+    if not args.fresh:
+        kept, kept_ablations = earlier_results(set(cells))
+        order = {name: i for i, name in enumerate(cell_names())}
+        results = sorted(results + kept, key=lambda r: order.get(r["cell"], len(order)))
+        full = {r["cell"]: r for r in results}
+        ablations = {**kept_ablations, **ablations}
     host = {**machine(), "cells_side_by_side": args.jobs}
     plots = RESULTS / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    for result in results:
+    for result in (r for r in results if "report" in r):  # kept cells' plots are already there
         shutil.copyfile(f"{result['report']}/estimates_vs_truth.png", plots / f"{result['cell']}.png")
     development = [r for r in results if not r["cell"].startswith(TEST)]
     tests = [r for r in results if r["cell"].startswith(TEST)]
@@ -279,8 +313,10 @@ def main() -> None:
         table += ["", "**Test cells** (never tuned on; configs fixed before their first run):", "", *main_table(tests)]
     lines = [f"# Main results on the local cells ({host['cpus']} CPUs, {host['processor']}, {host['date']})", "",
              f"`python bench/main_results.py --jobs {args.jobs}` ({args.jobs} cell(s) side by side, "
-             f"{max(1, host['cpus'] // args.jobs)} torch thread(s) each): {wall / 60:.1f} min this invocation (finished stages of earlier "
-             "invocations are reused; the stage table gives each stage's time when it was computed). "
+             f"{max(1, host['cpus'] // args.jobs)} torch thread(s) each): {wall / 60:.1f} min this invocation for "
+             f"{', '.join(cells)} (finished stages of earlier invocations are reused; the stage table gives each "
+             "stage's time when it was computed; cells not rerun keep the result of the invocation that measured "
+             "them, whose date and commit the main table gives). "
              "Spearman ρ of each estimator's seed-averaged Ĵ against the ground-truth mean return over the "
              "ε family (n points); CI95 and p from 2000 bootstrap resamples of the points.", "", *table, "",
              "## Per-seed ρ of ADWM (tab:perseed)", "", *per_seed_table(results), "",

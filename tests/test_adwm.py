@@ -18,7 +18,10 @@ from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
 from adwm_core.ope.evaluate import evaluate_policy
-from adwm_core.ope.fidelity import logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement
+from adwm_core.envs.base import Observation, StepResult, TextEnv
+from adwm_core.envs import registry
+from adwm_core.ope.fidelity import (environment_replay, logged_coverage, one_step_fidelity, open_loop_replay,
+                                    policy_agreement)
 from adwm_core.ope.metrics import spearman
 from adwm_core.training.world_model import TrainConfig, train_world_model
 
@@ -254,6 +257,56 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
         replay = open_loop_replay(model, table, truth, teacher_forced=forced)
         assert replay["episodes"] == 200 and len(replay["levels"]) == len(EPSILONS)
         assert replay["rho_per_level"] >= 0.9, (forced, replay["levels"])
+
+
+class TwoDoors(TextEnv):
+    """Every instance starts alike; listening tells which door opens (the variation's parity):
+    what comes after the first observation is drawn, as Simon Says' later commands are."""
+
+    name = "two-doors"
+
+    def tasks(self):
+        return ["doors"]
+
+    def variations(self, task, split):
+        return list(range(20))
+
+    def reset(self, task, variation, seed=0):
+        self._door = ("left", "right")[variation % 2]
+        return Observation("Two closed doors.", "Leave by the right door.", ("listen", "open left", "open right"))
+
+    def step(self, action):
+        if action == "listen":
+            return StepResult(Observation(f"A voice: {self._door}.", "", ("open left", "open right")), 0.0, False,
+                              0.0, False, True)
+        won = action == f"open {self._door}"
+        return StepResult(Observation("Outside." if won else "A wall.", "", ()), float(won), True, float(won), won, True)
+
+    def gold_actions(self):
+        return ["listen", f"open {self._door}"]
+
+
+def test_environment_replay_is_exact_where_the_first_observation_tells_the_world_and_not_where_it_draws(
+        monkeypatch):
+    """The ceiling of open-loop replay: the corridor (deterministic) replays every episode exactly;
+    where the world is drawn after the first observation, recorded actions meet other draws."""
+    truth = pa.concat_tables([
+        episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 20, first=7000 + 100 * j), cell="corridor",
+                       source="ground_truth", policy="east@p0", epsilon=eps) for j, eps in enumerate(EPSILONS)])
+    exact = environment_replay("chain", {"length": LENGTH}, truth)
+    assert exact["episodes"] == 100 and exact["return_mae"] == 0 and exact["length_mae"] == 0
+    assert exact["rho_per_level"] > 0.99 and exact["normalised_error"] == 0
+
+    monkeypatch.setitem(registry._REGISTRY, "two-doors", TwoDoors)
+    rows = [{"source": "ground_truth", "policy": "expert", "epsilon": 0.0, "episode": v, "t": t, "task": "doors",
+             "variation": v, "seed": 0, "observation": observation, "action": action, "reward": reward}
+            for v in range(40) for t, (observation, action, reward) in
+            enumerate([("Two closed doors.", "listen", 0.0), (f"A voice: {('left', 'right')[v % 2]}.",
+                                                              f"open {('left', 'right')[v % 2]}", 1.0)])]
+    drawn = environment_replay("two-doors", {}, pa.Table.from_pylist(rows), seed=3)
+    level = drawn["levels"][0]
+    assert level["real_return"] == 1.0 and 0.2 < level["imagined_return"] < 0.8, level
+    assert drawn["return_mae"] == pytest.approx(1 - level["imagined_return"])
 
 
 class Echo:

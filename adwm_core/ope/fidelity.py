@@ -19,6 +19,8 @@ the action, so "the world model is right" and "the data are easy" can be told ap
   model from its real first observation; imagined against real return and length, per
   episode and per ε (MAE, Spearman ρ of the per-ε means). This bypasses π_e: if replay fails,
   the world model is at fault; if replay works and ADWM does not, π_e's reading is.
+- :func:`environment_replay` — the same replay in the real environment, in an instance that
+  shows the same first observation: the best any world model can do open loop.
 - :func:`policy_agreement` — π_e's action on an imagined next state against its action on
   the real one, for the retrieval and soft-token readings, beside chance.
 - :func:`logged_coverage` — the share of π_e^ε's live steps (and rewarded steps) whose
@@ -317,26 +319,74 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
         z[rows_alive, t + 1], previous[rows_alive, t + 1] = z_next, ids
         alive[rows_alive[done]] = False
 
+    return _replay_summary(keys, return_real, lengths_real, imagined_return, imagined_length)
+
+
+def _replay_summary(keys: list[tuple], return_real: np.ndarray, lengths_real: np.ndarray,
+                    replayed_return: np.ndarray, replayed_length: np.ndarray) -> dict:
+    """Replayed against real return and length of the episodes ``keys`` ((policy, ε, episode)):
+    MAE per episode, and per (policy, ε) level the means, their Spearman ρ and |Ĵ − J| / range."""
     levels = sorted({(k[0], k[1]) for k in keys})
     per_level = []
     for policy, epsilon in levels:
         mine = np.array([(k[0], k[1]) == (policy, epsilon) for k in keys])
         per_level.append({"policy": policy, "epsilon": epsilon, "real_return": float(return_real[mine].mean()),
-                          "imagined_return": float(imagined_return[mine].mean()),
+                          "imagined_return": float(replayed_return[mine].mean()),
                           "real_length": float(lengths_real[mine].mean()),
-                          "imagined_length": float(imagined_length[mine].mean())})
+                          "imagined_length": float(replayed_length[mine].mean())})
     real_means = [row["real_return"] for row in per_level]
     imagined_means = [row["imagined_return"] for row in per_level]
     spread = float(np.ptp(real_means)) if len(real_means) > 1 else float("nan")
     rho = stats.spearmanr(real_means, imagined_means).statistic if len(per_level) > 2 else float("nan")
     return {
-        "episodes": n,
-        "return_mae": float(np.abs(imagined_return - return_real).mean()),
-        "length_mae": float(np.abs(imagined_length - lengths_real).mean()),
+        "episodes": len(keys),
+        "return_mae": float(np.abs(replayed_return - return_real).mean()),
+        "length_mae": float(np.abs(replayed_length - lengths_real).mean()),
         "rho_per_level": float(rho),
         "normalised_error": float(np.mean(np.abs(np.subtract(imagined_means, real_means))) / spread) if spread else float("nan"),
         "levels": per_level,
     }
+
+
+def environment_replay(env_name: str, env_options: dict, ground_truth: pa.Table, trajectories: pa.Table | None = None,
+                       *, seed: int = 0) -> dict:
+    """The ceiling of :func:`open_loop_replay`: the real environment as the world model. Each
+    ground-truth episode's recorded actions are played, open loop, in an instance drawn at random
+    among those the logs visited (ground truth, and the behaviour ``trajectories`` if given) whose
+    first observation is the episode's own: what a world model that knows the environment
+    exactly, shown that observation, may be in. Where the first observation tells
+    the instance (a TextWorld game) this reproduces the episode; where the environment draws
+    what comes next (Simon Says' later commands), actions chosen for one draw meet another, and
+    no world model can replay better than this. Summarised as :func:`open_loop_replay`."""
+    gt = ground_truth.filter(pc.equal(ground_truth["source"], "ground_truth"))
+    gt = gt.sort_by([("policy", "ascending"), ("epsilon", "ascending"), ("episode", "ascending"), ("t", "ascending")])
+    episodes: dict[tuple, list[dict]] = defaultdict(list)
+    for row in gt.select(["policy", "epsilon", "episode", "t", "task", "variation", "seed", "observation",
+                          "action", "reward"]).to_pylist():
+        episodes[(row["policy"], row["epsilon"], row["episode"])].append(row)
+    keys = list(episodes)
+    instances: dict[str, set[tuple]] = defaultdict(set)  # first observation -> (task, variation, seed)
+    for table in (gt, trajectories):
+        if table is not None:
+            for first in table.filter(pc.equal(table["t"], 0)).select(["task", "variation", "seed",
+                                                                       "observation"]).to_pylist():
+                instances[first["observation"]].add((first["task"], first["variation"], first["seed"]))
+    rng = np.random.default_rng(seed)
+    replayed_return, replayed_length = np.zeros(len(keys)), np.zeros(len(keys), np.int64)
+    with make_env(env_name, **env_options) as env:
+        for i, key in enumerate(keys):
+            steps = episodes[key]
+            candidates = sorted(instances[steps[0]["observation"]])
+            env.reset(*candidates[int(rng.integers(len(candidates)))])
+            for step in steps:
+                result = env.step(step["action"])
+                replayed_return[i] += result.reward
+                replayed_length[i] += 1
+                if result.done:
+                    break
+    return_real = np.array([sum(r["reward"] for r in episodes[k]) for k in keys])
+    lengths_real = np.array([len(episodes[k]) for k in keys])
+    return _replay_summary(keys, return_real, lengths_real, replayed_return, replayed_length)
 
 
 @torch.no_grad()
