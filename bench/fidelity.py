@@ -18,7 +18,8 @@ For each cell (whose behaviour and ground-truth stages have run) and each world-
   beside the logged-successor reference world model (``kNN-WM``) and ADWM with ``snap``.
 
 Writes ``bench/results/fidelity.{md,json}``; rows of cells and presets not measured in this
-run are kept. Usage: ``python bench/fidelity.py [CELL ...] [--presets paper default]``.
+run are kept. Usage: ``python bench/fidelity.py [CELL ...] [--presets paper default] [--set FIELD=VALUE ...]``
+(``--set`` measures a candidate change of the recipe, e.g. ``--presets default --set word_match=true``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 import numpy as np
+import yaml
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import ModelCache
@@ -54,13 +56,19 @@ OUT = RESULTS / "fidelity"
 ESTIMATES = ("ADWM:reward_sum", "ADWM:success_similarity", "kNN-WM:reward_sum", "ADWM:reward_sum snapped")
 
 
-def preset_config(cell: CellConfig, preset: str) -> TrainConfig:
+def preset_config(cell: CellConfig, preset: str, changes: dict | None = None) -> TrainConfig:
     """The cell's world-model settings under ``preset``: the preset decides the recipe, the cell
-    its seed, reward target and device (and the ReAct vocabulary where the preset reads ids)."""
+    its seed, reward target and device (and the ReAct vocabulary where the preset reads ids);
+    ``changes`` (``--set``) override fields of the recipe, to measure a candidate change."""
     own = cell.world_model
-    react = own.react_actions and PRESETS[preset]["action_input"] == "ids"
+    react = own.react_actions and {**PRESETS[preset], **(changes or {})}["action_input"] == "ids"
     return TrainConfig(preset=preset, seed=own.seed, reward_target=own.reward_target, device=own.device,
-                       react_actions=react)
+                       react_actions=react, **(changes or {}))
+
+
+def variant(preset: str, changes: dict) -> str:
+    """The row label of a preset with ``--set`` changes, e.g. ``default+word_match=True``."""
+    return preset + "".join(f"+{name}={value}" for name, value in sorted(changes.items()))
 
 
 def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, dict, str]:
@@ -140,19 +148,20 @@ def adwm_estimates(cell: CellConfig, evaluated: tuple, model_folder: str, trajec
     return out
 
 
-def measure(cell_name: str, preset: str, n_counterfactual: int) -> dict:
+def measure(cell_name: str, preset: str, n_counterfactual: int, changes: dict | None = None) -> dict:
     cell = CellConfig.load(cell_config_path(cell_name))
     behaviour_file = f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}"
     table = read_table(behaviour_file, TRAJECTORIES)
     label = cell.evaluation.policies[0].label
     truth = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.EPISODES}",
                        TRAJECTORIES)
-    config = preset_config(cell, preset)
+    config = preset_config(cell, preset, changes)
     model, training, folder = trained(cell, table, config)
     n_episodes = len(set(table["episode"].to_pylist()))
     _, heldout = split_indices(n_episodes, config.heldout_fraction, config.seed)
     lam = cell.adwm.cfg_scale
-    row = {"cell": cell_name, "preset": preset, "training": training, "coverage": logged_coverage(table, truth),
+    row = {"cell": cell_name, "preset": variant(preset, changes or {}), "training": training,
+           "coverage": logged_coverage(table, truth),
            "one_step": one_step_fidelity(model, table, heldout, cfg_scale=lam),
            "replay": open_loop_replay(model, table, truth, cfg_scale=lam, done_threshold=cell.adwm.done_threshold),
            "replay_snapped": open_loop_replay(model, table, truth, cfg_scale=lam, snap=True,
@@ -275,21 +284,30 @@ def main() -> None:
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     parser.add_argument("--counterfactual", type=int, default=100, metavar="N")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", dest="changes",
+                        help="world-model fields changed from each preset (TrainConfig, e.g. word_match=true); "
+                             "rows are labelled preset+FIELD=VALUE")
     args = parser.parse_args()
     cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
     unknown = sorted(set(cells) - set(cell_names()))
     if unknown:
         raise SystemExit(f"unknown cell(s) {unknown}; cells: {', '.join(cell_names())}")
+    changes = {}
+    for item in args.changes:
+        name, sep, value = item.partition("=")
+        if not sep or name not in {f.name for f in fields(TrainConfig)}:
+            raise SystemExit(f"--set {item!r}: give FIELD=VALUE with FIELD one of TrainConfig's fields")
+        changes[name] = yaml.safe_load(value)
     saved = OUT.with_suffix(".json")
     kept = json.loads(saved.read_text())["rows"] if saved.exists() else []
     rows = []
     for cell in cells:
         for preset in args.presets:
-            rows.append(measure(cell, preset, args.counterfactual))
+            rows.append(measure(cell, preset, args.counterfactual, changes))
             print(json.dumps(rows[-1])[:2000], flush=True)
     done = {(r["cell"], r["preset"]) for r in rows}
     rows = sorted([r for r in kept if (r["cell"], r["preset"]) not in done] + rows,
-                  key=lambda r: (r["cell"], list(PRESETS).index(r["preset"])))
+                  key=lambda r: (r["cell"], list(PRESETS).index(r["preset"].split("+")[0]), r["preset"]))
     RESULTS.mkdir(exist_ok=True)
     saved.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))
     OUT.with_suffix(".md").write_text(render(rows))

@@ -126,3 +126,27 @@ def test_balanced_bce_and_diversity_match_hand_computation():
     c = 1 / math.sqrt(2)
     assert diversity_loss(pooled, torch.tensor([0, 1, 2])).item() == pytest.approx((0 + c + c) * 2 / 6, rel=1e-6)
     assert diversity_loss(pooled, torch.tensor([0, 0, 1])).item() == pytest.approx((c + c) * 2 / 4, rel=1e-6)
+
+
+def test_word_match_marks_the_action_words_its_observation_holds_and_changes_the_reading():
+    from adwm_core.data.actions import ActionVocabulary
+    from adwm_core.model.world_model import WorldModel, WorldModelConfig, word_matches
+
+    tokenizer = HashTokenizer(32768, 16)
+    actions, action_padding = tokenizer(["smell apple", "eat grape"])
+    observations, observation_padding = tokenizer(["Simon says, 'smell apple'.", "Simon says, 'smell apple'."])
+    matched = word_matches(actions, action_padding, observations, observation_padding)
+    words = (~action_padding).sum(1)
+    assert matched[0, : words[0] - 1].all() and not matched[1, : words[1] - 1].any()  # the end token aside
+    assert not (matched & action_padding).any()
+
+    vocabulary = ActionVocabulary(("smell apple", "eat grape"))
+    plain = WorldModel(WorldModelConfig(vocabulary, action_input="text"))
+    marked = WorldModel(WorldModelConfig(vocabulary, action_input="text", word_match=True))
+    assert marked.load_state_dict(plain.state_dict(), strict=False).missing_keys == ["action_text.match.weight"]
+    ids = plain.action_ids(["smell apple", "eat grape"])
+    said = ["Simon says, 'smell apple'."] * 2
+    assert not torch.allclose(plain.conditions(ids, said), marked.conditions(ids, said))
+    assert torch.allclose(plain.action_vectors(ids), marked.action_vectors(ids))  # no observation: nothing marked
+    with pytest.raises(ValueError, match="action_input='text'"):
+        WorldModelConfig(vocabulary, word_match=True)

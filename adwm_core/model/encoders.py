@@ -14,7 +14,10 @@
   d_a. Whether an action fits its state (the command named, an object in the room) becomes a
   matter of attention between words, which carries to states and actions never logged
   together. Without an observation (the actions inside h̄, FQE's features) the layer attends to
-  one learned "no observation" state; ∅ is a learned vector.
+  one learned "no observation" state; ∅ is a learned vector. With ``word_match`` each action
+  token also adds a learned vector for "this word occurs in the observation" (the exact-match
+  feature of reading comprehension), so "the action repeats the command" needs no attention
+  learnt from a few hundred transitions.
 """
 
 from __future__ import annotations
@@ -85,9 +88,10 @@ class HistoryEncoder(nn.Module):
 class ActionTextEncoder(nn.Module):
     """e(a | o) from token embeddings of the action text and token states of the observation."""
 
-    def __init__(self, d_a: int = 32, max_length: int = 16) -> None:
+    def __init__(self, d_a: int = 32, max_length: int = 16, word_match: bool = False) -> None:
         super().__init__()
         self.positions = nn.Embedding(max_length, WIDTH)
+        self.match = nn.Embedding(2, WIDTH, padding_idx=0) if word_match else None  # unmatched words add 0
         layer = nn.TransformerDecoderLayer(WIDTH, HEADS, FEED_FORWARD, dropout=0.0, activation="gelu",
                                            batch_first=True, norm_first=True)
         self.decoder = nn.TransformerDecoder(layer, 1)
@@ -96,13 +100,16 @@ class ActionTextEncoder(nn.Module):
         self.null = nn.Parameter(torch.zeros(d_a))
 
     def forward(self, tokens: torch.Tensor, padding: torch.Tensor, observation: torch.Tensor | None = None,
-                observation_padding: torch.Tensor | None = None) -> torch.Tensor:
+                observation_padding: torch.Tensor | None = None, matched: torch.Tensor | None = None) -> torch.Tensor:
         """``(A, L, 128)`` token embeddings and padding of the actions, ``(A, W, 128)`` token states
-        and padding of their observations (``None``: no observation) → ``(A, d_a)``."""
+        and padding of their observations (``None``: no observation), and with ``word_match``
+        ``(A, L)`` whether each action token occurs in its observation → ``(A, d_a)``."""
         if observation is None:
             observation = self.no_observation.expand(len(tokens), 1, -1)
             observation_padding = torch.zeros(len(tokens), 1, dtype=torch.bool, device=tokens.device)
         x = tokens + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        if self.match is not None:
+            x = x + self.match(matched.long())
         x = self.decoder(x, observation, tgt_key_padding_mask=padding, memory_key_padding_mask=observation_padding)
         keep = (~padding).unsqueeze(-1).to(x.dtype)
         return self.project((x * keep).sum(1) / keep.sum(1).clamp_min(1.0))

@@ -42,6 +42,14 @@ ACTION_INPUTS = ("ids", "text")
 OUTCOME_INPUTS = ("next_latent", "action")
 
 
+def word_matches(action_ids: torch.Tensor, action_padding: torch.Tensor, observation_ids: torch.Tensor,
+                 observation_padding: torch.Tensor) -> torch.Tensor:
+    """``(A, L)``: whether each action token's hash id occurs among its observation's tokens
+    (the exact-match feature of reading comprehension); padding never matches."""
+    present = (action_ids[:, :, None] == observation_ids[:, None, :]) & ~observation_padding[:, None, :]
+    return present.any(-1) & ~action_padding
+
+
 def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
     """LayerNorm without parameters: zero mean and unit mean square over the last axis —
     where every latent z = LN(f_θ(o)) lies."""
@@ -81,12 +89,15 @@ class WorldModelConfig:
     action_input: str = "ids"  # e(a) from an id table (the paper) or from the action's text
     outcome_input: str = "next_latent"  # reward/termination heads on (z_{t+1}, h̄_t) (the paper) or (e(a_t), h̄_t)
     action_tokens: int = 16  # hash tokens of an action text
+    word_match: bool = False  # text actions mark each of their words the observation also holds
 
     def __post_init__(self) -> None:
         for name, allowed in (("prediction", PREDICTIONS), ("action_input", ACTION_INPUTS),
                               ("outcome_input", OUTCOME_INPUTS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"world model: {name}={getattr(self, name)!r}; choose from {allowed}")
+        if self.word_match and self.action_input != "text":
+            raise ValueError("world model: word_match marks the words of text actions; it needs action_input='text'")
         if self.action_input == "text" and self.actions.react:
             raise ValueError("world model: text actions read whole action strings; the ReAct-type vocabulary "
                              "(react_actions) belongs to action_input='ids'")
@@ -115,7 +126,7 @@ class WorldModel(nn.Module):
         self.observation_encoder = ObservationEncoder(c.d_z, c.vocab_size, c.max_tokens)
         if c.action_input == "text":
             self.action_tokenizer = HashTokenizer(c.vocab_size, c.action_tokens)
-            self.action_text = ActionTextEncoder(c.d_a, c.action_tokens)
+            self.action_text = ActionTextEncoder(c.d_a, c.action_tokens, word_match=c.word_match)
             self._unseen: dict[str, int] = {}  # action texts met after training → ids past the vocabulary
             self._unseen_texts: list[str] = []
         else:
@@ -181,27 +192,36 @@ class WorldModel(nn.Module):
         return self._unseen_texts[action_id - n]
 
     def action_vectors(self, actions: torch.Tensor, states: torch.Tensor | None = None,
-                       padding: torch.Tensor | None = None) -> torch.Tensor:
+                       padding: torch.Tensor | None = None, observation_ids: torch.Tensor | None = None) -> torch.Tensor:
         """e(a) for action ids (∅ = NULL): a table row, or the action text read against the token
-        ``states``/``padding`` of the observation each is taken in (rows aligned with ``actions``,
-        1-D then), or against no observation (``states=None``, ids of any shape)."""
+        ``states``/``padding`` (and hash-token ``observation_ids``, for ``word_match``) of the
+        observation each is taken in (rows aligned with ``actions``, 1-D then), or against no
+        observation (``states=None``, ids of any shape)."""
         if self.config.action_input == "ids":
             return self.action_embedding(actions)
         if states is None:  # one vector per distinct action
             unique, inverse = torch.unique(actions, return_inverse=True)
             return self._read_actions(unique, None, None)[inverse]
-        return self._read_actions(actions, states, padding)
+        return self._read_actions(actions, states, padding, observation_ids)
 
-    def _read_actions(self, actions: torch.Tensor, states: torch.Tensor | None,
-                      padding: torch.Tensor | None) -> torch.Tensor:
+    def _read_actions(self, actions: torch.Tensor, states: torch.Tensor | None, padding: torch.Tensor | None,
+                      observation_ids: torch.Tensor | None = None) -> torch.Tensor:
         out = self.action_text.null.expand(len(actions), -1)
         named = actions > UNKNOWN  # ∅ and ⟨unk⟩ (never produced for text actions) read as the null vector
         if not named.any():
             return out
         ids, action_padding = self.action_tokenizer([self._action_text(i) for i in actions[named].tolist()])
         ids, action_padding = ids.to(self.device), action_padding.to(self.device)
+        matched = None
+        if self.config.word_match:
+            if states is not None and observation_ids is None:
+                raise ValueError("this world model marks action words found in the observation (word_match): "
+                                 "pass the observation's token ids")
+            matched = (torch.zeros_like(ids, dtype=torch.bool) if states is None else
+                       word_matches(ids, action_padding, observation_ids[named], padding[named]))
         read = self.action_text(self.observation_encoder.tokens(ids), action_padding,
-                                None if states is None else states[named], None if padding is None else padding[named])
+                                None if states is None else states[named], None if padding is None else padding[named],
+                                matched)
         return out.masked_scatter(named.unsqueeze(-1), read) if len(read) else out
 
     def conditions(self, actions: torch.Tensor, observations: Sequence[str] | None = None) -> torch.Tensor:
@@ -211,7 +231,8 @@ class WorldModel(nn.Module):
             return self.action_vectors(actions)
         ids, padding = self.tokenizer(list(observations))
         ids, padding = ids.to(self.device), padding.to(self.device)
-        return self.action_vectors(actions.to(self.device), self.observation_encoder.token_states(ids, padding), padding)
+        return self.action_vectors(actions.to(self.device), self.observation_encoder.token_states(ids, padding), padding,
+                                   ids)
 
     def as_conditions(self, actions: torch.Tensor | None, n: int) -> torch.Tensor:
         """Conditions given as vectors pass through; ids (``None``: ∅) are read without an observation."""

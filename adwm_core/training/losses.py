@@ -90,7 +90,7 @@ def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor
         return z, h, model.action_vectors(batch.actions)
     rows, actions = batch.observations[:, :-1].clamp(min=0).reshape(-1), batch.actions.reshape(-1)
     pairs, inverse = torch.unique(torch.stack([rows, actions]), dim=1, return_inverse=True)  # each (o, a) read once
-    a = model.action_vectors(pairs[1], states[pairs[0]], batch.padding[pairs[0]])[inverse]
+    a = model.action_vectors(pairs[1], states[pairs[0]], batch.padding[pairs[0]], batch.ids[pairs[0]])[inverse]
     return z, h, a.reshape(*batch.actions.shape, -1)
 
 

@@ -46,9 +46,9 @@ EpochCallback = Callable[[int, dict[str, float]], None]
 SELECTIONS = ("heads_on_true", "fidelity")
 PRESETS = {
     "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
-              "epochs": 50, "steps": None, "selection": "heads_on_true"},
+              "epochs": 50, "steps": None, "selection": "heads_on_true", "word_match": False},
     "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
-                "epochs": None, "steps": 2000, "selection": "fidelity"},
+                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": False},
 }
 EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
 
@@ -66,6 +66,7 @@ class TrainConfig:
     epochs: int | None = None
     steps: int | None = None
     selection: str | None = None  # heads_on_true | fidelity
+    word_match: bool | None = None  # text actions mark their words found in the observation (model/encoders.py)
     batch_size: int = 64
     lr: float = 3e-4
     final_lr_fraction: float = 0.1
@@ -101,6 +102,8 @@ class TrainConfig:
         bad += [f"{name}={value} (must be positive)" for name, value in positive.items() if value <= 0]
         if not 0 < self.heldout_fraction < 1:
             bad.append(f"heldout_fraction={self.heldout_fraction} (must lie in (0, 1))")
+        if self.word_match and self.action_input != "text":
+            bad.append(f"word_match=True with action_input={self.action_input!r} (it marks the words of text actions)")
         if self.react_actions and self.action_input == "text":
             bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
                        "the ReAct-type vocabulary is for action_input='ids')")
@@ -261,7 +264,7 @@ def train_world_model(
     unknown_trained = bool((data.actions[train] == UNKNOWN).any())
     model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, unknown_trained=unknown_trained,
                                         prediction=config.prediction, action_input=config.action_input,
-                                        outcome_input=config.outcome_input))
+                                        outcome_input=config.outcome_input, word_match=config.word_match))
     model = model.to(device).train()
     tokens = Tokenised(model, data.texts)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay)
