@@ -43,7 +43,7 @@ import mlflow
 import yaml
 
 from adwm_core.paths import local_cache_dir
-from common import RESULTS, machine
+from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,6 +103,16 @@ def earlier_results(kept: set[str]) -> tuple[list[dict], dict[str, dict]]:
     return cells, {c: runs for c, runs in earlier.get("ablations", {}).items() if c in names}
 
 
+def finished_cell(cell: str) -> dict:
+    """The cell's latest finished flow run as it stands, nothing rerun: its report's rows and
+    curves, its wall time and stages' times, and the commit MLflow recorded for it."""
+    folder, run = latest_artifact(cell, "report"), latest_flow_run(cell)
+    return {"cell": cell, "report": folder, "wall_s": (run.info.end_time - run.info.start_time) / 1000,
+            "rows": json.load(open(f"{folder}/results.json")), "curves": json.load(open(f"{folder}/curves.json")),
+            "stages": stage_times(cell), "measured": time.strftime("%Y-%m-%d", time.localtime(run.info.start_time / 1000)),
+            "commit": run.data.tags.get("mlflow.source.git.commit", "unknown")[:7]}
+
+
 def run_cell_with_ablations(cell: str) -> dict:
     """The cell's full run and, on the paper's ablation cells, one rerun per ablation."""
     result = run_cell(cell)
@@ -143,9 +153,8 @@ def run_side_by_side(cells: list[str], jobs: int) -> list[dict]:
 def stage_times(cell: str) -> list[dict]:
     """Each stage of the cell's latest flow run: its wall time where this run computed it, else
     the time of the run that did (a reused stage took no time now)."""
-    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
-    runs = mlflow.search_runs([experiment.experiment_id], output_format="list", order_by=["attributes.start_time DESC"])
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED")
+    runs = cell_runs(cell)
+    parent = latest_flow_run(cell)
     computed = {r.data.params.get("artifact"): r for r in reversed(runs)
                 if r.data.params.get("reused") == "False" and r.info.end_time}
     stages = []
@@ -154,6 +163,16 @@ def stage_times(cell: str) -> list[dict]:
         stages.append({"stage": child.info.run_name, "reused": child.data.params.get("reused") == "True",
                        "seconds": (source.info.end_time - source.info.start_time) / 1000, "metrics": source.data.metrics})
     return sorted(stages, key=lambda s: s["stage"])
+
+
+def cell_runs(cell: str) -> list:
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    return mlflow.search_runs([experiment.experiment_id], output_format="list", order_by=["attributes.start_time DESC"])
+
+
+def latest_flow_run(cell: str):
+    """The cell's latest finished flow run (MLflow parent run; its tags hold the commit it ran)."""
+    return next(r for r in cell_runs(cell) if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED")
 
 
 def by_estimator(result: dict) -> dict[str, dict]:
@@ -265,9 +284,8 @@ def update_readme(table: list[str], host: dict) -> None:
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         raise SystemExit(f"README.md lacks the markers {README_START} … {README_END} around its Results section")
-    body = [README_START, f"Measured by `python bench/main_results.py --jobs {host['cells_side_by_side']}` on {host['cpus']} CPUs "
-            f"({host['date']}); "
-            "generated, not edited by hand. Per-seed ρ, curves, calibration, ablations and stage times: "
+    body = [README_START, f"Measured by `{host['command']}` on {host['cpus']} CPUs ({host['date']}; each cell's "
+            "date and commit in the table); generated, not edited by hand. Per-seed ρ, curves, calibration, ablations and stage times: "
             "[bench/results/main_results.md](bench/results/main_results.md).", "", *table, README_END]
     head, rest = text.split(README_START, 1)
     readme.write_text(head + "\n".join(body) + rest.split(README_END, 1)[1])
@@ -277,6 +295,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every development local-* and test test-* cell)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
+    parser.add_argument("--no-run", action="store_true",
+                        help="tabulate each cell's latest finished flow run as it stands (no flow is run or "
+                             "resumed, no ablation rerun; the commit is the one MLflow recorded for that run)")
     parser.add_argument("--fresh", action="store_true",
                         help="drop the cells of the last main_results.json that this invocation does not rerun "
                              "(by default they are kept, each with the date and commit it was measured at)")
@@ -291,7 +312,10 @@ def main() -> None:
     if unknown or args.jobs < 1:
         raise SystemExit(f"unknown cells {unknown}: choose from {cell_names()}" if unknown else "--jobs must be ≥ 1")
     started = time.perf_counter()
-    results = (run_side_by_side(cells, args.jobs) if args.jobs > 1 else [run_cell_with_ablations(c) for c in cells])
+    if args.no_run:
+        results = [finished_cell(c) for c in cells]
+    else:
+        results = (run_side_by_side(cells, args.jobs) if args.jobs > 1 else [run_cell_with_ablations(c) for c in cells])
     full = {r["cell"]: r for r in results}
     ablations = {cell: full[cell].pop("ablations") for cell in ABLATION_CELLS if "ablations" in full.get(cell, {})}
     wall = time.perf_counter() - started
@@ -301,7 +325,8 @@ def main() -> None:
         results = sorted(results + kept, key=lambda r: order.get(r["cell"], len(order)))
         full = {r["cell"]: r for r in results}
         ablations = {**kept_ablations, **ablations}
-    host = {**machine(), "cells_side_by_side": args.jobs}
+    command = "python bench/main_results.py " + ("--no-run" if args.no_run else f"--jobs {args.jobs}")
+    host = {**machine(), "cells_side_by_side": args.jobs, "command": command}
     plots = RESULTS / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     for result in (r for r in results if "report" in r):  # kept cells' plots are already there
@@ -312,8 +337,10 @@ def main() -> None:
     if tests:  # declared before any tuning and never tuned on: their own table
         table += ["", "**Test cells** (never tuned on; configs fixed before their first run):", "", *main_table(tests)]
     lines = [f"# Main results on the local cells ({host['cpus']} CPUs, {host['processor']}, {host['date']})", "",
-             f"`python bench/main_results.py --jobs {args.jobs}` ({args.jobs} cell(s) side by side, "
-             f"{max(1, host['cpus'] // args.jobs)} torch thread(s) each): {wall / 60:.1f} min this invocation for "
+             f"`{command}`" + (" (the cells' latest finished flow runs as they stood, no flow run: see the stage "
+                                "table for their times)" if args.no_run else
+                                f" ({args.jobs} cell(s) side by side, {max(1, host['cpus'] // args.jobs)} torch "
+                                f"thread(s) each): {wall / 60:.1f} min this invocation") + f" for "
              f"{', '.join(cells)} (finished stages of earlier invocations are reused; the stage table gives each "
              "stage's time when it was computed; cells not rerun keep the result of the invocation that measured "
              "them, whose date and commit the main table gives). "
