@@ -7,11 +7,13 @@ import torch
 
 from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
 from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
-from adwm_core.data.windows import episode_arrays, reward_scale, windows_at
-from adwm_core.model.world_model import WorldModel
+from adwm_core.data.windows import covering_windows, episode_arrays, reward_scale, windows_at
+from adwm_core.model.world_model import WorldModel, WorldModelConfig
 from adwm_core.policies.base import load_language_model
 from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
-from adwm_core.training.world_model import TrainConfig, split_indices, train_world_model
+from adwm_core.training.losses import world_model_losses
+from adwm_core.training.world_model import (ReachableTokenRows, Tokenised, TrainConfig, reachable_token_ids,
+                                            split_indices, train_world_model)
 from conftest import WM_STEPS
 
 
@@ -130,6 +132,51 @@ def test_text_actions_give_every_action_an_id_and_read_it_against_its_observatio
         assert not torch.allclose(in_rooms[1], in_rooms[3])
         with pytest.raises(ValueError, match="outcome heads read the action"):
             model.predicted_reward(None, torch.zeros(1, 128))
+
+
+def test_training_through_the_reachable_token_rows_is_training_on_the_whole_table():
+    """The loss through the rows the training texts reach has the gradient of the loss through the
+    whole 32,768-row table: the same for every other parameter, the table's own on those rows and
+    zero on the rest (so AdamW, elementwise, moves every parameter alike but for the decay of rows
+    nothing reads); the table written back holds the trained rows beside the untouched ones."""
+    rows = [row for e in range(6) for row in _rows(e, [("go north", 0.0), ("take apple", 1.0)])]
+    table = table_from_rows(rows, TRAJECTORIES)
+    vocabulary, scale = ActionVocabulary.from_actions(table["action"].to_pylist(), cap=None), reward_scale(table)
+    data = episode_arrays(table, vocabulary, scale)
+    torch.manual_seed(0)
+    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, prediction="z0", action_input="text",
+                                        outcome_input="action", word_match=True))
+    tokens = Tokenised(model, data.texts)
+    batch = tokens.batch(covering_windows(data, np.arange(6), 2), torch.device("cpu"))
+    encoder, full = model.observation_encoder, model.observation_encoder.tokens
+
+    def gradients() -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        world_model_losses(model, batch, model.diffusion, generator=torch.Generator().manual_seed(0))["total"].backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    dense = gradients()
+    encoder.tokens = reachable = ReachableTokenRows(full, reachable_token_ids(model, tokens))
+    sparse = gradients()
+    table_grad, rows_grad = dense.pop("observation_encoder.tokens.weight"), sparse.pop("observation_encoder.tokens.rows")
+    assert len(reachable.ids) < 50 and rows_grad.shape == (len(reachable.ids), 128)
+    torch.testing.assert_close(rows_grad, table_grad[reachable.ids])
+    untouched = torch.ones(len(table_grad), dtype=torch.bool)
+    untouched[reachable.ids] = False
+    assert table_grad.abs().sum() > 0 and not table_grad[untouched].any()
+    assert dense.keys() == sparse.keys()
+    for name, grad in dense.items():
+        torch.testing.assert_close(sparse[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+    before = full.weight.detach().clone()
+    with torch.no_grad():
+        reachable.rows += 1.0
+    reachable.restore(encoder)
+    assert encoder.tokens is full
+    torch.testing.assert_close(full.weight[reachable.ids], before[reachable.ids] + 1.0)
+    torch.testing.assert_close(full.weight[untouched], before[untouched])
+    with pytest.raises(IndexError):  # a hash id no training text holds has no row while the rows are in place
+        reachable(torch.tensor([int(torch.nonzero(untouched)[0])]))
 
 
 def test_presets_fill_what_a_config_leaves_out():

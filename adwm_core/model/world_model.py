@@ -141,7 +141,7 @@ class WorldModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.observation_encoder.tokens.weight.device
+        return self.observation_encoder.positions.weight.device
 
     def encode(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
         """Token ids → latents z = LN(f_θ(o)) ∈ R^{d_z} (unit mean square)."""
