@@ -182,12 +182,14 @@ def test_training_through_the_reachable_token_rows_is_training_on_the_whole_tabl
 def test_presets_fill_what_a_config_leaves_out():
     paper, default = TrainConfig(preset="paper"), TrainConfig()
     assert (paper.prediction, paper.action_input, paper.outcome_input, paper.window, paper.epochs, paper.steps,
-            paper.selection) == ("eps", "ids", "next_latent", 8, 50, None, "heads_on_true")
-    assert (default.prediction, default.action_input, default.outcome_input, default.epochs) == ("z0", "text", "action", None)
+            paper.selection, paper.word_match) == ("eps", "ids", "next_latent", 8, 50, None, "heads_on_true", False)
+    assert (default.prediction, default.action_input, default.outcome_input, default.epochs, default.word_match) == (
+        "z0", "text", "action", None, True)
     assert default.steps > 0 and default.rounds <= default.steps
     budget = TrainConfig(epochs=3)  # one budget set drops the preset's other
     assert (budget.epochs, budget.steps, budget.rounds) == (3, None, 3)
     assert TrainConfig(preset="paper", prediction="z0").prediction == "z0"
+    assert TrainConfig(action_input="ids").word_match is False  # the default's word marks are for text actions
     with pytest.raises(ValueError, match="give one training budget"):
         TrainConfig(epochs=3, steps=10)
     with pytest.raises(ValueError, match="preset='fast'"):

@@ -50,7 +50,7 @@ PRESETS = {
     "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
               "epochs": 50, "steps": None, "selection": "heads_on_true", "word_match": False},
     "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
-                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": False},
+                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": True},
 }
 EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
 
@@ -91,6 +91,8 @@ class TrainConfig:
             raise ValueError(f"world-model training config: epochs={self.epochs} and steps={self.steps}; "
                              "give one training budget")
         explicit_budget = self.epochs is not None or self.steps is not None
+        if self.word_match is None and self.action_input not in (None, "text"):
+            object.__setattr__(self, "word_match", False)  # the preset's word marks belong to text actions
         for name, value in preset.items():
             if getattr(self, name) is None and not (explicit_budget and name in ("epochs", "steps")):
                 object.__setattr__(self, name, value)
