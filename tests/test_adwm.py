@@ -152,6 +152,24 @@ def test_success_bank_guidance_pulls_samples_towards_the_bank():
     assert schedule[-1] == pytest.approx(0.01) and schedule[0] == 0.5 and np.all(np.diff(schedule) < 0)
 
 
+def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_and_else_not(corridor):
+    """The default preset's guidance: a log without a successful episode still gets reward_sum
+    (unguided), and no success_similarity row, which needs the bank."""
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    failures = table.filter(pa.compute.invert(table["success"]))
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, seeds=(0,), n_bootstrap=50)
+    assert config.guidance == "auto" and AdwmConfig(preset="paper").guidance == "success_bank"
+    guided = ImaginedRollouts(model, StateBank.from_trajectories(table, model), config)
+    unguided = ImaginedRollouts(model, StateBank.from_trajectories(failures, model), config)
+    assert (guided.config.guidance, unguided.config.guidance) == ("success_bank", "none")
+    assert guided.success_guidance is not None and not unguided.guided
+    path = trajectories.replace("trajectories.parquet", "failures.parquet")
+    write_table(failures, path, TRAJECTORIES)
+    rows = evaluate_policy(model, path, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0].to_pylist()
+    assert {r["estimator"] for r in rows} == {"ADWM:reward_sum", "kNN-WM:reward_sum"}
+
+
 def test_bad_settings_are_named(corridor):
     trajectories, model = corridor
     with pytest.raises(ValueError, match="reading='psychic'"):
@@ -165,12 +183,14 @@ def test_bad_settings_are_named(corridor):
                          AdwmConfig(horizon=model.config.max_steps + 1))
     table = read_table(trajectories, TRAJECTORIES)
     failures = table.filter(pa.compute.invert(table["success"]))
+    paper_guidance = AdwmConfig(guidance="success_bank")
     with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
-        ImaginedRollouts(model, StateBank.from_trajectories(failures, model), AdwmConfig())
+        ImaginedRollouts(model, StateBank.from_trajectories(failures, model), paper_guidance)
     with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/local_families.py"):
-        AdwmConfig().check_behaviour(failures)  # the world-model stage asks this before training
-    AdwmConfig(guidance="none").check_behaviour(failures)
-    AdwmConfig().check_behaviour(table)
+        paper_guidance.check_behaviour(failures)  # the world-model stage asks this before training
+    for config in (AdwmConfig(guidance="none"), AdwmConfig()):  # the default, auto, needs no success
+        config.check_behaviour(failures)
+    paper_guidance.check_behaviour(table)
     with pytest.raises(ValueError, match="ε levels"):
         evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
     with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):

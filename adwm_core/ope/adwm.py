@@ -20,7 +20,8 @@ task; at step t
    classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
    step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
    J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
-   :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout);
+   :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout;
+   ``auto``, the default preset's: the success bank where the log holds a success, else none);
 4. the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
    model's ``outcome_input``; the rollout stops at
    P(done) ≥ 0.5 or after H_max steps. With ``snap`` (beyond the paper), z_{t+1} is then
@@ -60,7 +61,7 @@ from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
 
 READINGS = ("soft_tokens", "retrieval", "none")
-GUIDANCE = ("success_bank", "likelihood", "none")
+GUIDANCE = ("success_bank", "likelihood", "none", "auto")  # auto: success_bank where the log holds a success
 UNKNOWN_ACTIONS = ("null", "unk")  # see WorldModel.action_ids
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
@@ -69,7 +70,8 @@ class Policy(Protocol):
     def act(self, histories: Sequence[History]) -> list[Decision]: ...
 
 
-PRESETS = {"paper": {"reading": "soft_tokens"}, "default": {"reading": "retrieval"}}
+PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank"},
+           "default": {"reading": "retrieval", "guidance": "auto"}}
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,13 @@ class AdwmConfig:
     left ``None`` (``PRESETS``): the ``default`` preset reads imagined states by ``retrieval`` —
     π_e reads the behaviour observation the world model judges its action against (a world
     model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
-    tokens."""
+    tokens. Guidance: the paper's success bank; the default's ``auto`` is the success bank where
+    a behaviour episode succeeded and no continuation guidance where none did (logs of agents
+    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank)."""
 
     preset: str = "default"
     reading: str | None = None
-    guidance: str = "success_bank"
+    guidance: str | None = None
     n_rollouts: int = 32
     horizon: int = 30  # H_max
     cfg_scale: float = 1.0  # λ, ω = 1 + λ
@@ -134,15 +138,16 @@ class AdwmConfig:
             raise ValueError(f"ADWM config: {'; '.join(bad)}")
 
     def check_behaviour(self, trajectories: pa.Table) -> None:
-        """Success-bank guidance reads the last observations of successful behaviour episodes:
-        refuse a pool without one before the world model is trained on it."""
+        """Success-bank guidance (set explicitly; ``auto`` does without) reads the last observations
+        of successful behaviour episodes: refuse a pool without one before the world model is
+        trained on it."""
         steps = behaviour_rows(trajectories)
         if self.guidance == "success_bank" and not any(steps["success"].to_pylist()):
             episodes = len(set(steps["episode"].to_pylist()))
             raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
                              "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
                              "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
-                             "or set adwm.guidance to 'none'")
+                             "or set adwm.guidance to 'auto' (unguided where no episode succeeded) or 'none'")
 
 
 @dataclass
@@ -212,6 +217,8 @@ class ImaginedRollouts:
         if config.horizon > model.config.max_steps:
             raise ValueError(f"horizon={config.horizon} exceeds the world model's history length "
                              f"{model.config.max_steps}")
+        if config.guidance == "auto":
+            config = replace(config, guidance="success_bank" if len(bank.success) else "none")
         self.model, self.bank, self.config = model.eval(), bank, config
         self.diffusion = model.diffusion
         self.eta = eta_schedule(self.diffusion.n_steps, config.eta_max, config.guided_steps)
