@@ -24,18 +24,6 @@ def logprobs(tiny_behaviour, tiny_pool, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_world_model(tiny_behaviour, tmp_path_factory):
-    """The paper's world model with its whole recipe, 50-epoch budget included (DM as the paper
-    defines it: R_θ(z_{t+1}, h̄_t) on the logged next observation); the default recipe's reward
-    head reads the action instead (test_world_model_training)."""
-    from adwm_core.training.world_model import TrainConfig, train_world_model
-
-    table = read_table(tiny_behaviour, TRAJECTORIES)
-    return train_world_model(table, str(tmp_path_factory.mktemp("paper-wm")),
-                             TrainConfig(preset="paper", device="cpu"), overwrite=True), None
-
-
-@pytest.fixture(scope="module")
 def estimates(tiny_behaviour, logprobs, tiny_world_model, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("baselines") / "estimates.parquet")
     config = BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA)
@@ -82,6 +70,8 @@ def test_importance_sampling_reads_the_logged_steps_aligned(estimates, tiny_beha
 
 
 def test_dm_ignores_the_policy_and_fqe_fits_one_network_per_epsilon_and_seed(estimates, tiny_behaviour):
+    """On the session's world model (the default recipe, as the cells' baselines stage uses it): DM
+    reads R_θ(e(a_t | o_t), h̄_t), the reward of each logged action in its observation."""
     rows = _by(estimates)
     dm = {r["value"] for k, r in rows.items() if k[0] == "DM"}
     assert len(dm) == 1  # policy-invariant by construction, and deterministic
@@ -95,6 +85,21 @@ def test_dm_ignores_the_policy_and_fqe_fits_one_network_per_epsilon_and_seed(est
         assert fqe[(0.0, seed)] > fqe[(1.0, seed)]  # the tiny policy beats random play, in ground truth too
     for eps in EPSILONS:
         assert abs(fqe[(eps, 0)] - fqe[(eps, 1)]) < 0.2  # seeds agree; step rewards lie in [−1.8, 0.2]
+
+
+def test_dm_reads_the_paper_world_model_on_the_logged_next_observation(tiny_behaviour, logprobs, tmp_path):
+    """The paper's reward head reads (z_{t+1}, h̄_t): DM on its world model (two epochs: the path,
+    not the fit) is finite and the same for every ε level."""
+    from adwm_core.training.world_model import TrainConfig, train_world_model
+
+    paper = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(tmp_path / "paper-wm"),
+                              TrainConfig(preset="paper", epochs=2, device="cpu")).path
+    out = str(tmp_path / "estimates.parquet")
+    run_baselines(tiny_behaviour, logprobs, paper, out, cell="c", policy="p",
+                  config=BaselineConfig(estimators=("DM",), n_bootstrap=20))
+    dm = read_table(out, ESTIMATES).to_pylist()
+    assert sorted(r["epsilon"] for r in dm) == list(EPSILONS) and len({r["value"] for r in dm}) == 1
+    assert all(math.isfinite(r["value"]) for r in dm)
 
 
 def test_bad_inputs_are_named_before_any_fitting(tiny_behaviour, logprobs, tiny_world_model, tmp_path):
