@@ -39,6 +39,7 @@ from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
+from adwm_core.ope.adwm import PRESETS as ADWM_PRESETS
 from adwm_core.ope.adwm import AdwmConfig
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
@@ -112,7 +113,7 @@ def evaluated_policy(cell: CellConfig, preset: str, model_folder: str, trajector
     if spec.model.startswith(LOCAL_PREFIX):
         family = latest_artifact(cell.name, policies.STAGE)
         spec = replace(spec, model=f"{family}/family/{spec.model[len(LOCAL_PREFIX):]}")
-    config = AdwmConfig(**{**asdict(cell.adwm), "preset": preset, "reading": None})
+    config = AdwmConfig(**{**asdict(cell.adwm), "preset": preset, **dict.fromkeys(ADWM_PRESETS[preset])})
     llm = ModelCache().policy(spec, cell.env.name)
     soft = None
     if config.reading == "soft_tokens":
