@@ -33,10 +33,12 @@ def start(args, env, log) -> subprocess.Popen:
 
 
 def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a worker sometimes sits out its shutdown (31 s in one CI run),
+    and a clean stop is test_stack's subject, not this module's."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(30)
+            process.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
 
