@@ -31,7 +31,7 @@ def stack(command: str, env: dict) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-@pytest.mark.slow  # 80 s: three servers and `prefect deploy --all`; `make test-all` runs it
+@pytest.mark.slow  # 40 s (2026-11-24): three servers and `prefect deploy --all`; `make test-all` runs it
 def test_down_stops_every_process_up_started(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
     env.update(ADWM_HOME=str(tmp_path), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_PORT=free_port(),
