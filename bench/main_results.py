@@ -45,6 +45,7 @@ import yaml
 from adwm_core.paths import local_cache_dir
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
+from tasks.common import SOURCE_TAG, source_version
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,15 +80,7 @@ def run_cell(cell: str, changes: dict[str, dict] | None = None) -> dict:
         wall = time.perf_counter() - started
     return {"cell": cell, "report": folder, "wall_s": wall, "rows": json.load(open(f"{folder}/results.json")),
             "curves": json.load(open(f"{folder}/curves.json")), "stages": stage_times(cell),
-            "measured": time.strftime("%Y-%m-%d"), "commit": source_commit()}
-
-
-def source_commit() -> str:
-    """The checkout's commit, ``+changes`` where the work tree differs from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+            "measured": time.strftime("%Y-%m-%d"), "commit": source_version() or "unknown"}
 
 
 def earlier_results(kept: set[str]) -> tuple[list[dict], dict[str, dict]]:
@@ -105,12 +98,13 @@ def earlier_results(kept: set[str]) -> tuple[list[dict], dict[str, dict]]:
 
 def finished_cell(cell: str) -> dict:
     """The cell's latest finished flow run as it stands, nothing rerun: its report's rows and
-    curves, its wall time and stages' times, and the commit MLflow recorded for it."""
+    curves, its wall time and stages' times, and the code it ran (``tasks.common.source_version``;
+    MLflow's commit tag for runs from before that tag)."""
     folder, run = latest_artifact(cell, "report"), latest_flow_run(cell)
     return {"cell": cell, "report": folder, "wall_s": (run.info.end_time - run.info.start_time) / 1000,
             "rows": json.load(open(f"{folder}/results.json")), "curves": json.load(open(f"{folder}/curves.json")),
             "stages": stage_times(cell), "measured": time.strftime("%Y-%m-%d", time.localtime(run.info.start_time / 1000)),
-            "commit": run.data.tags.get("mlflow.source.git.commit", "unknown")[:7]}
+            "commit": run.data.tags.get(SOURCE_TAG) or run.data.tags.get("mlflow.source.git.commit", "unknown")[:7]}
 
 
 def run_cell_with_ablations(cell: str) -> dict:
@@ -297,7 +291,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
     parser.add_argument("--no-run", action="store_true",
                         help="tabulate each cell's latest finished flow run as it stands (no flow is run or "
-                             "resumed, no ablation rerun; the commit is the one MLflow recorded for that run)")
+                             "resumed, no ablation rerun; the commit is the one the run recorded, +changes where its "
+                             "checkout was ahead of it)")
     parser.add_argument("--fresh", action="store_true",
                         help="drop the cells of the last main_results.json that this invocation does not rerun "
                              "(by default they are kept, each with the date and commit it was measured at)")

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -167,7 +168,29 @@ def cell_run(cell: str, run_name: str) -> Iterator[str]:
         mlflow.create_experiment(name, artifact_location=location)
     mlflow.set_experiment(name)
     with mlflow.start_run(run_name=run_name) as run:
+        source = source_version()
+        if source is not None:
+            mlflow.set_tag(SOURCE_TAG, source)
         yield run.info.run_id
+
+
+SOURCE_TAG = "adwm.source"  # the code a flow ran: MLflow's own commit tag cannot say the tree was ahead of it
+
+
+def source_version() -> str | None:
+    """The checkout this code runs from: its short commit, ``+changes`` where tracked files differ
+    from it; None outside a git checkout (an installed package, a worker's pulled copy without git)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=30)
+    try:
+        head, status = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode or status.returncode:
+        return None
+    return head.stdout.strip() + ("+changes" if status.stdout.strip() else "")
 
 
 def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:

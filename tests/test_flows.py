@@ -118,6 +118,11 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     checkpoint = {a.path for a in client.list_artifacts(children["world-model"].info.run_id, "world_model")}
     assert any(path.endswith(".safetensors") for path in checkpoint), checkpoint
     assert "ADWM_reward_sum.rho" in children["report"].data.metrics
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                             capture_output=True, text=True).stdout.strip()
+    source = parents[0].data.tags.get("adwm.source")  # the code the run ran, ahead of its commit or not
+    assert source == (None if head.returncode else head.stdout.strip() + ("+changes" if changed else ""))
     adwm = children["adwm [late]"].data.metrics  # the performance report reads these
     assert adwm["imagined_steps"] > 0 and adwm["world_model_seconds"] > 0 and adwm["policy_seconds"] > 0
     truth = [r for r in runs if r.info.run_name == "ground-truth [late]" and r.data.params["reused"] == "False"]
