@@ -156,24 +156,6 @@ def use_tracking_store() -> str | None:
     return uri
 
 
-@contextlib.contextmanager
-def cell_run(cell: str, run_name: str) -> Iterator[str]:
-    """The flow run's parent MLflow run in experiment ``cell/<cell>`` (tracking as in
-    :func:`use_tracking_store`, run artifacts under ``$ADWM_HOME/mlartifacts``); yields its id."""
-    uri = use_tracking_store()
-    name = f"cell/{cell}"
-    experiment = mlflow.get_experiment_by_name(name)
-    if experiment is None:
-        location = None if uri else os.path.abspath(artifact_path("mlartifacts"))  # a server stores its own
-        mlflow.create_experiment(name, artifact_location=location)
-    mlflow.set_experiment(name)
-    with mlflow.start_run(run_name=run_name) as run:
-        source = source_version()
-        if source is not None:
-            mlflow.set_tag(SOURCE_TAG, source)
-        yield run.info.run_id
-
-
 SOURCE_TAG = "adwm.source"  # the code a flow ran: MLflow's own commit tag cannot say the tree was ahead of it
 
 
@@ -191,6 +173,24 @@ def source_version() -> str | None:
     if head.returncode or status.returncode:
         return None
     return head.stdout.strip() + ("+changes" if status.stdout.strip() else "")
+
+
+@contextlib.contextmanager
+def cell_run(cell: str, run_name: str) -> Iterator[str]:
+    """The flow run's parent MLflow run in experiment ``cell/<cell>`` (tracking as in
+    :func:`use_tracking_store`, run artifacts under ``$ADWM_HOME/mlartifacts``); yields its id."""
+    uri = use_tracking_store()
+    name = f"cell/{cell}"
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is None:
+        location = None if uri else os.path.abspath(artifact_path("mlartifacts"))  # a server stores its own
+        mlflow.create_experiment(name, artifact_location=location)
+    mlflow.set_experiment(name)
+    with mlflow.start_run(run_name=run_name) as run:
+        source = source_version()
+        if source is not None:
+            mlflow.set_tag(SOURCE_TAG, source)
+        yield run.info.run_id
 
 
 def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
