@@ -16,13 +16,16 @@ task; at step t
    imagination is closest to, so exploring stays inside actions the world model has seen in
    such states (the world model has no admissible-set head) — otherwise π_e's own greedy
    action, mapped to the same list (exactly what ``PolicyAgent`` does in the environment);
-3. z_{t+1} is sampled by the reverse diffusion process conditioned on (h̄_t, a_t) with
+3. where ``logged_successors`` is on (the default preset; beyond the paper) and the behaviour
+   log took a_t in the observation π_e reads, one of those logged transitions answers
+   (z_{t+1} = f_θ(o'), its logged reward and termination: the empirical transition, drawn
+   uniformly, ope/logged.py); everywhere else z_{t+1} is sampled by the reverse diffusion process conditioned on (h̄_t, a_t) with
    classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
    step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
    J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
    :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout;
    ``auto``, the default preset's: the success bank where the log holds a success, else none);
-4. the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
+4. off the log, the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
    model's ``outcome_input``; the rollout stops at
    P(done) ≥ 0.5 or after H_max steps. With ``snap`` (beyond the paper), z_{t+1} is then
    replaced by the latent of the behaviour observation nearest to it, so the history the world
@@ -59,6 +62,7 @@ from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
+from .logged import LoggedTransitions
 
 READINGS = ("soft_tokens", "retrieval", "none")
 GUIDANCE = ("success_bank", "likelihood", "none", "auto")  # auto: success_bank where the log holds a success
@@ -70,8 +74,8 @@ class Policy(Protocol):
     def act(self, histories: Sequence[History]) -> list[Decision]: ...
 
 
-PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank"},
-           "default": {"reading": "retrieval", "guidance": "auto"}}
+PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False},
+           "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True}}
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,14 @@ class AdwmConfig:
     model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
     tokens. Guidance: the paper's success bank; the default's ``auto`` is the success bank where
     a behaviour episode succeeded and no continuation guidance where none did (logs of agents
-    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank)."""
+    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
+    default answers a (state, action) pair the log holds by a logged successor
+    (``logged_successors``), the paper always by the diffusion model."""
 
     preset: str = "default"
     reading: str | None = None
     guidance: str | None = None
+    logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
     n_rollouts: int = 32
     horizon: int = 30  # H_max
     cfg_scale: float = 1.0  # λ, ω = 1 + λ
@@ -115,6 +122,8 @@ class AdwmConfig:
             bad.append(f"reading={self.reading!r} (choose from {READINGS})")
         if self.unknown_actions not in UNKNOWN_ACTIONS:
             bad.append(f"unknown_actions={self.unknown_actions!r} (choose from {UNKNOWN_ACTIONS})")
+        if not isinstance(self.logged_successors, bool):
+            bad.append(f"logged_successors={self.logged_successors!r} (true or false)")
         if self.guidance not in GUIDANCE:
             bad.append(f"guidance={self.guidance!r} (choose from {GUIDANCE})")
         if self.guidance == "likelihood" and self.reading != "soft_tokens":
@@ -152,7 +161,8 @@ class AdwmConfig:
 
 @dataclass
 class StateBank:
-    """The behaviour observations imagination reads from, encoded once."""
+    """The behaviour observations imagination reads from, and the transitions logged between
+    them, encoded once."""
 
     texts: list[str]
     task_descriptions: list[str]
@@ -160,6 +170,7 @@ class StateBank:
     latents: torch.Tensor  # (U, d_z)
     starts: np.ndarray  # bank rows of the episodes' first observations, one per episode
     success: torch.Tensor  # (S, d_z) latents of the last observations of successful episodes
+    transitions: LoggedTransitions
 
     @classmethod
     def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
@@ -182,7 +193,8 @@ class StateBank:
                   if (after is None or after["episode"] != r["episode"]) and r["success"]]
         with torch.no_grad():
             latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
-        return cls(texts, tasks, admissible, latents, np.asarray(starts), success)
+        return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
+                   LoggedTransitions.from_trajectories(table, model, index))
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""
@@ -289,8 +301,30 @@ class ImaginedRollouts:
                 ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,
                 noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """One imagined transition of the alive rollouts: (z_{t+1}, the reward r̂_t counted in
-        ``reward_sum`` — on the environment's scale, zero where a terminal-only head is not read —
-        and whether the episode ends). ``past``/``previous``: z_{0..t} and a_{−1..t−1}."""
+        ``reward_sum`` — on the environment's scale — and whether the episode ends); a logged
+        successor where ``logged_successors`` and the log holds (read row, a_t), else
+        :meth:`off_log`. ``past``/``previous``: z_{0..t} and a_{−1..t−1}; ``noise``: the
+        diffusion noise of each rollout, whose first draw also picks among logged successors."""
+        logged = self.bank.transitions
+        chosen = (logged.draw(read, actions, uniforms(noise)) if self.config.logged_successors
+                  else np.full(len(actions), -1))
+        z_next = torch.empty(len(actions), self.model.config.d_z)
+        reward, done = np.zeros(len(actions)), np.zeros(len(actions), bool)
+        on = chosen >= 0
+        z_next[on], reward[on], done[on] = logged.next_latents[chosen[on]], logged.rewards[chosen[on]], logged.done[chosen[on]]
+        off = np.flatnonzero(~on)
+        if len(off):
+            z_next[off], reward[off], done[off] = self.off_log(
+                policy, [histories[j] for j in off], [actions[j] for j in off], ids[off], read[off], past[off],
+                previous[off], noise[:, off], seconds)
+        return z_next, reward, done
+
+    def off_log(self, policy: Policy | SoftPromptPolicy, histories: list[History], actions: list[str],
+                ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,
+                noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """The world model's answer (arguments and result as :meth:`advance`): z_{t+1} by the
+        guided reverse process, r̂_t and termination by the heads (a terminal-only reward head
+        read at the terminating step only)."""
         c, model = self.config, self.model
         conditions = model.conditions(ids, [self.bank.texts[i] for i in read])
         h = model.history(past, previous)[:, -1]
@@ -392,6 +426,12 @@ class LookaheadLikelihood:
                                                                 project=on_latent_manifold)
             histories = [replace(h, steps=h.steps + (("", a),)) for h, a in zip(now, greedy)]
         return total
+
+
+def uniforms(noise: torch.Tensor) -> np.ndarray:
+    """One uniform draw in [0, 1) per rollout, Φ of its first diffusion noise: shared across ε
+    levels, as every draw of the rollouts is."""
+    return torch.special.ndtr(noise[0, :, 0]).numpy()
 
 
 def _timed(guidance: Guidance | None, seconds: dict[str, float]) -> Guidance | None:

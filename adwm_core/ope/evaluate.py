@@ -19,7 +19,7 @@ from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..training.psi import load_adapter
 from .adwm import VALUE_ESTIMATES, AdwmConfig, ImaginedRollouts, Policy, Rollouts, StateBank
-from .reference import ESTIMATOR as REFERENCE, LoggedTransitions, ReferenceRollouts
+from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
 
 ESTIMATOR = "ADWM"
 
@@ -72,8 +72,7 @@ def evaluate_policy(
     bank = StateBank.from_trajectories(table, model)
     imaginations = {ESTIMATOR: ImaginedRollouts(model, bank, config)}
     if config.reference:
-        transitions = LoggedTransitions.from_trajectories(table, model, bank)
-        imaginations[REFERENCE] = ReferenceRollouts(model, bank, transitions, config)
+        imaginations[REFERENCE] = ReferenceRollouts(model, bank, config)
     imaginations[ESTIMATOR].check_policy(policy)
     runs = {name: [imagination.run(policy, epsilons, seed) for seed in config.seeds]
             for name, imagination in imaginations.items()}

@@ -1,0 +1,80 @@
+"""The behaviour log's transitions (o, a, r, o', done), indexed by (observation, action).
+
+Imagination asks them what an action did where the log saw it: ADWM with
+``AdwmConfig.logged_successors`` answers a logged (state, action) pair by one of its logged
+successors — the empirical transition P̂(o' | o, a), unbiased where the pair was logged — and
+asks the diffusion model only off the log; the kNN-WM reference (reference.py) answers every
+pair by the nearest logged one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..data import behaviour_rows
+from ..data.actions import normal_action
+from ..model.world_model import WorldModel
+
+
+@dataclass
+class LoggedTransitions:
+    """The behaviour pool's transitions; observations as rows of the state bank."""
+
+    observations: torch.Tensor  # (N,) bank row of each transition's observation
+    actions: list[str]  # normalised action text
+    next_latents: torch.Tensor  # (N, d_z) f_θ(o')
+    rewards: np.ndarray  # (N,) on the environment's scale
+    done: np.ndarray  # (N,) the environment ended the episode
+    pairs: dict[tuple[int, str], np.ndarray] = field(default_factory=dict, repr=False)  # (row, action) → transitions
+    _matches: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.pairs:
+            grouped = defaultdict(list)
+            for i, (row, action) in enumerate(zip(self.observations.tolist(), self.actions)):
+                grouped[row, action].append(i)
+            self.pairs = {key: np.asarray(rows) for key, rows in grouped.items()}
+
+    @classmethod
+    def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int]) -> "LoggedTransitions":
+        """``row_of``: the bank row of every behaviour observation text."""
+        rows = behaviour_rows(table).select(["observation", "action", "reward", "done", "next_observation"]).to_pylist()
+        successors = list(dict.fromkeys(r["next_observation"] for r in rows))
+        with torch.no_grad():
+            encoded = model.encode_texts(successors).cpu()
+        successor_of = {text: i for i, text in enumerate(successors)}
+        return cls(
+            observations=torch.tensor([row_of[r["observation"]] for r in rows], dtype=torch.long),
+            actions=[normal_action(r["action"]) for r in rows],
+            next_latents=encoded[[successor_of[r["next_observation"]] for r in rows]],
+            rewards=np.array([r["reward"] for r in rows], float),
+            done=np.array([r["done"] for r in rows], bool),
+        )
+
+    def draw(self, rows: np.ndarray, actions: list[str], uniforms: np.ndarray) -> np.ndarray:
+        """One logged transition of each (bank row, action) pair, drawn uniformly among those
+        the log holds by ``uniforms`` (in [0, 1)); −1 where the log never took that action there."""
+        chosen = np.full(len(actions), -1, np.int64)
+        for j, (row, action) in enumerate(zip(rows, actions)):
+            logged = self.pairs.get((int(row), normal_action(action)))
+            if logged is not None:
+                chosen[j] = logged[min(int(uniforms[j] * len(logged)), len(logged) - 1)]
+        return chosen
+
+    def action_match(self, action: str) -> torch.Tensor:
+        """match(a, ·) over the transitions: 1 for the same text, else the Jaccard word overlap."""
+        key = normal_action(action)
+        if key not in self._matches:
+            words = frozenset(key.split())
+
+            def jaccard(other: str) -> float:
+                theirs = set(other.split())
+                return len(words & theirs) / max(len(words | theirs), 1)
+
+            self._matches[key] = torch.tensor([1.0 if a == key else jaccard(a) for a in self.actions])
+        return self._matches[key]
