@@ -23,6 +23,7 @@ from adwm_core.envs import registry
 from adwm_core.ope.fidelity import (environment_replay, logged_coverage, one_step_fidelity, open_loop_replay,
                                     policy_agreement)
 from adwm_core.ope.metrics import spearman
+from adwm_core.policies.prompts import History
 from adwm_core.training.world_model import TrainConfig, train_world_model
 
 LENGTH, HORIZON = 4, 8
@@ -66,9 +67,10 @@ def test_the_corridor_values_are_exact():
 
 
 def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
-    """ADWM and the logged-successor reference world model, both through the same rollouts."""
+    """ADWM and the logged-successor reference world model, both through the same rollouts;
+    ADWM's diffusion model answers every step (the log holds every pair π_e plays here)."""
     trajectories, model = corridor
-    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
+    config = AdwmConfig(reading="retrieval", logged_successors=False, horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
     table, runs = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
                                   config=config)
     rows = table.to_pylist()
@@ -87,6 +89,35 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
         np.testing.assert_allclose(curve(f"{estimator}:reward_sum"), TRUTH, atol=0.1, err_msg=estimator)
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
     assert runs[0].seconds["world_model"] > 0 and runs[0].lengths.max() <= HORIZON
+
+
+def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_model(corridor):
+    trajectories, model = corridor
+    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    logged = bank.transitions
+    read = np.repeat(bank.starts[:1], 4)
+    actions = ["go east", "Go  East", "jump", "jump"]  # the log holds (start, go east), never jump
+    assert (int(read[0]), "go east") in logged.pairs and not any(a == "jump" for a in logged.actions)
+    histories = [History(bank.task_descriptions[i], (), bank.texts[i], bank.admissible[i]) for i in read]
+    past, previous = bank.latents[read][:, None], torch.full((4, 1), NULL)
+    noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    hybrid = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
+    diffusion_only = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0,
+                                                              logged_successors=False))
+    assert hybrid.config.logged_successors and not AdwmConfig(preset="paper").logged_successors
+    ids = hybrid.action_ids(actions)
+    with torch.no_grad():
+        z, reward, done, answered = hybrid.advance(East(), histories, actions, ids, read, past, previous, noise, {})
+        asked = hybrid.off_log(East(), histories[2:], actions[2:], ids[2:], read[2:], past[2:], previous[2:],
+                               noise[:, 2:], {})
+        every = diffusion_only.advance(East(), histories, actions, ids, read, past, previous, noise, {})
+    for j in (0, 1):
+        answers = [i for i in logged.pairs[int(read[0]), "go east"] if torch.equal(z[j], logged.next_latents[i])]
+        assert answers and reward[j] == logged.rewards[answers[0]] and done[j] == logged.done[answers[0]]
+    assert torch.equal(z[2:], asked[0]) and np.array_equal(reward[2:], asked[1]) and np.array_equal(done[2:], asked[2])
+    assert answered.tolist() == [True, True, False, False] and not every[3].any()
+    assert torch.equal(every[0][2:], asked[0])
+    assert not any(torch.equal(every[0][0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
 
 
 def test_a_seed_fixes_every_draw(corridor):

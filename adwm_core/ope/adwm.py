@@ -202,6 +202,19 @@ class StateBank:
         return sim.argmax(-1).numpy()
 
 
+@dataclass(frozen=True)
+class ImaginedStep:
+    """One step of one imagined rollout, as imagination took it."""
+
+    rollout: int
+    t: int
+    observation: int  # the bank row π_e read
+    action: str
+    logged: bool  # answered by a logged successor (``logged_successors``), not the world model
+    reward: float
+    done: bool
+
+
 @dataclass
 class Rollouts:
     """Per-rollout outcomes of one seed, rollout r = e · n_rollouts + i at ε level e."""
@@ -211,6 +224,12 @@ class Rollouts:
     success_similarity: np.ndarray  # (R,)
     lengths: np.ndarray  # (R,) imagined steps taken
     seconds: dict[str, float] = field(default_factory=dict)  # world_model, policy
+    steps: list[ImaginedStep] = field(default_factory=list)
+
+    @property
+    def logged_share(self) -> float:
+        """The share of imagined steps a logged successor answered."""
+        return float(np.mean([s.logged for s in self.steps])) if self.steps else float("nan")
 
     def values(self, name: str, epsilon: float) -> np.ndarray:
         return getattr(self, name)[self.epsilons == epsilon]
@@ -264,6 +283,7 @@ class ImaginedRollouts:
         similarity = np.full(len(eps_of), -np.inf if len(bank.success) else np.nan)  # NaN: no success bank
         lengths, alive = np.zeros(len(eps_of), np.int64), np.ones(len(eps_of), bool)
         seconds = {"world_model": 0.0, "policy": 0.0, "guidance": 0.0}
+        steps: list[ImaginedStep] = []
         for t in range(c.horizon):
             flips, picks = rng.random(n), rng.random(n)  # drawn every step for every rollout index
             noise = torch.randn((self.diffusion.n_steps + 1, n, d), generator=generator)
@@ -281,8 +301,8 @@ class ImaginedRollouts:
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
             ids = self.action_ids(actions)
-            z_next, reward, done = self.advance(policy, histories, actions, ids, read, z[rows, : t + 1],
-                                                previous[rows, : t + 1], noise[:, base[rows]], seconds)
+            z_next, reward, done, logged = self.advance(policy, histories, actions, ids, read, z[rows, : t + 1],
+                                                        previous[rows, : t + 1], noise[:, base[rows]], seconds)
             if c.snap:
                 z_next = bank.latents[bank.nearest(z_next)]
             seconds["world_model"] += time.perf_counter() - started
@@ -290,23 +310,24 @@ class ImaginedRollouts:
             reward_sum[rows] += c.gamma ** t * reward
             if len(bank.success):
                 similarity[rows] = np.maximum(similarity[rows], nearest_cosine(z_next, bank.success).numpy())
-            for r, i, a in zip(rows, read, actions):
+            for r, i, a, on_log, r_hat, ends in zip(rows, read, actions, logged, reward, done):
                 turns[r].append((self._observed(i), a))
+                steps.append(ImaginedStep(int(r), t, int(i), a, bool(on_log), float(r_hat), bool(ends)))
             lengths[rows] += 1
             alive[rows[done]] = False
         seconds["world_model"] -= seconds["guidance"]  # guidance ran inside the transitions
-        return Rollouts(eps_of, reward_sum, similarity, lengths, seconds)
+        return Rollouts(eps_of, reward_sum, similarity, lengths, seconds, steps)
 
     def advance(self, policy: Policy | SoftPromptPolicy, histories: list[History], actions: list[str],
                 ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,
-                noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+                noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
         """One imagined transition of the alive rollouts: (z_{t+1}, the reward r̂_t counted in
-        ``reward_sum`` — on the environment's scale — and whether the episode ends); a logged
-        successor where ``logged_successors`` and the log holds (read row, a_t), else
-        :meth:`off_log`. ``past``/``previous``: z_{0..t} and a_{−1..t−1}; ``noise``: the
+        ``reward_sum`` — on the environment's scale —, whether the episode ends, and whether a
+        logged successor answered: where ``logged_successors`` and the log holds (read row, a_t);
+        elsewhere :meth:`off_log` does). ``past``/``previous``: z_{0..t} and a_{−1..t−1}; ``noise``: the
         diffusion noise of each rollout, whose first draw also picks among logged successors."""
         logged = self.bank.transitions
-        chosen = (logged.draw(read, actions, uniforms(noise)) if self.config.logged_successors
+        chosen = (logged.draw(read, actions, past.shape[1] - 1, uniforms(noise)) if self.config.logged_successors
                   else np.full(len(actions), -1))
         z_next = torch.empty(len(actions), self.model.config.d_z)
         reward, done = np.zeros(len(actions)), np.zeros(len(actions), bool)
@@ -317,7 +338,7 @@ class ImaginedRollouts:
             z_next[off], reward[off], done[off] = self.off_log(
                 policy, [histories[j] for j in off], [actions[j] for j in off], ids[off], read[off], past[off],
                 previous[off], noise[:, off], seconds)
-        return z_next, reward, done
+        return z_next, reward, done, on
 
     def off_log(self, policy: Policy | SoftPromptPolicy, histories: list[History], actions: list[str],
                 ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,

@@ -97,8 +97,8 @@ def run_adwm(
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
-    given) receives the imagined steps of all seeds and the seconds spent in the world model,
-    the guidance and π_e."""
+    given) receives the imagined steps of all seeds, the share of them answered by a logged
+    successor and the seconds spent in the world model, the guidance and π_e."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -112,6 +112,7 @@ def run_adwm(
                                   config=config)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
+        timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
         for part in runs[0].seconds:
             timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)

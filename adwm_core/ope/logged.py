@@ -30,6 +30,7 @@ class LoggedTransitions:
     next_latents: torch.Tensor  # (N, d_z) f_θ(o')
     rewards: np.ndarray  # (N,) on the environment's scale
     done: np.ndarray  # (N,) the environment ended the episode
+    steps: np.ndarray  # (N,) the step t of the episode the transition was logged at
     pairs: dict[tuple[int, str], np.ndarray] = field(default_factory=dict, repr=False)  # (row, action) → transitions
     _matches: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -43,7 +44,8 @@ class LoggedTransitions:
     @classmethod
     def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int]) -> "LoggedTransitions":
         """``row_of``: the bank row of every behaviour observation text."""
-        rows = behaviour_rows(table).select(["observation", "action", "reward", "done", "next_observation"]).to_pylist()
+        rows = behaviour_rows(table).select(["t", "observation", "action", "reward", "done",
+                                             "next_observation"]).to_pylist()
         successors = list(dict.fromkeys(r["next_observation"] for r in rows))
         with torch.no_grad():
             encoded = model.encode_texts(successors).cpu()
@@ -54,16 +56,22 @@ class LoggedTransitions:
             next_latents=encoded[[successor_of[r["next_observation"]] for r in rows]],
             rewards=np.array([r["reward"] for r in rows], float),
             done=np.array([r["done"] for r in rows], bool),
+            steps=np.array([r["t"] for r in rows], np.int64),
         )
 
-    def draw(self, rows: np.ndarray, actions: list[str], uniforms: np.ndarray) -> np.ndarray:
-        """One logged transition of each (bank row, action) pair, drawn uniformly among those
-        the log holds by ``uniforms`` (in [0, 1)); −1 where the log never took that action there."""
+    def draw(self, rows: np.ndarray, actions: list[str], t: int, uniforms: np.ndarray) -> np.ndarray:
+        """One logged transition of each (bank row, action) pair at step ``t``, drawn uniformly
+        by ``uniforms`` (in [0, 1)) among those the log holds at that step — an observation need
+        not tell how far the episode has gone, and whether it ends may hang on that — else among
+        those at any step; −1 where the log never took that action there."""
         chosen = np.full(len(actions), -1, np.int64)
         for j, (row, action) in enumerate(zip(rows, actions)):
             logged = self.pairs.get((int(row), normal_action(action)))
-            if logged is not None:
-                chosen[j] = logged[min(int(uniforms[j] * len(logged)), len(logged) - 1)]
+            if logged is None:
+                continue
+            same_step = logged[self.steps[logged] == t]
+            logged = same_step if len(same_step) else logged
+            chosen[j] = logged[min(int(uniforms[j] * len(logged)), len(logged) - 1)]
         return chosen
 
     def action_match(self, action: str) -> torch.Tensor:
