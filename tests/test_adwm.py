@@ -18,6 +18,7 @@ from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
 from adwm_core.ope.evaluate import evaluate_policy
+from adwm_core.ope.logged import LoggedTransitions
 from adwm_core.envs.base import Observation, StepResult, TextEnv
 from adwm_core.envs import registry
 from adwm_core.ope.fidelity import (environment_replay, logged_coverage, one_step_fidelity, open_loop_replay,
@@ -118,6 +119,18 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
     assert answered.tolist() == [True, True, False, False] and not every[3].any()
     assert torch.equal(every[0][2:], asked[0])
     assert not any(torch.equal(every[0][0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
+
+
+def test_a_logged_successor_is_drawn_at_the_same_step_where_the_log_holds_one():
+    """Simon Says ends after the fifth command in an observation that does not say so: the
+    log's successor at the same step ends it, one at any step would not."""
+    logged = LoggedTransitions(observations=torch.tensor([0, 0, 0, 1]), actions=["go"] * 4,
+                               next_latents=torch.eye(4), rewards=np.array([0.2, 0.2, 1.0, 0.0]),
+                               done=np.array([False, False, True, False]), steps=np.array([0, 1, 4, 0]))
+    rows, actions = np.array([0, 0, 0, 2]), ["go", "Go ", "stay", "go"]
+    assert logged.draw(rows, actions, 4, np.array([0.0, 0.9, 0.5, 0.5])).tolist() == [2, 2, -1, -1]
+    assert logged.draw(rows, actions, 1, np.array([0.0, 0.9, 0.5, 0.5])).tolist() == [1, 1, -1, -1]
+    assert logged.draw(rows[:2], actions[:2], 7, np.array([0.0, 0.99])).tolist() == [0, 2]  # no step 7: any step
 
 
 def test_a_seed_fixes_every_draw(corridor):
