@@ -62,7 +62,7 @@ from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
-from .logged import LoggedTransitions, instance
+from .logged import LoggedTransitions
 
 READINGS = ("soft_tokens", "retrieval", "none")
 GUIDANCE = ("success_bank", "likelihood", "none", "auto")  # auto: success_bank where the log holds a success
@@ -169,7 +169,6 @@ class StateBank:
     admissible: list[tuple[str, ...] | None]
     latents: torch.Tensor  # (U, d_z)
     starts: np.ndarray  # bank rows of the episodes' first observations, one per episode
-    start_instances: np.ndarray  # the environment instance of each of those episodes (transitions.instance_of)
     success: torch.Tensor  # (S, d_z) latents of the last observations of successful episodes
     transitions: LoggedTransitions
 
@@ -178,10 +177,10 @@ class StateBank:
         table = behaviour_rows(table)
         if table.num_rows == 0:
             raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
-        rows = table.select(["episode", "task", "variation", "t", "observation", "task_description", "admissible",
-                             "next_observation", "done", "success"]).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pylist()
+        rows = table.select(["episode", "t", "observation", "task_description", "admissible", "next_observation",
+                             "done", "success"]).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pylist()
         index: dict[str, int] = {}
-        texts, tasks, admissible, starts, start_instances = [], [], [], [], []
+        texts, tasks, admissible, starts = [], [], [], []
         for row in rows:
             if row["observation"] not in index:
                 index[row["observation"]] = len(texts)
@@ -190,14 +189,12 @@ class StateBank:
                 admissible.append(None if row["admissible"] is None else tuple(row["admissible"]))
             if row["t"] == 0:
                 starts.append(index[row["observation"]])
-                start_instances.append(instance(row))
         finals = [r["next_observation"] for r, after in zip(rows, rows[1:] + [None])
                   if (after is None or after["episode"] != r["episode"]) and r["success"]]
         with torch.no_grad():
             latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
-        transitions = LoggedTransitions.from_trajectories(table, model, index)
-        return cls(texts, tasks, admissible, latents, np.asarray(starts), transitions.instances_of(start_instances),
-                   success, transitions)
+        return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
+                   LoggedTransitions.from_trajectories(table, model, index))
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""
@@ -276,8 +273,7 @@ class ImaginedRollouts:
         eps_of = np.repeat(np.asarray(epsilons, float), n)
         base = np.arange(len(eps_of)) % n  # the rollout index whose random numbers row r uses
         rng, generator = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
-        picked = rng.integers(len(bank.starts), size=n)[base]
-        starts, instances = bank.starts[picked], bank.start_instances[picked]
+        starts = bank.starts[rng.integers(len(bank.starts), size=n)][base]
         tasks = [bank.task_descriptions[i] for i in starts]
         z = torch.zeros(len(eps_of), c.horizon + 1, d)
         z[:, 0] = bank.latents[starts]
@@ -306,8 +302,7 @@ class ImaginedRollouts:
             started = time.perf_counter()
             ids = self.action_ids(actions)
             z_next, reward, done, logged = self.advance(policy, histories, actions, ids, read, z[rows, : t + 1],
-                                                        previous[rows, : t + 1], noise[:, base[rows]], seconds,
-                                                        instances[rows])
+                                                        previous[rows, : t + 1], noise[:, base[rows]], seconds)
             if c.snap:
                 z_next = bank.latents[bank.nearest(z_next)]
             seconds["world_model"] += time.perf_counter() - started
@@ -325,19 +320,15 @@ class ImaginedRollouts:
 
     def advance(self, policy: Policy | SoftPromptPolicy, histories: list[History], actions: list[str],
                 ids: torch.Tensor, read: np.ndarray, past: torch.Tensor, previous: torch.Tensor,
-                noise: torch.Tensor, seconds: dict[str, float],
-                instances: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+                noise: torch.Tensor, seconds: dict[str, float]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
         """One imagined transition of the alive rollouts: (z_{t+1}, the reward r̂_t counted in
         ``reward_sum`` — on the environment's scale —, whether the episode ends, and whether a
         logged successor answered: where ``logged_successors`` and the log holds (read row, a_t);
         elsewhere :meth:`off_log` does). ``past``/``previous``: z_{0..t} and a_{−1..t−1}; ``noise``: the
-        diffusion noise of each rollout, whose first draw also picks among logged successors;
-        ``instances``: the environment instance each rollout started in (``StateBank.start_instances``;
-        ``None``: unknown)."""
+        diffusion noise of each rollout, whose first draw also picks among logged successors."""
         logged = self.bank.transitions
-        instances = np.full(len(actions), -1) if instances is None else instances
-        chosen = (logged.draw(read, actions, past.shape[1] - 1, instances, uniforms(noise))
-                  if self.config.logged_successors else np.full(len(actions), -1))
+        chosen = (logged.draw(read, actions, past.shape[1] - 1, uniforms(noise)) if self.config.logged_successors
+                  else np.full(len(actions), -1))
         z_next = torch.empty(len(actions), self.model.config.d_z)
         reward, done = np.zeros(len(actions)), np.zeros(len(actions), bool)
         on = chosen >= 0

@@ -31,8 +31,6 @@ class LoggedTransitions:
     rewards: np.ndarray  # (N,) on the environment's scale
     done: np.ndarray  # (N,) the environment ended the episode
     steps: np.ndarray  # (N,) the step t of the episode the transition was logged at
-    instances: np.ndarray  # (N,) the environment instance it was logged in (``instance_of``)
-    instance_of: dict[tuple, int] = field(default_factory=dict)  # (task, variation) → instance id
     pairs: dict[tuple[int, str], np.ndarray] = field(default_factory=dict, repr=False)  # (row, action) → transitions
     _matches: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -46,9 +44,8 @@ class LoggedTransitions:
     @classmethod
     def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int]) -> "LoggedTransitions":
         """``row_of``: the bank row of every behaviour observation text."""
-        rows = behaviour_rows(table).select(["task", "variation", "t", "observation", "action", "reward", "done",
+        rows = behaviour_rows(table).select(["t", "observation", "action", "reward", "done",
                                              "next_observation"]).to_pylist()
-        instance_of = {key: i for i, key in enumerate(dict.fromkeys(instance(r) for r in rows))}
         successors = list(dict.fromkeys(r["next_observation"] for r in rows))
         with torch.no_grad():
             encoded = model.encode_texts(successors).cpu()
@@ -60,32 +57,22 @@ class LoggedTransitions:
             rewards=np.array([r["reward"] for r in rows], float),
             done=np.array([r["done"] for r in rows], bool),
             steps=np.array([r["t"] for r in rows], np.int64),
-            instances=np.array([instance_of[instance(r)] for r in rows], np.int64),
-            instance_of=instance_of,
         )
 
-    def draw(self, rows: np.ndarray, actions: list[str], t: int, instances: np.ndarray,
-             uniforms: np.ndarray) -> np.ndarray:
-        """One logged transition of each (bank row, action) pair, drawn uniformly by ``uniforms``
-        (in [0, 1)) among those the log holds in the rollout's environment instance (where it
-        holds any), and among these at step ``t`` (where it holds any): an observation need not
-        tell which game it is in (a cookbook reads the same in every kitchen until opened) nor
-        how far the episode has gone (Simon Says ends after the fifth command), and what comes
-        next may hang on both. −1 where the log never took that action there."""
+    def draw(self, rows: np.ndarray, actions: list[str], t: int, uniforms: np.ndarray) -> np.ndarray:
+        """One logged transition of each (bank row, action) pair at step ``t``, drawn uniformly
+        by ``uniforms`` (in [0, 1)) among those the log holds at that step — an observation need
+        not tell how far the episode has gone, and whether it ends may hang on that — else among
+        those at any step; −1 where the log never took that action there."""
         chosen = np.full(len(actions), -1, np.int64)
         for j, (row, action) in enumerate(zip(rows, actions)):
             logged = self.pairs.get((int(row), normal_action(action)))
             if logged is None:
                 continue
-            for key, wanted in ((self.instances, instances[j]), (self.steps, t)):
-                same = logged[key[logged] == wanted]
-                logged = same if len(same) else logged
+            same_step = logged[self.steps[logged] == t]
+            logged = same_step if len(same_step) else logged
             chosen[j] = logged[min(int(uniforms[j] * len(logged)), len(logged) - 1)]
         return chosen
-
-    def instances_of(self, keys: list[tuple]) -> np.ndarray:
-        """Instance ids of (task, variation) keys (−1 for one the log never saw)."""
-        return np.array([self.instance_of.get(key, -1) for key in keys], np.int64)
 
     def action_match(self, action: str) -> torch.Tensor:
         """match(a, ·) over the transitions: 1 for the same text, else the Jaccard word overlap."""
@@ -99,8 +86,3 @@ class LoggedTransitions:
 
             self._matches[key] = torch.tensor([1.0 if a == key else jaccard(a) for a in self.actions])
         return self._matches[key]
-
-
-def instance(row: dict) -> tuple:
-    """The environment instance a trajectories row was logged in: (task, variation)."""
-    return row["task"], row["variation"]
