@@ -117,7 +117,7 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
         assert answers and reward[j] == logged.rewards[answers[0]] and done[j] == logged.done[answers[0]]
     assert torch.equal(z[2:], asked[0]) and np.array_equal(reward[2:], asked[1]) and np.array_equal(done[2:], asked[2])
     assert answered.tolist() == [True, True, False, False] and not every[3].any()
-    assert torch.equal(every[0][2:], asked[0])
+    torch.testing.assert_close(every[0][2:], asked[0])  # the same noise, in a batch of another size
     assert not any(torch.equal(every[0][0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
 
 
