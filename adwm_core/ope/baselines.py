@@ -34,6 +34,7 @@ from ..training.world_model import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .estimators import ESTIMATORS, LoggedTrajectories
 from .fqe import FittedQEvaluation, FQEConfig, Transitions
+from .intervals import estimates_row
 
 USES_Q = ("FQE", "DR", "WDR")
 
@@ -144,11 +145,8 @@ def run_baselines(
             for name in config.estimators:
                 estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
                                                        confidence=config.confidence, seed=seed)
-                rows.append({
-                    "cell": cell, "estimator": name, "policy": policy, "epsilon": epsilon, "seed": seed,
-                    "value": estimate.value.value, "ci_low": estimate.ci_low.value, "ci_high": estimate.ci_high.value,
-                    "log_abs_value": estimate.value.log_abs, "sign": estimate.value.sign,
-                })
+                rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
+                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high))
     return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)
 
 

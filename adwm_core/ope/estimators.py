@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import log_softmax
 
+from .intervals import percentile_bootstrap
 from .signed_log import SignedLog, log_abs_and_sign, signed_sum
 
 ESTIMATORS: dict[str, type["OffPolicyEstimator"]] = {}
@@ -100,14 +101,10 @@ class OffPolicyEstimator(ABC):
         missing = [name for name in self.needs if getattr(data, name) is None]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
-        rng = np.random.default_rng(seed)
-        samples = sorted(
-            (self.signed_estimate(data.take(rng.integers(0, data.n, data.n))) for _ in range(n_bootstrap)),
-            key=lambda s: s.order_key,
-        )
-        tail = (1 - confidence) / 2
-        low, high = int(np.floor(tail * (n_bootstrap - 1))), int(np.ceil((1 - tail) * (n_bootstrap - 1)))
-        return Estimate(self.name, self.signed_estimate(data), samples[low], samples[high])
+        low, high = percentile_bootstrap(lambda rows: self.signed_estimate(data.take(rows)), data.n,
+                                         n_resamples=n_bootstrap, confidence=confidence, seed=seed,
+                                         key=lambda s: s.order_key)
+        return Estimate(self.name, self.signed_estimate(data), low, high)
 
 
 def _mean(log_terms: np.ndarray, signs: np.ndarray, n: int) -> SignedLog:

@@ -1,0 +1,36 @@
+"""What every estimator reports the same way: the percentile bootstrap and the estimates row.
+
+One bootstrap serves the classical estimators (resampling logged trajectories; their values
+are :class:`SignedLog`, ordered by ``order_key``) and ADWM (resampling imagined rollouts):
+Ĵ*_b = Ĵ(resample_b), b = 1..B, each resample n indices drawn with replacement; the interval
+is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)⌉ of the sorted Ĵ*_b.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+
+from .signed_log import SignedLog
+
+T = TypeVar("T")
+
+
+def percentile_bootstrap(statistic: Callable[[np.ndarray], T], n: int, *, n_resamples: int, confidence: float,
+                         seed: int, key: Callable[[T], float] = float) -> tuple[T, T]:
+    """(low, high) of the percentile-bootstrap interval of ``statistic(indices)`` over ``n``
+    units, ``key`` ordering its values."""
+    rng = np.random.default_rng(seed)
+    samples = sorted((statistic(rng.integers(0, n, n)) for _ in range(n_resamples)), key=key)
+    tail = (1 - confidence) / 2
+    return samples[int(np.floor(tail * (n_resamples - 1)))], samples[int(np.ceil((1 - tail) * (n_resamples - 1)))]
+
+
+def estimates_row(*, cell: str, estimator: str, policy: str, epsilon: float, seed: int, value: SignedLog,
+                  ci_low: SignedLog, ci_high: SignedLog) -> dict:
+    """One row of the estimates contract: values saturated to float64, Ĵ exactly as (log|Ĵ|, sign)."""
+    return {"cell": cell, "estimator": estimator, "policy": policy, "epsilon": float(epsilon), "seed": seed,
+            "value": value.value, "ci_low": ci_low.value, "ci_high": ci_high.value,
+            "log_abs_value": value.log_abs, "sign": value.sign}
