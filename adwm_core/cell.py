@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
-from .ope.adwm import AdwmConfig
+from .ope.adwm_config import AdwmConfig
 from .ope.baselines import BaselineConfig
 from .training.psi import PsiConfig
 from .training.world_model import PRESETS, TrainConfig

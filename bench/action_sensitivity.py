@@ -35,7 +35,8 @@ from adwm_core.collection import logged_steps
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import ImaginedRollouts, StateBank
+from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.state_bank import StateBank
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
 from tasks import behaviour, logprobs, world_model
@@ -116,7 +117,7 @@ def measure(cell_name: str) -> dict:
     model = WorldModel.load(f"{latest_artifact(cell_name, world_model.STAGE)}/{world_model.FOLDER}")
     table = behaviour_rows(read_table(f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}", TRAJECTORIES))
     steps = list(logged_steps(table))
-    scored = read_table(f"{latest_artifact(cell_name, f'logprobs [{label}]')}/{logprobs.FILE}", LOGPROBS)
+    scored = read_table(f"{latest_artifact(cell_name, logprobs.STAGE, label)}/{logprobs.FILE}", LOGPROBS)
     greedy = [a for a in scored.column("greedy_action").to_pylist() if a is not None]
     return {"cell": cell_name, "coverage": coverage(model, steps, greedy), **sensitivity(cell, model, table, steps)}
 

@@ -35,7 +35,9 @@ from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, behaviour_rows, read_tabl
 from adwm_core.data.actions import NULL
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
+from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm_config import AdwmConfig
+from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.paths import local_cache_dir

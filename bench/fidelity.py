@@ -39,8 +39,8 @@ from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.collection import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import PRESETS as ADWM_PRESETS
-from adwm_core.ope.adwm import AdwmConfig
+from adwm_core.ope.adwm_config import PRESETS as ADWM_PRESETS
+from adwm_core.ope.adwm_config import AdwmConfig
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
@@ -154,7 +154,7 @@ def measure(cell_name: str, preset: str, n_counterfactual: int, changes: dict | 
     behaviour_file = f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}"
     table = read_table(behaviour_file, TRAJECTORIES)
     label = cell.evaluation.policies[0].label
-    truth = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.EPISODES}",
+    truth = read_table(f"{latest_artifact(cell_name, ground_truth.STAGE, label)}/{ground_truth.EPISODES}",
                        TRAJECTORIES)
     config = preset_config(cell, preset, changes)
     model, training, folder = trained(cell, table, config)
@@ -170,7 +170,7 @@ def measure(cell_name: str, preset: str, n_counterfactual: int, changes: dict | 
            "replay_teacher_forced": open_loop_replay(model, table, truth, cfg_scale=lam, teacher_forced=True,
                                                      done_threshold=cell.adwm.done_threshold),
            "replay_environment": environment_replay(cell.env.name, dict(cell.env.options), truth, table)}
-    summary = read_table(f"{latest_artifact(cell_name, f'ground-truth [{label}]')}/{ground_truth.SUMMARY}",
+    summary = read_table(f"{latest_artifact(cell_name, ground_truth.STAGE, label)}/{ground_truth.SUMMARY}",
                          GROUND_TRUTH).to_pylist()
     evaluated = evaluated_policy(cell, preset, folder, behaviour_file)
     row["adwm"] = adwm_estimates(cell, evaluated, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})

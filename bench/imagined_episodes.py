@@ -25,7 +25,9 @@ import yaml
 from adwm_core.cell import CellConfig
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
+from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm_config import AdwmConfig
+from adwm_core.ope.state_bank import StateBank
 from common import latest_artifact
 from fidelity import evaluated_policy
 from flows.cells import cell_config_path
@@ -59,7 +61,7 @@ def main() -> None:
     run = imagination.run(soft or llm, args.epsilon, args.seed)
 
     label = cell.evaluation.policies[0].label
-    folder = latest_artifact(cell.name, f"ground-truth [{label}]")
+    folder = latest_artifact(cell.name, ground_truth.STAGE, label)
     real = read_table(f"{folder}/{ground_truth.EPISODES}", TRAJECTORIES).to_pylist()
     real_episodes: dict[float, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in sorted(real, key=lambda r: (r["epsilon"], r["episode"], r["t"])):

@@ -16,7 +16,9 @@ from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
-from adwm_core.ope.adwm import AdwmConfig, ImaginedRollouts, StateBank
+from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm_config import AdwmConfig
+from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.logged import LoggedTransitions
 from adwm_core.envs.base import Observation, StepResult, TextEnv

@@ -19,17 +19,20 @@ task; at step t
 3. where ``logged_successors`` is on (the default preset; beyond the paper) and the behaviour
    log took a_t in the observation π_e reads, one of those logged transitions answers
    (z_{t+1} = f_θ(o'), its logged reward and termination: the empirical transition, drawn
-   uniformly, ope/logged.py); everywhere else z_{t+1} is sampled by the reverse diffusion process conditioned on (h̄_t, a_t) with
-   classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
+   uniformly, ope/logged.py); everywhere else z_{t+1} is sampled by the reverse diffusion
+   process conditioned on (h̄_t, a_t) with classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
    step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
    J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
    :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout;
    ``auto``, the default preset's: the success bank where the log holds a success, else none);
-4. off the log, the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by the world
-   model's ``outcome_input``; the rollout stops at
-   P(done) ≥ 0.5 or after H_max steps. With ``snap`` (beyond the paper), z_{t+1} is then
+4. off the log, the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by
+   the world model's ``outcome_input``; the rollout stops at P(done) ≥ 0.5 or after H_max
+   steps. With ``snap`` (beyond the paper), z_{t+1} is then
    replaced by the latent of the behaviour observation nearest to it, so the history the world
    model reads next stays on states it was trained on.
+
+Settings: ``AdwmConfig`` (adwm_config.py); the state bank: state_bank.py; the look-ahead of
+the likelihood guidance: lookahead.py; scoring and the ADWM stage: evaluate.py.
 
 Ablations of the paper's figure: no-CFG ``cfg_scale=0``, no-continuation ``guidance="none"``,
 no-ψ ``reading="none"``.
@@ -51,10 +54,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from ..data import behaviour_rows
 from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, gradient_guidance, nearest_cosine, success_bank_guidance
 from ..diffusion.process import Guidance, classifier_free
@@ -62,144 +63,12 @@ from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
-from .logged import LoggedTransitions
-
-READINGS = ("soft_tokens", "retrieval", "none")
-GUIDANCE = ("success_bank", "likelihood", "none", "auto")  # auto: success_bank where the log holds a success
-UNKNOWN_ACTIONS = ("null", "unk")  # see WorldModel.action_ids
-VALUE_ESTIMATES = ("reward_sum", "success_similarity")
-
+from .adwm_config import AdwmConfig
+from .lookahead import LookaheadLikelihood
+from .state_bank import StateBank
 
 class Policy(Protocol):
     def act(self, histories: Sequence[History]) -> list[Decision]: ...
-
-
-PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False},
-           "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True}}
-
-
-@dataclass(frozen=True)
-class AdwmConfig:
-    """Inference settings; defaults from app:ope-rollout, except where ``preset`` fills a field
-    left ``None`` (``PRESETS``): the ``default`` preset reads imagined states by ``retrieval`` —
-    π_e reads the behaviour observation the world model judges its action against (a world
-    model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
-    tokens. Guidance: the paper's success bank; the default's ``auto`` is the success bank where
-    a behaviour episode succeeded and no continuation guidance where none did (logs of agents
-    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
-    default answers a (state, action) pair the log holds by a logged successor
-    (``logged_successors``), the paper always by the diffusion model."""
-
-    preset: str = "default"
-    reading: str | None = None
-    guidance: str | None = None
-    logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
-    n_rollouts: int = 32
-    horizon: int = 30  # H_max
-    cfg_scale: float = 1.0  # λ, ω = 1 + λ
-    alpha: float = 1.0
-    eta_max: float = 0.5
-    lookahead: int = 2  # h, look-ahead steps of the likelihood guidance
-    lookahead_denoise: int = 5  # DDIM levels of each look-ahead transition
-    guided_steps: int | None = None  # continuation guidance on the last this-many denoising steps (None: all)
-    unknown_actions: str = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
-    gamma: float = 1.0  # discount of reward_sum (1: on the scale of undiscounted returns)
-    snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
-    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/reference.py)
-    done_threshold: float = 0.5
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    n_bootstrap: int = 1000
-    confidence: float = 0.95
-
-    def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"ADWM config: preset={self.preset!r} (choose from {tuple(PRESETS)})")
-        for name, value in PRESETS[self.preset].items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        bad = []
-        if self.reading not in READINGS:
-            bad.append(f"reading={self.reading!r} (choose from {READINGS})")
-        if self.unknown_actions not in UNKNOWN_ACTIONS:
-            bad.append(f"unknown_actions={self.unknown_actions!r} (choose from {UNKNOWN_ACTIONS})")
-        if not isinstance(self.logged_successors, bool):
-            bad.append(f"logged_successors={self.logged_successors!r} (true or false)")
-        if self.guidance not in GUIDANCE:
-            bad.append(f"guidance={self.guidance!r} (choose from {GUIDANCE})")
-        if self.guidance == "likelihood" and self.reading != "soft_tokens":
-            bad.append(f"guidance='likelihood' with reading={self.reading!r} (the gradient of log π_e flows through "
-                       "ψ's soft tokens: use reading='soft_tokens' or guidance='success_bank')")
-        if self.guided_steps is not None and self.guided_steps < 0:
-            bad.append(f"guided_steps={self.guided_steps} (must be ≥ 0, or None for all)")
-        for name in ("n_rollouts", "horizon", "n_bootstrap", "lookahead", "lookahead_denoise"):
-            if getattr(self, name) < 1:
-                bad.append(f"{name}={getattr(self, name)} (must be ≥ 1)")
-        for name in ("cfg_scale", "alpha", "eta_max"):
-            if getattr(self, name) < 0:
-                bad.append(f"{name}={getattr(self, name)} (must be ≥ 0)")
-        if not 0 < self.gamma <= 1:
-            bad.append(f"gamma={self.gamma} (must lie in (0, 1])")
-        if not 0 < self.done_threshold < 1 or not 0 < self.confidence < 1:
-            bad.append("done_threshold and confidence must lie in (0, 1)")
-        if not self.seeds:
-            bad.append("seeds=() (give at least one)")
-        if bad:
-            raise ValueError(f"ADWM config: {'; '.join(bad)}")
-
-    def check_behaviour(self, trajectories: pa.Table) -> None:
-        """Success-bank guidance (set explicitly; ``auto`` does without) reads the last observations
-        of successful behaviour episodes: refuse a pool without one before the world model is
-        trained on it."""
-        steps = behaviour_rows(trajectories)
-        if self.guidance == "success_bank" and not any(steps["success"].to_pylist()):
-            episodes = len(set(steps["episode"].to_pylist()))
-            raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
-                             "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
-                             "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
-                             "or set adwm.guidance to 'auto' (unguided where no episode succeeded) or 'none'")
-
-
-@dataclass
-class StateBank:
-    """The behaviour observations imagination reads from, and the transitions logged between
-    them, encoded once."""
-
-    texts: list[str]
-    task_descriptions: list[str]
-    admissible: list[tuple[str, ...] | None]
-    latents: torch.Tensor  # (U, d_z)
-    starts: np.ndarray  # bank rows of the episodes' first observations, one per episode
-    success: torch.Tensor  # (S, d_z) latents of the last observations of successful episodes
-    transitions: LoggedTransitions
-
-    @classmethod
-    def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
-        table = behaviour_rows(table)
-        if table.num_rows == 0:
-            raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
-        rows = table.select(["episode", "t", "observation", "task_description", "admissible", "next_observation",
-                             "done", "success"]).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pylist()
-        index: dict[str, int] = {}
-        texts, tasks, admissible, starts = [], [], [], []
-        for row in rows:
-            if row["observation"] not in index:
-                index[row["observation"]] = len(texts)
-                texts.append(row["observation"])
-                tasks.append(row["task_description"])
-                admissible.append(None if row["admissible"] is None else tuple(row["admissible"]))
-            if row["t"] == 0:
-                starts.append(index[row["observation"]])
-        finals = [r["next_observation"] for r, after in zip(rows, rows[1:] + [None])
-                  if (after is None or after["episode"] != r["episode"]) and r["success"]]
-        with torch.no_grad():
-            latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
-        return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
-                   LoggedTransitions.from_trajectories(table, model, index))
-
-    def nearest(self, z: torch.Tensor) -> np.ndarray:
-        """Bank rows of the observations nearest to each latent (cosine)."""
-        sim = torch.nn.functional.normalize(z, dim=-1) @ torch.nn.functional.normalize(self.latents, dim=-1).T
-        return sim.argmax(-1).numpy()
 
 
 @dataclass(frozen=True)
@@ -407,46 +276,6 @@ class ImaginedRollouts:
         """z_{t+1} ~ the guided reverse process given (h̄_t, a_t); ``actions`` as ids or conditions."""
         return self.diffusion.sample(self.eps_model(h, actions), tuple(noise.shape[1:]), guidance=guidance,
                                      noise=noise, project=on_latent_manifold)
-
-
-class LookaheadLikelihood:
-    """J(ẑ_{t+1}) = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along one greedy look-ahead from ẑ_{t+1}
-    (Eq. app_cont_approx): at each u, π_e reads ẑ_u through ψ and acts greedily (â_u, mapped to
-    the admissible list of the behaviour observation nearest to ẑ_u); the world model moves on
-    to ẑ_{u+1} by deterministic DDIM from z_K = 0 given (h̄_u, â_u). Differentiable in ẑ_{t+1}
-    through ψ, the LLM and the world model; the greedy choices themselves are not."""
-
-    def __init__(self, imagination: ImaginedRollouts, policy: SoftPromptPolicy, histories: list[History],
-                 actions: list[str], past: torch.Tensor, previous: torch.Tensor, action_ids: torch.Tensor) -> None:
-        self.imagination, self.policy = imagination, policy
-        self.histories = [replace(h, steps=h.steps + ((h.observation, a),)) for h, a in zip(histories, actions)]
-        self.past, self.previous, self.action_ids = past, previous, action_ids
-
-    def __call__(self, z_hat: torch.Tensor, rows: slice) -> torch.Tensor:
-        imagination, model = self.imagination, self.imagination.model
-        bank, c = imagination.bank, imagination.config
-        histories = self.histories[rows]
-        latents, previous, ids = self.past[rows], self.previous[rows], self.action_ids[rows]
-        total = z_hat.new_zeros(len(z_hat))
-        for u in range(c.lookahead):
-            latents = torch.cat([latents, z_hat[:, None]], 1)
-            previous = torch.cat([previous, ids[:, None]], 1)
-            nearest = bank.nearest(z_hat.detach())
-            admissible = [bank.admissible[i] for i in nearest]
-            now = [replace(h, observation="", admissible=listed) for h, listed in zip(histories, admissible)]
-            with torch.no_grad():
-                greedy = [d.action for d in self.policy.act(now, latents.detach())]
-            total = total + self.policy.logprob(now, latents, greedy).to(total.device)
-            if u + 1 == c.lookahead:
-                return total
-            ids = imagination.action_ids(greedy)
-            hbar = model.history(latents, previous)[:, -1]
-            conditions = model.conditions(ids, [bank.texts[i] for i in nearest])
-            z_hat = imagination.diffusion.denoise_deterministic(imagination.eps_model(hbar, conditions),
-                                                                torch.zeros_like(z_hat), c.lookahead_denoise,
-                                                                project=on_latent_manifold)
-            histories = [replace(h, steps=h.steps + (("", a),)) for h, a in zip(now, greedy)]
-        return total
 
 
 def uniforms(noise: torch.Tensor) -> np.ndarray:

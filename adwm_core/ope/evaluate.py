@@ -11,14 +11,17 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-from scipy import stats
 
 from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
 from ..data import ESTIMATES, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..training.psi import load_adapter
-from .adwm import VALUE_ESTIMATES, AdwmConfig, ImaginedRollouts, Policy, Rollouts, StateBank
+from .intervals import estimates_row, percentile_bootstrap
+from .signed_log import SignedLog
+from .adwm import ImaginedRollouts, Policy, Rollouts
+from .adwm_config import VALUE_ESTIMATES, AdwmConfig
+from .state_bank import StateBank
 from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
 
 ESTIMATOR = "ADWM"
@@ -27,29 +30,19 @@ ESTIMATOR = "ADWM"
 def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig,
                estimator: str = ESTIMATOR) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``): the
-    mean over rollouts and its percentile-bootstrap interval (scipy.stats.bootstrap)."""
+    mean over rollouts and its percentile-bootstrap interval over rollouts (ope/intervals.py)."""
     rows = []
     for name in VALUE_ESTIMATES:
         if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
             continue  # no successful behaviour episode, no success bank
         for epsilon in np.unique(rollouts.epsilons):
             x = rollouts.values(name, epsilon)
-            low, high = _interval(x, config, seed)
-            value = float(x.mean())
-            rows.append({
-                "cell": cell, "estimator": f"{estimator}:{name}", "policy": policy, "epsilon": float(epsilon),
-                "seed": seed, "value": value, "ci_low": low, "ci_high": high,
-                "log_abs_value": float(np.log(abs(value))) if value else -np.inf, "sign": int(np.sign(value)),
-            })
+            low, high = percentile_bootstrap(lambda picked: float(x[picked].mean()), len(x), n_resamples=config.n_bootstrap,
+                                             confidence=config.confidence, seed=seed)
+            rows.append(estimates_row(cell=cell, estimator=f"{estimator}:{name}", policy=policy, epsilon=epsilon,
+                                      seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(low),
+                                      ci_high=SignedLog.of(high)))
     return rows
-
-
-def _interval(x: np.ndarray, config: AdwmConfig, seed: int) -> tuple[float, float]:
-    if np.ptp(x) == 0:  # every rollout agrees: the interval is the point
-        return float(x[0]), float(x[0])
-    result = stats.bootstrap((x,), np.mean, n_resamples=config.n_bootstrap, confidence_level=config.confidence,
-                             method="percentile", random_state=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def evaluate_policy(

@@ -44,7 +44,9 @@ from ..data.windows import EpisodeArrays, episode_arrays
 from ..envs import make_env
 from ..model.world_model import RewardScale, WorldModel
 from ..policies.prompts import History
-from .adwm import AdwmConfig, ImaginedRollouts, StateBank
+from .adwm import ImaginedRollouts
+from .adwm_config import AdwmConfig
+from .state_bank import StateBank
 
 TOP_K = 5
 

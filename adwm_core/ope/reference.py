@@ -24,7 +24,9 @@ import torch
 
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
-from .adwm import AdwmConfig, ImaginedRollouts, Policy, StateBank, uniforms
+from .adwm import ImaginedRollouts, Policy, uniforms
+from .adwm_config import AdwmConfig
+from .state_bank import StateBank
 
 ESTIMATOR = "kNN-WM"  # estimates rows are named f"{ESTIMATOR}:{value estimate}"
 

@@ -1,0 +1,57 @@
+"""The behaviour log as imagination reads it: its distinct observations encoded once, where
+episodes start, the success bank and the logged transitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..data import behaviour_rows
+from ..model.world_model import WorldModel
+from .logged import LoggedTransitions
+
+
+@dataclass
+class StateBank:
+    """The behaviour observations imagination reads from, and the transitions logged between
+    them, encoded once."""
+
+    texts: list[str]
+    task_descriptions: list[str]
+    admissible: list[tuple[str, ...] | None]
+    latents: torch.Tensor  # (U, d_z)
+    starts: np.ndarray  # bank rows of the episodes' first observations, one per episode
+    success: torch.Tensor  # (S, d_z) latents of the last observations of successful episodes
+    transitions: LoggedTransitions
+
+    @classmethod
+    def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
+        table = behaviour_rows(table)
+        if table.num_rows == 0:
+            raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
+        rows = table.select(["episode", "t", "observation", "task_description", "admissible", "next_observation",
+                             "done", "success"]).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pylist()
+        index: dict[str, int] = {}
+        texts, tasks, admissible, starts = [], [], [], []
+        for row in rows:
+            if row["observation"] not in index:
+                index[row["observation"]] = len(texts)
+                texts.append(row["observation"])
+                tasks.append(row["task_description"])
+                admissible.append(None if row["admissible"] is None else tuple(row["admissible"]))
+            if row["t"] == 0:
+                starts.append(index[row["observation"]])
+        finals = [r["next_observation"] for r, after in zip(rows, rows[1:] + [None])
+                  if (after is None or after["episode"] != r["episode"]) and r["success"]]
+        with torch.no_grad():
+            latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
+        return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
+                   LoggedTransitions.from_trajectories(table, model, index))
+
+    def nearest(self, z: torch.Tensor) -> np.ndarray:
+        """Bank rows of the observations nearest to each latent (cosine)."""
+        sim = torch.nn.functional.normalize(z, dim=-1) @ torch.nn.functional.normalize(self.latents, dim=-1).T
+        return sim.argmax(-1).numpy()
