@@ -15,7 +15,7 @@ from adwm_core.collection import EnvSpec
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies
-from tasks.common import use_tracking_store
+from tasks.common import Stage, use_tracking_store
 
 RESULTS = Path(__file__).parent / "results"
 CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
@@ -49,9 +49,10 @@ def tiny_family() -> dict[str, str]:
     return paths
 
 
-def latest_artifact(cell: str, stage: str) -> str:
-    """The artifact folder of ``stage`` (per-π_e stages: ``"<stage> [<label>]"``) in the cell's
-    latest tracked flow run."""
+def latest_artifact(cell: str, stage: Stage, label: str | None = None) -> str:
+    """The artifact folder of ``stage`` (of π_e ``label`` for a per-π_e stage) in the cell's latest
+    tracked flow run."""
+    stage = stage.run_name(label)
     use_tracking_store()
     experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
     runs = [] if experiment is None else mlflow.search_runs(

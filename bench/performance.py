@@ -33,7 +33,7 @@ import mlflow
 
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
-from tasks import behaviour
+from tasks import adwm as adwm_task, behaviour
 from tasks.common import use_tracking_store
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
@@ -109,11 +109,11 @@ def llm_throughput(config, trajectories: str) -> dict:
 
 def throughput(result: dict, cell: str, label: str) -> dict:
     """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
-    ADWM stage ``evaluate-policy`` just ran (its MLflow run ``adwm [<label>]``)."""
+    ADWM stage ``evaluate-policy`` just ran (its MLflow run, ``adwm [<label>]``)."""
     model = next(s for s in result["stages"] if s["stage"] == "world-model")
     use_tracking_store()
     experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
-    (adwm,) = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = 'adwm [{label}]'",
+    (adwm,) = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{adwm_task.STAGE.run_name(label)}'",
                                  output_format="list")
     seconds = (adwm.info.end_time - adwm.info.start_time) / 1000
     return {"world_model_s": model["seconds"], "transitions_per_s": model["metrics"].get("transitions_per_s"),

@@ -14,7 +14,7 @@ from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec
 from flows.cells import cell_config_path
 from tasks import adwm, behaviour, policies, psi, world_model
-from tasks.common import cell_run, finished_stage
+from tasks.common import cell_run
 
 
 @flow(name="evaluate-policy", log_prints=True)
@@ -29,8 +29,8 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
         config, _ = policies.prepare_policies(config, parent, train=False)
         agent = config.evaluation.policies[0]  # a local: checkpoint resolved to its folder
-        logged = finished_stage(config.name, behaviour.STAGE, behaviour.config_slice(config))
-        trained = finished_stage(config.name, world_model.STAGE, world_model.config_slice(config), (logged,))
+        logged = behaviour.STAGE.finished(config)
+        trained = world_model.STAGE.finished(config, inputs=(logged,))
         adapter = psi.psi(config, agent, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None
         estimates = adwm.adwm(config, agent, logged, trained, adapter, parent)
     path = estimates.file(adwm.FILE)

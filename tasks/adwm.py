@@ -10,8 +10,10 @@ from adwm_core.collection import PolicySpec
 from adwm_core.ope.evaluate import run_adwm
 
 from . import behaviour, psi, world_model
-from .common import Artifact, evaluation_slice, log_metrics, run_stage
+from .common import Artifact, Stage, evaluation_slice, log_metrics
 
+STAGE = Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": evaluation_slice(cell, policy)},
+              per_policy=True)
 FILE = "estimates.parquet"
 
 
@@ -26,5 +28,4 @@ def adwm(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Ar
         log_metrics(timings)
 
     inputs = (trajectories, model) + ((adapter,) if adapter is not None else ())
-    config = {"adwm": cell.adwm, "evaluation": evaluation_slice(cell, policy)}
-    return run_stage(cell.name, "adwm", config, inputs, build, parent_run, policy.label)
+    return STAGE.run(cell, build, parent_run, policy=policy, inputs=inputs)

@@ -9,8 +9,9 @@ from adwm_core.collection import PolicySpec
 from adwm_core.ope.baselines import run_baselines
 
 from . import behaviour, logprobs, world_model
-from .common import Artifact, run_stage
+from .common import Artifact, Stage
 
+STAGE = Stage("baselines", lambda cell, policy: {"baselines": cell.baselines, "policy": policy.name}, per_policy=True)
 FILE = "estimates.parquet"
 
 
@@ -21,5 +22,4 @@ def baselines(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, logp
         run_baselines(trajectories.file(behaviour.FILE), logps.file(logprobs.FILE), model.file(world_model.FOLDER),
                       f"{folder}/{FILE}", cell=cell.name, policy=policy.name, config=cell.baselines)
 
-    config = {"baselines": cell.baselines, "policy": policy.name}
-    return run_stage(cell.name, "baselines", config, (trajectories, logps, model), build, parent_run, policy.label)
+    return STAGE.run(cell, build, parent_run, policy=policy, inputs=(trajectories, logps, model))

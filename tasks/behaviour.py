@@ -8,9 +8,10 @@ from prefect.tasks import exponential_backoff
 from adwm_core.cell import CellConfig
 from adwm_core.collection import collect_behavior
 
-from .common import Artifact, run_stage, stage_progress
+from .common import Artifact, Stage, stage_progress
 
-STAGE, FILE = "behaviour", "trajectories.parquet"
+STAGE = Stage("behaviour", lambda cell: {"env": cell.env, "behaviour": cell.behaviour})
+FILE = "trajectories.parquet"
 
 
 @task(name="behaviour-collection", retries=2, retry_delay_seconds=exponential_backoff(10))
@@ -20,8 +21,4 @@ def collect(cell: CellConfig, parent_run: str | None) -> Artifact:
             collect_behavior(cell.env, cell.behaviour.pool, cell.behaviour.episodes, f"{folder}/{FILE}", cell=cell.name,
                              variants=cell.behaviour.variants, progress=progress)
 
-    return run_stage(cell.name, STAGE, config_slice(cell), (), build, parent_run)
-
-
-def config_slice(cell: CellConfig) -> dict:
-    return {"env": cell.env, "behaviour": cell.behaviour}
+    return STAGE.run(cell, build, parent_run)

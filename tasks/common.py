@@ -1,7 +1,9 @@
 """What every stage task shares: content-addressed artifact folders and MLflow stage runs.
 
-A stage's key is the SHA-256 of its name, its config slice (JSON), the keys of its input
-artifacts and the library version — never a live object. Its artifacts go to
+Each task module declares its stage once, as a :class:`Stage` (name, the slice of the cell
+config it depends on, per π_e or not); flows, ``evaluate-policy`` and the benches find its
+artifacts through that descriptor. A stage's key is the SHA-256 of its name, its config slice
+(JSON), the keys of its input artifacts and the library version — never a live object. Its artifacts go to
 ``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/`` and a ``_COMPLETE`` marker is written
 only after the stage function returned, so a rerun with the same key skips the stage, a
 killed stage leaves no folder that counts as finished (the rerun empties it first), and a
@@ -63,7 +65,7 @@ def stage_key(stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> st
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def locate(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
+def _locate(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
     """Where the stage's artifact with these settings and inputs lives, finished or not."""
     key = stage_key(stage, config_slice, inputs)
     return Artifact(artifact_path("cells", cell, stage, key[:16]), key)
@@ -74,12 +76,12 @@ def evaluation_slice(cell, policy) -> dict:
     return {"policy": policy, "epsilons": cell.evaluation.epsilons}
 
 
-def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
+def _run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
               build: Callable[[str], object], parent_run: str | None, policy: str | None = None) -> Artifact:
     """Run ``build(folder)`` into an empty folder unless the stage's artifact with this key is complete;
     the run is tracked as an MLflow run nested under ``parent_run`` (named after ``policy`` too
     for per-π_e stages)."""
-    artifact = locate(cell, stage, config_slice, inputs)
+    artifact = _locate(cell, stage, config_slice, inputs)
     fs, root = fsspec.core.url_to_fs(artifact.path)
     logger = get_run_logger()
     finished = fs.exists(f"{root}/{MARKER}")
@@ -96,6 +98,49 @@ def run_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...],
         build(artifact.path)
     with fs.open(f"{root}/{MARKER}", "w") as f:
         f.write(artifact.key)
+    return artifact
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's identity: its name (artifact folder; MLflow run, ``"<name> [<π_e label>]"`` per
+    π_e) and ``settings``, the slice of the cell config its key hashes — ``settings(cell)``, or
+    ``settings(cell, policy)`` for a per-π_e stage."""
+
+    name: str
+    settings: Callable[..., object]
+    per_policy: bool = False
+
+    def run_name(self, label: str | None = None) -> str:
+        return self.name if label is None else f"{self.name} [{label}]"
+
+    def _slice(self, cell, policy):
+        if self.per_policy != (policy is not None):
+            raise TypeError(f"stage {self.name!r} is {'' if self.per_policy else 'not '}per π_e: "
+                            f"{'pass' if self.per_policy else 'do not pass'} a policy")
+        return self.settings(cell, policy) if self.per_policy else self.settings(cell)
+
+    def run(self, cell, build: Callable[[str], object], parent_run: str | None, *, policy=None,
+            inputs: tuple[Artifact, ...] = ()) -> Artifact:
+        """``build(folder)`` unless this stage's artifact for ``cell`` (and ``policy``) is complete."""
+        return _run_stage(cell.name, self.name, self._slice(cell, policy), inputs, build, parent_run,
+                         None if policy is None else policy.label)
+
+    def finished(self, cell, *, policy=None, inputs: tuple[Artifact, ...] = ()) -> Artifact:
+        """The complete artifact of this stage for ``cell`` (and ``policy``) on ``inputs``, or an
+        error saying which flow produces it."""
+        return _finished_stage(cell.name, self.name, self._slice(cell, policy), inputs)
+
+
+def _finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
+    """The complete artifact a stage with these settings and inputs wrote, or an error saying
+    which flow produces it."""
+    artifact = _locate(cell, stage, config_slice, inputs)
+    fs, root = fsspec.core.url_to_fs(artifact.path)
+    if not fs.exists(f"{root}/{MARKER}"):
+        raise FileNotFoundError(f"cell {cell} has no finished {stage} stage for its current config (looked for "
+                                f"{artifact.path}): run the cell first, `prefect deployment run ope-cell/{cell}` "
+                                f"or `python -m flows.ope_cell {cell}`")
     return artifact
 
 
@@ -191,15 +236,3 @@ def cell_run(cell: str, run_name: str) -> Iterator[str]:
         if source is not None:
             mlflow.set_tag(SOURCE_TAG, source)
         yield run.info.run_id
-
-
-def finished_stage(cell: str, stage: str, config_slice, inputs: tuple[Artifact, ...] = ()) -> Artifact:
-    """The complete artifact a stage with these settings and inputs wrote, or an error saying
-    which flow produces it."""
-    artifact = locate(cell, stage, config_slice, inputs)
-    fs, root = fsspec.core.url_to_fs(artifact.path)
-    if not fs.exists(f"{root}/{MARKER}"):
-        raise FileNotFoundError(f"cell {cell} has no finished {stage} stage for its current config (looked for "
-                                f"{artifact.path}): run the cell first, `prefect deployment run ope-cell/{cell}` "
-                                f"or `python -m flows.ope_cell {cell}`")
-    return artifact

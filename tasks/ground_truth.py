@@ -9,8 +9,10 @@ from prefect.tasks import exponential_backoff
 from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec, ground_truth_rollouts
 
-from .common import Artifact, evaluation_slice, log_metrics, run_stage, stage_progress
+from .common import Artifact, Stage, evaluation_slice, log_metrics, stage_progress
 
+STAGE = Stage("ground-truth", lambda cell, policy: {"env": cell.env, "evaluation": evaluation_slice(cell, policy),
+                                                    "ground_truth": cell.ground_truth}, per_policy=True)
 EPISODES, SUMMARY = "episodes.parquet", "summary.parquet"
 
 
@@ -27,5 +29,4 @@ def ground_truth(cell: CellConfig, policy: PolicySpec, parent_run: str | None) -
                                   progress=progress, timings=seconds)
         log_metrics({f"seconds_eps_{eps:g}": s for eps, s in seconds.items()})
 
-    config = {"env": cell.env, "evaluation": evaluation_slice(cell, policy), "ground_truth": settings}
-    return run_stage(cell.name, "ground-truth", config, (), build, parent_run, policy.label)
+    return STAGE.run(cell, build, parent_run, policy=policy)

@@ -9,8 +9,9 @@ from adwm_core.cell import CellConfig
 from adwm_core.collection import PolicySpec, extract_logprobs
 
 from . import behaviour
-from .common import Artifact, evaluation_slice, run_stage
+from .common import Artifact, Stage, evaluation_slice
 
+STAGE = Stage("logprobs", lambda cell, policy: {"evaluation": evaluation_slice(cell, policy)}, per_policy=True)
 FILE = "logprobs.parquet"
 
 
@@ -21,5 +22,4 @@ def logprobs(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, paren
         extract_logprobs(trajectories.file(behaviour.FILE), cell.env.name, cell.behaviour.pool, policy,
                          f"{folder}/{FILE}", epsilons=cell.evaluation.epsilons)
 
-    return run_stage(cell.name, "logprobs", {"evaluation": evaluation_slice(cell, policy)}, (trajectories,), build,
-                     parent_run, policy.label)
+    return STAGE.run(cell, build, parent_run, policy=policy, inputs=(trajectories,))

@@ -10,9 +10,9 @@ from prefect import task
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.policies.trainer import train_tiny_policies
 
-from .common import Artifact, finished_stage, run_stage
+from .common import Artifact, Stage
 
-STAGE = "policies"
+STAGE = Stage("policies", lambda cell: {"env": cell.env, "local_policies": cell.local_policies})
 
 
 @task(name="prepare-policies")
@@ -29,9 +29,7 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
         train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, f"{folder}/family", family.checkpoints,
                             n_variations=family.n_variations, context=family.context)
 
-    settings = {"env": cell.env, "local_policies": family}
-    artifact = (run_stage(cell.name, STAGE, settings, (), build, parent_run) if train
-                else finished_stage(cell.name, STAGE, settings))
+    artifact = STAGE.run(cell, build, parent_run) if train else STAGE.finished(cell)
 
     def resolve(spec):
         if not spec.model.startswith(LOCAL_PREFIX):

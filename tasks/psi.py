@@ -9,8 +9,9 @@ from adwm_core.collection import PolicySpec
 from adwm_core.training.psi import run_psi
 
 from . import behaviour, world_model
-from .common import Artifact, epoch_logger, run_stage
+from .common import Artifact, Stage, epoch_logger
 
+STAGE = Stage("psi", lambda cell, policy: {"psi": cell.psi, "policy": policy}, per_policy=True)
 FOLDER = "adapter"
 
 
@@ -21,5 +22,4 @@ def psi(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Art
         run_psi(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, f"{folder}/{FOLDER}",
                 cell.psi, on_epoch=epoch_logger("psi_"))
 
-    config = {"psi": cell.psi, "policy": policy}
-    return run_stage(cell.name, "psi", config, (trajectories, model), build, parent_run, policy.label)
+    return STAGE.run(cell, build, parent_run, policy=policy, inputs=(trajectories, model))

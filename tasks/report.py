@@ -17,10 +17,11 @@ from adwm_core.data import ESTIMATES, GROUND_TRUTH, read_table
 from adwm_core.report import main_results, markdown, plot, summary_lines
 
 from . import adwm, baselines, ground_truth
-from .common import Artifact, run_stage, use_tracking_store
+from .common import Artifact, Stage, use_tracking_store
 
 REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "estimates_vs_truth.png"
 FORMAT = 2  # of results.json; a report written in an older format is recomputed (2: rho_p, rho_seeds)
+STAGE = Stage("report", lambda cell: {"cell": cell.name, "format": FORMAT})
 
 
 @task(name="report")
@@ -51,7 +52,7 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
         mlflow.log_dict(curves, CURVES)
 
     inputs = (*truths, *adwm_estimates, *baseline_estimates)
-    artifact = run_stage(cell.name, "report", {"cell": cell.name, "format": FORMAT}, inputs, build, parent_run)
+    artifact = STAGE.run(cell, build, parent_run, inputs=inputs)
     with fsspec.open(artifact.file(RESULTS)) as f:
         rows = json.load(f)
     with fsspec.open(artifact.file(REPORT), "r") as f:

@@ -11,9 +11,10 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.training.world_model import train_world_model
 
 from . import behaviour
-from .common import Artifact, epoch_logger, run_stage, stage_progress
+from .common import Artifact, Stage, epoch_logger, stage_progress
 
-STAGE, FOLDER = "world-model", "model"
+STAGE = Stage("world-model", lambda cell: cell.world_model)
+FOLDER = "model"
 
 
 @task(name="world-model-training", tags=["gpu"])
@@ -33,8 +34,4 @@ def world_model(cell: CellConfig, trajectories: Artifact, parent_run: str | None
         if mlflow.active_run() is not None and "://" not in folder:
             mlflow.log_artifacts(f"{folder}/{FOLDER}", "world_model")  # the selected checkpoint and its config
 
-    return run_stage(cell.name, STAGE, config_slice(cell), (trajectories,), build, parent_run)
-
-
-def config_slice(cell: CellConfig):
-    return cell.world_model
+    return STAGE.run(cell, build, parent_run, inputs=(trajectories,))
