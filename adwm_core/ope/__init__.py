@@ -1,1 +1,38 @@
-"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments."""
+"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments.
+
+The public names load on first use (PEP 562), so importing a light module of this package
+(``adwm_config``) does not load torch::
+
+    from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, evaluate_policy, spearman
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "adwm": ("ImaginedRollouts", "Rollouts"),
+    "adwm_config": ("AdwmConfig", "PRESETS"),
+    "baselines": ("BaselineConfig", "run_baselines"),
+    "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
+                   "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
+                   "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),
+    "evaluate": ("evaluate_policy", "run_adwm"),
+    "metrics": ("spearman", "kendall", "regret_at_1", "normalised_absolute_error"),
+    "reference": ("ReferenceRollouts",),
+    "state_bank": ("StateBank",),
+}
+_SHORT = {"DM": "DirectMethod", "FQE": "FittedQ", "IS": "ImportanceSampling", "PDIS": "PerDecisionImportanceSampling",
+          "WIS": "WeightedImportanceSampling", "WPDIS": "WeightedPerDecisionImportanceSampling",
+          "DR": "DoublyRobust", "WDR": "WeightedDoublyRobust"}  # the estimators by the names their rows carry
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted([*_MODULE_OF, *_SHORT])
+
+
+def __getattr__(name: str):
+    full = _SHORT.get(name, name)
+    if full not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_MODULE_OF[full]}", __name__), full)
+
+
+def __dir__() -> list[str]:
+    return __all__
