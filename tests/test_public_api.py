@@ -9,9 +9,10 @@ import adwm_core.ope as ope
 
 
 def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names():
-    from adwm_core.ope import WIS, LoggedTrajectories, WeightedImportanceSampling  # noqa: F401
+    from adwm_core.ope import WIS, LoggedTrajectories, WeightedImportanceSampling
+    from adwm_core.ope.estimators import LoggedTrajectories as defined
 
-    assert WIS is WeightedImportanceSampling and WIS.name == "WIS"
+    assert WIS is WeightedImportanceSampling and WIS.name == "WIS" and LoggedTrajectories is defined
     for name in ope.__all__:
         assert getattr(ope, name) is not None, name
     assert {ope.ESTIMATORS[name] for name in ope.ESTIMATORS} == {getattr(ope, name) for name in ope.ESTIMATORS}
