@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .collection import EPSILONS, EnvSpec, PolicySpec, check_epsilons
+from .specs import EPSILONS, EnvSpec, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .ope.adwm_config import AdwmConfig
 from .ope.baselines import BaselineConfig

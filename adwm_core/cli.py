@@ -9,7 +9,8 @@ import sys
 
 import pyarrow.compute as pc
 
-from .collection import EnvSpec, check_epsilons, run_epsilon_family
+from .specs import EnvSpec, check_epsilons
+from .stages.collection import run_epsilon_family
 from .data import TRAJECTORIES, check_output, write_table
 from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent

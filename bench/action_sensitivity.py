@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import logged_steps
+from adwm_core.stages.collection import logged_steps
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel

@@ -30,10 +30,13 @@ from dataclasses import asdict, replace
 import numpy as np
 import torch
 
-from adwm_core.collection import EPSILONS, ModelCache, PolicySpec, ground_truth_rollouts
+from adwm_core.specs import EPSILONS, PolicySpec
+from adwm_core.policies.base import ModelCache
+from adwm_core.stages.collection import ground_truth_rollouts
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL
 from adwm_core.data.windows import episode_arrays
+from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
 from adwm_core.ope.adwm_config import AdwmConfig
@@ -42,7 +45,6 @@ from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
-from adwm_core.training.psi import load_adapter
 from common import RESULTS, default_env, machine, tiny_family
 from world_model_training import behaviour
 
@@ -141,7 +143,7 @@ def main() -> None:
 
     model = WorldModel.load(wm_path)
     llm = ModelCache().policy(policy, default_env().name)
-    reader = SoftPromptPolicy(llm, load_adapter(psi_path))
+    reader = SoftPromptPolicy(llm, PsiAdapter.load(psi_path))
     variants = dict(VARIANTS)
     variants[f"likelihood guidance (last {args.likelihood_steps} of 50 steps, 2 seeds)"] = AdwmConfig(
         reading="soft_tokens", guidance="likelihood", guided_steps=args.likelihood_steps, seeds=(0, 1))

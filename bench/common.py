@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import torch
 
-from adwm_core.collection import EnvSpec
+from adwm_core.specs import EnvSpec
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies

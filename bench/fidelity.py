@@ -36,15 +36,16 @@ import numpy as np
 import yaml
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
-from adwm_core.collection import ModelCache
+from adwm_core.policies.base import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
+from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm_config import PRESETS as ADWM_PRESETS
 from adwm_core.ope.adwm_config import AdwmConfig
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
-from adwm_core.training.psi import load_adapter, run_psi
+from adwm_core.stages.psi import run_psi
 from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, environment_replay,
                                     logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement)
 from adwm_core.paths import local_cache_dir
@@ -120,7 +121,7 @@ def evaluated_policy(cell: CellConfig, preset: str, model_folder: str, trajector
         psi_folder = f"{model_folder}/psi"
         if not os.path.exists(f"{psi_folder}/config.json"):
             run_psi(trajectories, model_folder, spec, psi_folder, cell.psi, overwrite=True)
-        soft = SoftPromptPolicy(llm, load_adapter(psi_folder))
+        soft = SoftPromptPolicy(llm, PsiAdapter.load(psi_folder))
     return spec, llm, soft, config
 
 

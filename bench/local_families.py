@@ -35,7 +35,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
-from adwm_core.collection import PolicySpec, collect_behavior
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.collection import collect_behavior
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.prompts import KEEP_OBSERVATION_START, MAX_LISTED_ACTIONS
 from adwm_core.policies.trainer import train_tiny_policies

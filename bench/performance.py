@@ -56,7 +56,7 @@ def measure(kind: str, cell: str) -> dict:
 def child(kind: str, cell: str, facts_path: str) -> None:
     """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
     from adwm_core.cell import CellConfig
-    from adwm_core.collection import ground_truth_rollouts
+    from adwm_core.stages.collection import ground_truth_rollouts
     from flows.evaluate_policy import evaluate_policy
     from tasks.policies import prepare_policies
 
@@ -83,7 +83,8 @@ def child(kind: str, cell: str, facts_path: str) -> None:
 def llm_throughput(config, trajectories: str) -> dict:
     """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
     generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
-    from adwm_core.collection import ModelCache, logged_steps
+    from adwm_core.policies.base import ModelCache
+    from adwm_core.stages.collection import logged_steps
     from adwm_core.data import TRAJECTORIES, read_table
 
     steps = list(logged_steps(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]

@@ -11,7 +11,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec
+from adwm_core.specs import PolicySpec
 from flows.cells import cell_config_path
 from tasks import adwm, behaviour, policies, psi, world_model
 from tasks.common import cell_run

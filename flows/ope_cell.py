@@ -1,4 +1,4 @@
-"""ope-cell: every stage of one cell, independent branches concurrently (DESIGN.md, 'Stages of a cell').
+"""ope-cell: every stage of one cell, independent branches concurrently (README, 'Orchestration').
 
     policies ─┬─> behaviour ─┬─> log-probs ───────────────┬─> baselines ─┐
               │              └─> world model ─┬───────────┘              ├─> report

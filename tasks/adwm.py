@@ -6,8 +6,8 @@ from __future__ import annotations
 from prefect import task
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec
-from adwm_core.ope.evaluate import run_adwm
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.adwm import run_adwm
 
 from . import behaviour, psi, world_model
 from .common import Artifact, Stage, evaluation_slice, log_metrics

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec
-from adwm_core.ope.baselines import run_baselines
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.baselines import run_baselines
 
 from . import behaviour, logprobs, world_model
 from .common import Artifact, Stage

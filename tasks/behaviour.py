@@ -6,7 +6,7 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import collect_behavior
+from adwm_core.stages.collection import collect_behavior
 
 from .common import Artifact, Stage, stage_progress
 

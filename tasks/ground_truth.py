@@ -7,7 +7,8 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec, ground_truth_rollouts
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.collection import ground_truth_rollouts
 
 from .common import Artifact, Stage, evaluation_slice, log_metrics, stage_progress
 

@@ -6,7 +6,8 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec, extract_logprobs
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.collection import extract_logprobs
 
 from . import behaviour
 from .common import Artifact, Stage, evaluation_slice

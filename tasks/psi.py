@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 
 from adwm_core.cell import CellConfig
-from adwm_core.collection import PolicySpec
-from adwm_core.training.psi import run_psi
+from adwm_core.specs import PolicySpec
+from adwm_core.stages.psi import run_psi
 
 from . import behaviour, world_model
 from .common import Artifact, Stage, epoch_logger

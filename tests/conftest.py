@@ -63,7 +63,7 @@ def tiny_policies(adwm_home):
 def tiny_env_spec():
     """Held-out variations of the split the tiny policies were fine-tuned on (TWX's test split
     names objects never seen in training, which a from-scratch LM cannot spell)."""
-    from adwm_core.collection import EnvSpec
+    from adwm_core.specs import EnvSpec
 
     name, task, options = TINY_ENV
     return EnvSpec(name, task, options, split="train", max_steps=12, skip_variations=TINY_VARIATIONS)
@@ -71,7 +71,7 @@ def tiny_env_spec():
 
 @pytest.fixture(scope="session")
 def tiny_pool(tiny_policies):
-    from adwm_core.collection import PolicySpec
+    from adwm_core.specs import PolicySpec
 
     return [PolicySpec("tiny-early", tiny_policies["early"]), PolicySpec("tiny-late", tiny_policies["late"])]
 
@@ -82,7 +82,7 @@ WM_STEPS = 400  # the default recipe's budget is in optimiser steps (20 evaluati
 @pytest.fixture(scope="session")
 def tiny_behaviour(tiny_pool, adwm_home):
     """160 behaviour trajectories of the tiny pool (path to the Parquet file)."""
-    from adwm_core.collection import collect_behavior
+    from adwm_core.stages.collection import collect_behavior
 
     out = str(adwm_home / "tiny-cell" / "trajectories.parquet")
     collect_behavior(tiny_env_spec(), tiny_pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
@@ -105,7 +105,8 @@ def tiny_world_model(tiny_behaviour, adwm_home):
 @pytest.fixture(scope="session")
 def tiny_psi(tiny_behaviour, tiny_world_model, tiny_pool, adwm_home):
     """The ψ adapter of π_e = tiny-late on the tiny cell (path)."""
-    from adwm_core.training.psi import PsiConfig, run_psi
+    from adwm_core.stages.psi import run_psi
+    from adwm_core.training.psi import PsiConfig
 
     out = str(adwm_home / "tiny-cell" / "psi")
     run_psi(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], out, PsiConfig(device="cpu"))

@@ -15,6 +15,7 @@ from adwm_core.diffusion.process import GaussianDiffusion
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
+from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import ImaginedRollouts
 from adwm_core.ope.adwm_config import AdwmConfig
@@ -147,7 +148,7 @@ def test_a_seed_fixes_every_draw(corridor):
 
 def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     _, model = corridor
-    diffusion = GaussianDiffusion(n_steps=model.config.n_denoise)
+    diffusion = model.diffusion
     bank = StateBank.from_trajectories(read_table(corridor[0], TRAJECTORIES), model)
     z0 = bank.latents[bank.starts[:4]]
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
@@ -249,7 +250,7 @@ def test_bad_settings_are_named(corridor):
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
                                                                              tiny_pool, tiny_psi, tmp_path):
     from adwm_core.data import ESTIMATES
-    from adwm_core.ope.evaluate import run_adwm
+    from adwm_core.stages.adwm import run_adwm
     from conftest import TINY_ENV
 
     out = tmp_path / "adwm.parquet"
@@ -283,13 +284,12 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
                                                                         tiny_psi):
     """Eq. final_score end to end on the tiny cell: the look-ahead likelihood changes the sampled
     latents (the unguided run differs), its time is reported, and a seed fixes every draw."""
-    from adwm_core.collection import ModelCache
+    from adwm_core.policies.base import ModelCache
     from adwm_core.policies.soft_prompt import SoftPromptPolicy
-    from adwm_core.training.psi import load_adapter
     from conftest import TINY_ENV
 
     model = WorldModel.load(tiny_world_model[0].path)
-    reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), load_adapter(tiny_psi))
+    reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), PsiAdapter.load(tiny_psi))
     bank = StateBank.from_trajectories(read_table(tiny_behaviour, TRAJECTORIES), model)
     guided = AdwmConfig(reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
     first, again = (ImaginedRollouts(model, bank, guided).run(reader, (0.0,), seed=5) for _ in range(2))

@@ -5,9 +5,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.collection import extract_logprobs
+from adwm_core.stages.collection import extract_logprobs
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
-from adwm_core.ope.baselines import BaselineConfig, run_baselines
+from adwm_core.ope.baselines import BaselineConfig
+from adwm_core.stages.baselines import run_baselines
 from adwm_core.ope.estimators import ESTIMATORS
 from adwm_core.ope.fqe import FQEConfig
 from conftest import TINY_ENV

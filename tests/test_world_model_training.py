@@ -10,7 +10,8 @@ from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
 from adwm_core.data.windows import covering_windows, episode_arrays, reward_scale, windows_at
 from adwm_core.model.world_model import WorldModel, WorldModelConfig
 from adwm_core.policies.base import load_language_model
-from adwm_core.training.psi import PsiConfig, load_adapter, observation_texts, train_psi_adapter
+from adwm_core.model.psi import PsiAdapter
+from adwm_core.training.psi import PsiConfig, observation_texts, train_psi_adapter
 from adwm_core.training.losses import world_model_losses
 from adwm_core.training.world_model import (ReachableTokenRows, Tokenised, TrainConfig, reachable_token_ids,
                                             split_indices, train_world_model)
@@ -214,6 +215,18 @@ def test_a_world_model_saved_before_unknown_trained_existed_infers_it():
     assert saved(ActionVocabulary.for_react())
 
 
+def test_the_diffusion_schedule_is_saved_with_the_model_and_an_unknown_one_is_named():
+    from adwm_core.diffusion.schedule import cosine_alpha_bar
+    from adwm_core.model.world_model import WorldModel, WorldModelConfig
+
+    data = WorldModelConfig(actions=ActionVocabulary.from_actions(["a"]), n_denoise=20).to_json()
+    assert data["schedule"] == "cosine"
+    model = WorldModel(WorldModelConfig.from_json(data))
+    np.testing.assert_allclose(model.diffusion.alpha_bar.numpy(), cosine_alpha_bar(20))
+    with pytest.raises(ValueError, match="schedule='linear'; choose from \\('cosine',\\)"):
+        WorldModelConfig.from_json({**data, "schedule": "linear"})
+
+
 @pytest.fixture(scope="module")
 def behaviour(tiny_behaviour):
     return read_table(tiny_behaviour, TRAJECTORIES)
@@ -278,7 +291,7 @@ def test_psi_adapter_retrieves_observations_well_above_chance(trained, behaviour
     assert final["random_top1"] == 1 / 8
     assert final["train_top1"] > 0.5 and final["heldout_top1"] > 0.3, final
     assert final["train_infonce"] < result.history[0]["train_infonce"]
-    adapter = load_adapter(result.path)
+    adapter = PsiAdapter.load(result.path)
     with torch.no_grad():
         soft = adapter(model.encode_texts(texts[:3]))
     assert soft.shape == (3, 8, targets.shape[1])

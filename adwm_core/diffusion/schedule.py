@@ -23,6 +23,9 @@ def cosine_alpha_bar(n_steps: int, offset: float = 0.008, max_beta: float = 0.99
     return np.cumprod(1.0 - betas)
 
 
+SCHEDULES = {"cosine": cosine_alpha_bar}  # ᾱ by name, as a world model's config saves it
+
+
 def betas_from_alpha_bar(alpha_bar: np.ndarray) -> np.ndarray:
     """β_k = 1 − ᾱ_k/ᾱ_{k−1}, with ᾱ_0 = 1."""
     previous = np.concatenate([[1.0], alpha_bar[:-1]])

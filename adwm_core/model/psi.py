@@ -9,8 +9,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checkpoint import load_checkpoint, save_checkpoint
+
 N_SOFT = 8
 WIDTH = 256
+WEIGHTS_FILE = "adapter.safetensors"
 
 
 class PsiAdapter(nn.Module):
@@ -24,3 +27,14 @@ class PsiAdapter(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``(N, d_z)`` → ``(N, n_soft, d_llm)`` soft tokens."""
         return self.net(z).unflatten(-1, (self.n_soft, self.d_llm))
+
+    def save(self, path: str, extra: dict) -> None:
+        """Weights and shape to the folder ``path`` (``extra``: what trained it, kept beside)."""
+        save_checkpoint(path, WEIGHTS_FILE, self, {"d_llm": self.d_llm, "d_z": self.d_z, "n_soft": self.n_soft, **extra})
+
+    @classmethod
+    def load(cls, path: str, device: str | torch.device = "cpu") -> "PsiAdapter":
+        meta, weights = load_checkpoint(path, WEIGHTS_FILE, "ψ-adapter")
+        adapter = cls(meta["d_llm"], meta["d_z"], meta["n_soft"])
+        adapter.load_state_dict(weights)
+        return adapter.to(device).eval()

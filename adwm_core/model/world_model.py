@@ -30,6 +30,7 @@ from torch import nn
 from ..data.actions import MAX_ACTIONS, NULL, UNKNOWN, ActionVocabulary
 from ..data.hash_tokenizer import HashTokenizer
 from ..diffusion.process import GaussianDiffusion
+from ..diffusion.schedule import SCHEDULES
 from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
 from .encoders import ActionEmbedding, ActionTextEncoder, HistoryEncoder, ObservationEncoder
@@ -84,6 +85,7 @@ class WorldModelConfig:
     max_tokens: int = 128
     max_steps: int = 64
     n_denoise: int = 50
+    schedule: str = "cosine"  # ᾱ_k (diffusion.schedule.SCHEDULES): saved with the model, which samples by it
     unknown_trained: bool = False  # some training action was ⟨unk⟩, so its embedding was fitted
     prediction: str = "eps"  # the score network's output: ε (the paper) or z_0
     action_input: str = "ids"  # e(a) from an id table (the paper) or from the action's text
@@ -93,7 +95,7 @@ class WorldModelConfig:
 
     def __post_init__(self) -> None:
         for name, allowed in (("prediction", PREDICTIONS), ("action_input", ACTION_INPUTS),
-                              ("outcome_input", OUTCOME_INPUTS)):
+                              ("outcome_input", OUTCOME_INPUTS), ("schedule", tuple(SCHEDULES))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"world model: {name}={getattr(self, name)!r}; choose from {allowed}")
         if self.word_match and self.action_input != "text":
@@ -121,7 +123,7 @@ class WorldModel(nn.Module):
         super().__init__()
         self.config = config
         c, n_actions = config, len(config.actions)
-        self.diffusion = GaussianDiffusion(n_steps=c.n_denoise)
+        self.diffusion = GaussianDiffusion(SCHEDULES[c.schedule](c.n_denoise))
         self.tokenizer = HashTokenizer(c.vocab_size, c.max_tokens)
         self.observation_encoder = ObservationEncoder(c.d_z, c.vocab_size, c.max_tokens)
         if c.action_input == "text":

@@ -11,11 +11,11 @@ from importlib import import_module
 _EXPORTS = {
     "adwm": ("ImaginedRollouts", "Rollouts"),
     "adwm_config": ("AdwmConfig", "PRESETS"),
-    "baselines": ("BaselineConfig", "run_baselines"),
+    "baselines": ("BaselineConfig",),
     "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
                    "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
                    "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),
-    "evaluate": ("evaluate_policy", "run_adwm"),
+    "evaluate": ("evaluate_policy",),
     "metrics": ("spearman", "kendall", "regret_at_1", "normalised_absolute_error"),
     "reference": ("ReferenceRollouts",),
     "state_bank": ("StateBank",),

@@ -1,5 +1,5 @@
-"""The COBS baselines stage: behaviour trajectories + log-probs + a trained world model →
-the estimates Parquet, one row per estimator × ε level × seed (app:baselines).
+"""What the COBS baselines read from behaviour trajectories, their log-probs and a trained
+world model (app:baselines); the stage that writes their estimates: stages/baselines.py.
 
 What the estimators read:
 
@@ -27,14 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
+from ..data import behaviour_rows
 from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..training.world_model import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
-from .estimators import ESTIMATORS, LoggedTrajectories
+from .estimators import ESTIMATORS
 from .fqe import FittedQEvaluation, FQEConfig, Transitions
-from .intervals import estimates_row
 
 USES_Q = ("FQE", "DR", "WDR")
 
@@ -115,58 +114,24 @@ class LoggedSteps:
         return np.where(self.listed[..., None], (1 - epsilon) * greedy + epsilon * self.uniform, greedy)
 
 
-def run_baselines(
-    trajectories: str,
-    logprobs: str,
-    world_model: str,
-    out: str,
-    *,
-    cell: str,
-    policy: str,
-    config: BaselineConfig = BaselineConfig(),
-    overwrite: bool = False,
-) -> pa.Table:
-    """Estimates of every configured estimator for π_e (labelled ``policy``) at every ε level
-    in ``logprobs``; written to ``out`` and returned."""
-    check_output(out, overwrite=overwrite)
-    model = WorldModel.load(world_model)
-    steps = logged_steps(trajectories, logprobs, model)
-    rows = []
-    for seed in config.seeds:
-        for epsilon, eval_logp in steps.eval_logp.items():
-            q = v = None
-            if set(USES_Q) & set(config.estimators):
-                q, v = fitted_q(steps, model, epsilon, config, seed)
-            data = LoggedTrajectories(
-                rewards=steps.rewards, mask=steps.grid.mask, gamma=config.gamma, q=q, v=v,
-                log_ratios=np.where(steps.grid.mask, eval_logp - steps.behaviour_logp, 0.0),
-                predicted_rewards=steps.predicted_rewards,
-            )
-            for name in config.estimators:
-                estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
-                                                       confidence=config.confidence, seed=seed)
-                rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
-                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high))
-    return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)
-
-
-def logged_steps(trajectories: str, logprobs: str, model: WorldModel) -> LoggedSteps:
-    """Read and align the behaviour trajectories and their log-probs; encode them with ``model``."""
-    table = behaviour_rows(read_table(trajectories, TRAJECTORIES))
+def logged_steps(trajectories: pa.Table, scores: pa.Table, model: WorldModel, *,
+                 names: tuple[str, str] = ("the trajectories", "the log-probs")) -> LoggedSteps:
+    """Align the behaviour trajectories and their log-probs (``scores``); encode them with
+    ``model``. ``names``: how errors call the two tables (e.g. their files)."""
+    table = behaviour_rows(trajectories)
     if table.num_rows == 0:
-        raise ValueError(f"{trajectories} holds no behaviour steps (source = 'behavior'); "
+        raise ValueError(f"{names[0]} holds no behaviour steps (source = 'behavior'); "
                          "the baselines read the behaviour trajectories, not ground truth")
     episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
     grid = StepGrid(episodes, t)
-    scores = read_table(logprobs, LOGPROBS)
-    behaviour = _aligned(scores, "behavior", None, grid, logprobs)
+    behaviour = _aligned(scores, "behavior", None, grid, names[1])
     epsilons = sorted(set(scores.filter(pc.equal(scores["policy"], "eval"))["epsilon"].to_pylist()))
     if not epsilons:
-        raise ValueError(f"{logprobs} holds no evaluation-policy rows; run log-prob extraction with π_e")
-    evaluation = {eps: _aligned(scores, "eval", eps, grid, logprobs) for eps in epsilons}
+        raise ValueError(f"{names[1]} holds no evaluation-policy rows; run log-prob extraction with π_e")
+    evaluation = {eps: _aligned(scores, "eval", eps, grid, names[1]) for eps in epsilons}
     greedy = evaluation[epsilons[0]]["greedy_action"]
     if greedy.null_count:
-        raise ValueError(f"{logprobs}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
+        raise ValueError(f"{names[1]}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
                          "rerun log-prob extraction (files written before the greedy_action column cannot serve FQE)")
     vocabulary = model.config.actions
     candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),

@@ -1,4 +1,5 @@
-"""Scoring π_e with ADWM: the estimates of every seed and ε level, and the ADWM stage.
+"""Scoring π_e with ADWM: the estimates of every seed and ε level (the stage that writes them:
+stages/adwm.py).
 
 Beside ADWM's rows (``ADWM:<value estimate>``), ``AdwmConfig.reference`` adds those of the
 non-parametric reference world model (``kNN-WM:<value estimate>``, ope/reference.py) under the
@@ -12,15 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..collection import EPSILONS, ModelCache, PolicySpec, check_epsilons
-from ..data import ESTIMATES, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
-from ..training.psi import load_adapter
-from .intervals import estimates_row, percentile_bootstrap
-from .signed_log import SignedLog
+from ..specs import check_epsilons
 from .adwm import ImaginedRollouts, Policy, Rollouts
 from .adwm_config import VALUE_ESTIMATES, AdwmConfig
+from .intervals import estimates_row, percentile_bootstrap
+from .signed_log import SignedLog
 from .state_bank import StateBank
 from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
 
@@ -72,40 +72,3 @@ def evaluate_policy(
     rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)
             for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
     return table_from_rows(rows, ESTIMATES), runs[ESTIMATOR]
-
-
-def run_adwm(
-    trajectories: str,
-    world_model: str,
-    policy: PolicySpec,
-    env_name: str,
-    out: str,
-    *,
-    cell: str,
-    psi: str | None = None,
-    epsilons: Sequence[float] = EPSILONS,
-    config: AdwmConfig = AdwmConfig(),
-    overwrite: bool = False,
-    timings: dict | None = None,
-) -> pa.Table:
-    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
-    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
-    given) receives the imagined steps of all seeds, the share of them answered by a logged
-    successor and the seconds spent in the world model, the guidance and π_e."""
-    check_output(out, overwrite=overwrite)
-    check_epsilons(epsilons)
-    if config.reading == "soft_tokens" and psi is None:
-        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
-                         "or choose reading='retrieval'")
-    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
-    adapter = load_adapter(psi) if config.reading == "soft_tokens" else None
-    llm = ModelCache().policy(policy, env_name)
-    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
-    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                  config=config)
-    if timings is not None:
-        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
-        timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
-        for part in runs[0].seconds:
-            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
-    return write_table(table, out, ESTIMATES, overwrite=overwrite)

@@ -15,12 +15,16 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..envs.runner import Decision, EpisodeState
 from .parsing import map_to_admissible, parse_action
 from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
+
+if TYPE_CHECKING:
+    from ..specs import PolicySpec
 
 BACKENDS = ("transformers", "vllm")
 # transformers builds models under a process-wide "meta device" context: two threads loading at
@@ -147,3 +151,16 @@ class PolicyAgent:
         for i, decision in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
             decisions[i] = decision
         return decisions
+
+
+class ModelCache:
+    """Loads each (model, backend, options) once, so prompt variants of one model share its weights."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str, str], LanguageModel] = {}
+
+    def policy(self, spec: PolicySpec, env_name: str) -> LLMPolicy:
+        key = (spec.model, spec.backend, repr(sorted(dict(spec.options).items())))
+        if key not in self._models:
+            self._models[key] = load_language_model(spec.model, spec.backend, **dict(spec.options))
+        return LLMPolicy(self._models[key], env_name, spec.variant)

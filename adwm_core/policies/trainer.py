@@ -31,6 +31,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from ..envs.agents import EpsilonGoldAgent
 from ..envs.runner import Episode, EpisodeRunner, EpisodeSpec
+from ..specs import EnvSpec
 from .local_models import save_model_dir
 from .prompts import (
     MAX_NEW_TOKENS,
@@ -210,9 +211,7 @@ def train_tiny_policies(
 ) -> dict[str, str]:
     """The local policy family of a cell: a tiny GPT-2 trained from scratch on the expert's
     trajectories of the first ``n_variations`` training instances of ``task`` (one, several
-    comma-separated or ``*``, as in :class:`~adwm_core.collection.EnvSpec`); ``{name: path}`` of its checkpoints."""
-    from ..collection import EnvSpec
-
+    comma-separated or ``*``, as in :class:`~adwm_core.specs.EnvSpec`); ``{name: path}`` of its checkpoints."""
     instances = EnvSpec(env_name, task, env_kwargs, "train").instances()[:n_variations]
     examples = gold_examples(env_name, env_kwargs, instances, max_steps=max_steps)
     model, tokenizer = new_tiny_lm(env_name, examples, context=context, width=width, layers=layers, seed=seed)

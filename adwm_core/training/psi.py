@@ -21,14 +21,11 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from ..data import TRAJECTORIES, read_table
 from ..data.io import behaviour_rows, check_output
-from ..model.checkpoint import load_checkpoint, save_checkpoint
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from .world_model import EpochCallback, resolve_device, split_indices
 
-WEIGHTS_FILE = "adapter.safetensors"
 
 
 @dataclass(frozen=True)
@@ -115,38 +112,11 @@ def train_psi_adapter(
         history.append(metrics)
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-    save_adapter(adapter, out_dir, {"config": asdict(config), "final": history[-1]})
+    adapter.save(out_dir, {"config": asdict(config), "final": history[-1]})
     return PsiResult(out_dir, history)
-
-
-def run_psi(trajectories: str, world_model: str, policy, out_dir: str, config: PsiConfig = PsiConfig(), *,
-            on_epoch: EpochCallback | None = None, overwrite: bool = False) -> PsiResult:
-    """The ψ stage: an adapter for π_e (a ``PolicySpec``) on the behaviour pool's observations,
-    read through the trained world model at ``world_model``. π_e's input embeddings come from its
-    weights, loaded with transformers whatever backend π_e acts with."""
-    from ..policies.base import load_language_model
-
-    check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
-    texts = observation_texts(read_table(trajectories, TRAJECTORIES))
-    model = WorldModel.load(world_model)  # a missing checkpoint fails before the LLM loads
-    options = dict(policy.options) if policy.backend == "transformers" else {}
-    targets = load_language_model(policy.model, "transformers", **options).mean_input_embeddings(texts)
-    return train_psi_adapter(model, texts, targets, out_dir, config, on_epoch=on_epoch, overwrite=overwrite)
 
 
 def _batches(order: np.ndarray, size: int) -> list[np.ndarray]:
     """Full batches only, so the random top-1 baseline is exactly 1/B."""
     n = len(order) // size
     return [order[i * size:(i + 1) * size] for i in range(n)]
-
-
-def save_adapter(adapter: PsiAdapter, path: str, extra: dict) -> None:
-    meta = {"d_llm": adapter.d_llm, "d_z": adapter.d_z, "n_soft": adapter.n_soft, **extra}
-    save_checkpoint(path, WEIGHTS_FILE, adapter, meta)
-
-
-def load_adapter(path: str, device: str | torch.device = "cpu") -> PsiAdapter:
-    meta, weights = load_checkpoint(path, WEIGHTS_FILE, "ψ-adapter")
-    adapter = PsiAdapter(meta["d_llm"], meta["d_z"], meta["n_soft"])
-    adapter.load_state_dict(weights)
-    return adapter.to(device).eval()

@@ -20,96 +20,24 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
-from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
-from .envs import make_env
-from .envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
-from .policies.base import LanguageModel, LLMPolicy, PolicyAgent, load_language_model
-from .policies.prompts import VARIANTS, History, episode_histories
-from .policies.scoring import eps_mix_logprob
-
-Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
-
-EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A policy by name: a Hugging Face model folder (or hub name), a backend and a prompt variant."""
-
-    label: str
-    model: str
-    backend: str = "transformers"
-    variant: str = "p0"
-    options: Mapping = field(default_factory=dict)  # backend options, e.g. {"batch_size": 32}
-
-    def with_variant(self, variant: str) -> PolicySpec:
-        return replace(self, variant=variant)
-
-    @property
-    def name(self) -> str:
-        """The label logged in the trajectories' ``policy`` column."""
-        return f"{self.label}@{self.variant}"
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """Where episodes come from: environment, its options, task type(s), split, horizon cap.
-
-    ``task`` is one task type, several separated by commas, or ``*`` for every task type of
-    the environment (the paper's ScienceWorld and ALFWorld cells span their task types).
-    ``skip_variations`` leaves out each task's first variations in the split, e.g. those a
-    local policy was fine-tuned on when episodes are drawn from the same split;
-    ``n_instances`` keeps only the first (task, variation) pairs, e.g. exactly those."""
-
-    name: str
-    task: str
-    options: Mapping = field(default_factory=dict)
-    split: str = "test"
-    max_steps: int = 12
-    skip_variations: int = 0
-    n_instances: int | None = None
-
-    def instances(self) -> list[tuple[str, int]]:
-        """(task, variation) pairs, task types interleaved so that any first n episodes cover them evenly."""
-        with make_env(self.name, **self.options) as env:  # checks name, options and tasks up front
-            tasks = env.tasks() if self.task == "*" else [t.strip() for t in self.task.split(",")]
-            per_task = [[(t, v) for v in list(env.variations(t, self.split))[self.skip_variations :]] for t in tasks]
-        empty = [t for t, pairs in zip(tasks, per_task) if not pairs]
-        if empty:
-            raise ValueError(f"{self.name}: task(s) {empty} have no {self.split} variations after skipping "
-                             f"{self.skip_variations}")
-        longest = max(map(len, per_task))
-        return [pairs[i] for i in range(longest) for pairs in per_task if i < len(pairs)][: self.n_instances]
-
-
-class ModelCache:
-    """Loads each (model, backend, options) once, so prompt variants of one model share its weights."""
-
-    def __init__(self) -> None:
-        self._models: dict[tuple[str, str, str], LanguageModel] = {}
-
-    def policy(self, spec: PolicySpec, env_name: str) -> LLMPolicy:
-        key = (spec.model, spec.backend, repr(sorted(dict(spec.options).items())))
-        if key not in self._models:
-            self._models[key] = load_language_model(spec.model, spec.backend, **dict(spec.options))
-        return LLMPolicy(self._models[key], env_name, spec.variant)
+from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
+from ..policies.base import ModelCache, PolicyAgent
+from ..policies.prompts import VARIANTS, History, episode_histories
+from ..policies.scoring import eps_mix_logprob
+from ..specs import EPSILONS, EnvSpec, PolicySpec, Progress, check_epsilons
 
 
 def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> EpisodeRunner:
     return EpisodeRunner(
         env.name, env.options, n_workers=n_workers, envs_per_worker=envs_per_worker, max_steps=env.max_steps
     )
-
-
-def check_epsilons(epsilons: Sequence[float]) -> None:
-    if not epsilons or any(not 0.0 <= e <= 1.0 for e in epsilons):
-        raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
 
 
 def episode_specs(instances: Sequence[tuple[str, int]], ks: Sequence[int], seed: int) -> list[EpisodeSpec]:

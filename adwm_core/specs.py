@@ -1,0 +1,67 @@
+"""The names every part of ADWM shares: which policy, which environment, which ε levels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .envs import make_env
+
+Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
+
+EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy by name: a Hugging Face model folder (or hub name), a backend and a prompt variant."""
+
+    label: str
+    model: str
+    backend: str = "transformers"
+    variant: str = "p0"
+    options: Mapping = field(default_factory=dict)  # backend options, e.g. {"batch_size": 32}
+
+    def with_variant(self, variant: str) -> PolicySpec:
+        return replace(self, variant=variant)
+
+    @property
+    def name(self) -> str:
+        """The label logged in the trajectories' ``policy`` column."""
+        return f"{self.label}@{self.variant}"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Where episodes come from: environment, its options, task type(s), split, horizon cap.
+
+    ``task`` is one task type, several separated by commas, or ``*`` for every task type of
+    the environment (the paper's ScienceWorld and ALFWorld cells span their task types).
+    ``skip_variations`` leaves out each task's first variations in the split, e.g. those a
+    local policy was fine-tuned on when episodes are drawn from the same split;
+    ``n_instances`` keeps only the first (task, variation) pairs, e.g. exactly those."""
+
+    name: str
+    task: str
+    options: Mapping = field(default_factory=dict)
+    split: str = "test"
+    max_steps: int = 12
+    skip_variations: int = 0
+    n_instances: int | None = None
+
+    def instances(self) -> list[tuple[str, int]]:
+        """(task, variation) pairs, task types interleaved so that any first n episodes cover them evenly."""
+        with make_env(self.name, **self.options) as env:  # checks name, options and tasks up front
+            tasks = env.tasks() if self.task == "*" else [t.strip() for t in self.task.split(",")]
+            per_task = [[(t, v) for v in list(env.variations(t, self.split))[self.skip_variations :]] for t in tasks]
+        empty = [t for t, pairs in zip(tasks, per_task) if not pairs]
+        if empty:
+            raise ValueError(f"{self.name}: task(s) {empty} have no {self.split} variations after skipping "
+                             f"{self.skip_variations}")
+        longest = max(map(len, per_task))
+        return [pairs[i] for i in range(longest) for pairs in per_task if i < len(pairs)][: self.n_instances]
+
+
+def check_epsilons(epsilons: Sequence[float]) -> None:
+    if not epsilons or any(not 0.0 <= e <= 1.0 for e in epsilons):
+        raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")

@@ -1,0 +1,55 @@
+"""The ADWM stage: π_e over the ε family in imagined rollouts of a trained world model → the
+estimates Parquet (ope/evaluate.py scores; ope/adwm.py imagines)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..data import ESTIMATES, check_output, write_table
+from ..model.psi import PsiAdapter
+from ..model.world_model import WorldModel
+from ..ope.adwm_config import AdwmConfig
+from ..ope.evaluate import evaluate_policy
+from ..policies.base import ModelCache
+from ..policies.soft_prompt import SoftPromptPolicy
+from ..specs import EPSILONS, PolicySpec, check_epsilons
+
+
+def run_adwm(
+    trajectories: str,
+    world_model: str,
+    policy: PolicySpec,
+    env_name: str,
+    out: str,
+    *,
+    cell: str,
+    psi: str | None = None,
+    epsilons: Sequence[float] = EPSILONS,
+    config: AdwmConfig = AdwmConfig(),
+    overwrite: bool = False,
+    timings: dict | None = None,
+) -> pa.Table:
+    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
+    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
+    given) receives the imagined steps of all seeds, the share of them answered by a logged
+    successor and the seconds spent in the world model, the guidance and π_e."""
+    check_output(out, overwrite=overwrite)
+    check_epsilons(epsilons)
+    if config.reading == "soft_tokens" and psi is None:
+        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
+                         "or choose reading='retrieval'")
+    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
+    adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
+    llm = ModelCache().policy(policy, env_name)
+    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
+    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
+                                  config=config)
+    if timings is not None:
+        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
+        timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
+        for part in runs[0].seconds:
+            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
+    return write_table(table, out, ESTIMATES, overwrite=overwrite)

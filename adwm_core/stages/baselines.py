@@ -1,0 +1,49 @@
+"""The COBS baselines stage: behaviour trajectories + log-probs + a trained world model → the
+estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope/baselines.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..model.world_model import WorldModel
+from ..ope.baselines import USES_Q, BaselineConfig, fitted_q, logged_steps
+from ..ope.estimators import ESTIMATORS, LoggedTrajectories
+from ..ope.intervals import estimates_row
+
+
+def run_baselines(
+    trajectories: str,
+    logprobs: str,
+    world_model: str,
+    out: str,
+    *,
+    cell: str,
+    policy: str,
+    config: BaselineConfig = BaselineConfig(),
+    overwrite: bool = False,
+) -> pa.Table:
+    """Estimates of every configured estimator for π_e (labelled ``policy``) at every ε level
+    in ``logprobs``; written to ``out`` and returned."""
+    check_output(out, overwrite=overwrite)
+    model = WorldModel.load(world_model)
+    steps = logged_steps(read_table(trajectories, TRAJECTORIES), read_table(logprobs, LOGPROBS), model,
+                         names=(trajectories, logprobs))
+    rows = []
+    for seed in config.seeds:
+        for epsilon, eval_logp in steps.eval_logp.items():
+            q = v = None
+            if set(USES_Q) & set(config.estimators):
+                q, v = fitted_q(steps, model, epsilon, config, seed)
+            data = LoggedTrajectories(
+                rewards=steps.rewards, mask=steps.grid.mask, gamma=config.gamma, q=q, v=v,
+                log_ratios=np.where(steps.grid.mask, eval_logp - steps.behaviour_logp, 0.0),
+                predicted_rewards=steps.predicted_rewards,
+            )
+            for name in config.estimators:
+                estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
+                                                       confidence=config.confidence, seed=seed)
+                rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
+                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high))
+    return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)

@@ -1,0 +1,23 @@
+"""The ψ stage: an adapter for π_e on the behaviour pool's observations (app:psi-train)."""
+
+from __future__ import annotations
+
+from ..data import TRAJECTORIES, check_output, read_table
+from ..model.world_model import WorldModel
+from ..policies.base import load_language_model
+from ..specs import PolicySpec
+from ..training.psi import PsiConfig, PsiResult, observation_texts, train_psi_adapter
+from ..training.world_model import EpochCallback
+
+
+def run_psi(trajectories: str, world_model: str, policy: PolicySpec, out_dir: str, config: PsiConfig = PsiConfig(), *,
+            on_epoch: EpochCallback | None = None, overwrite: bool = False) -> PsiResult:
+    """The ψ stage: an adapter for π_e (a ``PolicySpec``) on the behaviour pool's observations,
+    read through the trained world model at ``world_model``. π_e's input embeddings come from its
+    weights, loaded with transformers whatever backend π_e acts with."""
+    check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
+    texts = observation_texts(read_table(trajectories, TRAJECTORIES))
+    model = WorldModel.load(world_model)  # a missing checkpoint fails before the LLM loads
+    options = dict(policy.options) if policy.backend == "transformers" else {}
+    targets = load_language_model(policy.model, "transformers", **options).mean_input_embeddings(texts)
+    return train_psi_adapter(model, texts, targets, out_dir, config, on_epoch=on_epoch, overwrite=overwrite)
