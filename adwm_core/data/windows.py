@@ -10,12 +10,33 @@ short episodes are padded and masked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from ..model.world_model import RewardScale
 from .actions import NULL, ActionVocabulary
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class RewardScale:
+    """The reward head predicts y ∈ [0, 1]; the environment's scale is low + (high − low)·y.
+
+    ``target``: ``step`` (r_t, Eq. mc_estimator) or ``to_go`` (Σ_{s≥t} r_s, app:wm-loss);
+    ``terminal_only``: supervised on terminal steps only; ``binary``: balanced BCE instead of MSE.
+    """
+
+    low: float = 0.0
+    high: float = 1.0
+    target: str = "step"
+    terminal_only: bool = False
+    binary: bool = False
+
+    def decode(self, y: torch.Tensor) -> torch.Tensor:
+        return self.low + (self.high - self.low) * y
 
 
 @dataclass

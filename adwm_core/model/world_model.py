@@ -29,6 +29,7 @@ from torch import nn
 
 from ..data.actions import MAX_ACTIONS, NULL, UNKNOWN, ActionVocabulary
 from ..data.hash_tokenizer import HashTokenizer
+from ..data.windows import RewardScale
 from ..diffusion.process import GaussianDiffusion
 from ..diffusion.schedule import SCHEDULES
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -55,24 +56,6 @@ def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
     """LayerNorm without parameters: zero mean and unit mean square over the last axis —
     where every latent z = LN(f_θ(o)) lies."""
     return nn.functional.layer_norm(z, z.shape[-1:])
-
-
-@dataclass(frozen=True)
-class RewardScale:
-    """The reward head predicts y ∈ [0, 1]; the environment's scale is low + (high − low)·y.
-
-    ``target``: ``step`` (r_t, Eq. mc_estimator) or ``to_go`` (Σ_{s≥t} r_s, app:wm-loss);
-    ``terminal_only``: supervised on terminal steps only; ``binary``: balanced BCE instead of MSE.
-    """
-
-    low: float = 0.0
-    high: float = 1.0
-    target: str = "step"
-    terminal_only: bool = False
-    binary: bool = False
-
-    def decode(self, y: torch.Tensor) -> torch.Tensor:
-        return self.low + (self.high - self.low) * y
 
 
 @dataclass(frozen=True)

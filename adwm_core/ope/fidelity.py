@@ -42,7 +42,8 @@ from ..data import behaviour_rows
 from ..data.actions import NULL, normal_action
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..envs import make_env
-from ..model.world_model import RewardScale, WorldModel
+from ..data.windows import RewardScale
+from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import ImaginedRollouts
 from .adwm_config import AdwmConfig
