@@ -13,8 +13,9 @@ from adwm_core.policies.base import load_language_model
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.training.psi import PsiConfig, observation_texts, train_psi_adapter
 from adwm_core.training.losses import world_model_losses
-from adwm_core.training.world_model import (ReachableTokenRows, Tokenised, TrainConfig, reachable_token_ids,
-                                            split_indices, train_world_model)
+from adwm_core.model.windows import Tokenised
+from adwm_core.training.world_model import (ReachableTokenRows, TrainConfig, reachable_token_ids, split_indices,
+                                            train_world_model)
 from conftest import WM_STEPS
 
 

@@ -30,7 +30,7 @@ import torch
 from ..data import behaviour_rows
 from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
-from ..training.world_model import Tokenised, encoded_windows
+from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .estimators import ESTIMATORS
 from .fqe import FittedQEvaluation, FQEConfig, Transitions

@@ -31,6 +31,7 @@ from torch import nn
 
 from ..data.actions import NULL
 from ..diffusion.process import GaussianDiffusion
+from ..model.windows import Batch, latents
 from ..model.world_model import WorldModel
 
 POSITIVE_WEIGHT_CAP = 50.0
@@ -43,22 +44,6 @@ class LossWeights:
     div: float = 0.05
     reward: float = 10.0
     done: float = 1.0
-
-
-@dataclass
-class Batch:
-    """Tensors of a batch of windows; ``ids``/``padding`` hold each distinct observation once."""
-
-    ids: torch.Tensor  # (U, W) hash-token ids
-    padding: torch.Tensor  # (U, W)
-    observations: torch.Tensor  # (B, L+1) rows of ids, −1 = padding
-    previous_actions: torch.Tensor  # (B, L+1)
-    actions: torch.Tensor  # (B, L)
-    reward_targets: torch.Tensor  # (B, L)
-    reward_mask: torch.Tensor  # (B, L)
-    done: torch.Tensor  # (B, L)
-    valid: torch.Tensor  # (B, L)
-    episode: torch.Tensor  # (B,)
 
 
 def balanced_bce(logits: torch.Tensor, targets: torch.Tensor, cap: float = POSITIVE_WEIGHT_CAP) -> torch.Tensor:
@@ -77,21 +62,6 @@ def diversity_loss(pooled: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     cos = (unit @ unit.T).abs()
     others = groups[:, None] != groups[None, :]
     return cos[others].mean() if others.any() else cos.new_zeros(())
-
-
-def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """z ``(B, L+1, d_z)`` (zeros at padding), h̄ ``(B, L, 128)`` and the conditions e(a_t | o_t)
-    ``(B, L, d_a)`` (``WorldModel.conditions``) of the transitions of ``batch``."""
-    z_unique, states = model.encode_states(batch.ids, batch.padding)
-    present = batch.observations >= 0
-    z = z_unique[batch.observations.clamp(min=0)] * present.unsqueeze(-1)
-    h = model.history(z[:, :-1], batch.previous_actions[:, :-1])
-    if model.config.action_input == "ids":
-        return z, h, model.action_vectors(batch.actions)
-    rows, actions = batch.observations[:, :-1].clamp(min=0).reshape(-1), batch.actions.reshape(-1)
-    pairs, inverse = torch.unique(torch.stack([rows, actions]), dim=1, return_inverse=True)  # each (o, a) read once
-    a = model.action_vectors(pairs[1], states[pairs[0]], batch.padding[pairs[0]], batch.ids[pairs[0]])[inverse]
-    return z, h, a.reshape(*batch.actions.shape, -1)
 
 
 def world_model_losses(

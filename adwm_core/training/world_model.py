@@ -36,10 +36,11 @@ from torch import nn
 
 from ..data.actions import MAX_ACTIONS, UNKNOWN, ActionVocabulary
 from ..data.io import atomic_open, behaviour_rows, check_output
-from ..data.windows import EpisodeArrays, Windows, covering_windows, episode_arrays, reward_scale, sample_windows
+from ..data.windows import EpisodeArrays, episode_arrays, reward_scale, sample_windows
+from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import (ACTION_INPUTS, OUTCOME_INPUTS, PREDICTIONS, WorldModel, WorldModelConfig,
                                  on_latent_manifold)
-from .losses import Batch, LossWeights, latents, world_model_losses
+from .losses import LossWeights, world_model_losses
 
 HISTORY_FILE = "history.json"
 EpochCallback = Callable[[int, dict[str, float]], None]
@@ -139,31 +140,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class Tokenised:
-    """Hash-token ids of every distinct observation text, tokenised once."""
-
-    def __init__(self, model: WorldModel, texts: list[str]) -> None:
-        self.ids, self.padding = model.tokenizer(texts)
-
-    def batch(self, windows: Windows, device: torch.device) -> Batch:
-        rows, inverse = np.unique(windows.observations, return_inverse=True)
-        inverse = inverse.reshape(windows.observations.shape)
-        keep = rows >= 0
-        index = np.where(windows.observations >= 0, inverse - (~keep).sum(), -1)
-        ids, padding = self.ids[rows[keep]], self.padding[rows[keep]]
-        width = max(1, int((~padding).sum(1).max()))
-
-        def t(array, dtype=torch.long):
-            return torch.as_tensor(np.asarray(array), dtype=dtype, device=device)
-
-        return Batch(
-            ids=ids[:, :width].to(device), padding=padding[:, :width].to(device), observations=t(index),
-            previous_actions=t(windows.previous_actions), actions=t(windows.actions),
-            reward_targets=t(windows.reward_targets, torch.float32), reward_mask=t(windows.reward_mask, torch.bool),
-            done=t(windows.done, torch.bool), valid=t(windows.valid, torch.bool), episode=t(windows.episode),
-        )
-
-
 class ReachableTokenRows(nn.Module):
     """The rows of f_θ's hash-token table (32,768 × 128) that the training texts can reach, as a
     parameter of their own, looked up through a map from hash id to row.
@@ -223,16 +199,6 @@ def split_indices(n: int, fraction: float, seed: int, minimum: int = 1) -> tuple
                          "collect more behaviour data")
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[n_heldout:]), np.sort(order[:n_heldout])
-
-
-def encoded_windows(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
-                    length: int, chunk: int = 256) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(batch, z, h̄, e(a_t | o_t)) for the covering windows of ``episodes`` (every transition once, in
-    episode order), ``chunk`` windows at a time."""
-    windows = covering_windows(data, episodes, length)
-    for rows in np.array_split(np.arange(len(windows.episode)), math.ceil(len(windows.episode) / chunk)):
-        batch = tokens.batch(windows.take(rows), model.device)
-        yield (batch, *latents(model, batch))
 
 
 @torch.no_grad()
