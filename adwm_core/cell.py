@@ -21,10 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .specs import EPSILONS, EnvSpec, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
-from .ope.adwm_config import AdwmConfig
-from .ope.baselines import BaselineConfig
-from .training.psi import PsiConfig
-from .training.world_model import PRESETS, TrainConfig
+from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
 
 LOCAL_PREFIX = "local:"
 _VARIABLE = re.compile(r"\$\{(\w+)\}")
@@ -107,7 +104,7 @@ class CellConfig(_Strict):
             return raw  # the field validators name what is wrong
         if "react_actions" in world_model or not uses_react_actions(env["name"]):
             return raw
-        preset = PRESETS.get(world_model.get("preset", TrainConfig.preset), {})
+        preset = WORLD_MODEL_PRESETS.get(world_model.get("preset", "default"), {})
         if world_model.get("action_input", preset.get("action_input")) != "ids":
             return raw
         return {**raw, "world_model": {**world_model, "react_actions": True}}

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import time
-from dataclasses import asdict, replace
 
 import numpy as np
 import torch
@@ -39,7 +38,7 @@ from adwm_core.data.windows import episode_arrays
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
-from adwm_core.ope.adwm_config import AdwmConfig
+from adwm_core.settings import AdwmConfig
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
@@ -72,7 +71,7 @@ def estimates(model, trajectories, reader, llm, config: AdwmConfig) -> dict:
     table, runs = evaluate_policy(model, trajectories, reader if config.reading == "soft_tokens" else llm,
                                   cell="bench", label="tiny-iter2@p0", epsilons=EPSILONS, config=config)
     rows = table.to_pylist()
-    out = {"seconds": time.perf_counter() - started, "config": asdict(config), "estimates": {}}
+    out = {"seconds": time.perf_counter() - started, "config": config.model_dump(mode="json"), "estimates": {}}
     for name in ("reward_sum", "success_similarity"):
         per_seed = np.array([[next(r["value"] for r in rows if r["estimator"] == f"ADWM:{name}"
                                    and r["epsilon"] == eps and r["seed"] == seed) for eps in EPSILONS]
@@ -114,7 +113,7 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
 
 def cell_seed_cost(model, bank, reader, config: AdwmConfig, n_epsilons: int, n_rollouts: int, horizon: int) -> dict:
     """One seed with termination disabled: every rollout takes ``horizon`` steps."""
-    config = replace(config, n_rollouts=n_rollouts, horizon=horizon, done_threshold=1 - 1e-12)
+    config = config.replace(n_rollouts=n_rollouts, horizon=horizon, done_threshold=1 - 1e-12)
     started = time.perf_counter()
     run = ImaginedRollouts(model, bank, config).run(reader, EPSILONS[:n_epsilons], seed=0)
     seconds = time.perf_counter() - started
@@ -149,7 +148,7 @@ def main() -> None:
         reading="soft_tokens", guidance="likelihood", guided_steps=args.likelihood_steps, seeds=(0, 1))
     results = {}
     for label, config in variants.items():
-        result = estimates(model, trajectories, reader, llm, replace(config, horizon=CELL_HORIZON))
+        result = estimates(model, trajectories, reader, llm, config.replace(horizon=CELL_HORIZON))
         for estimate in result["estimates"].values():
             estimate["rho"] = spearman(estimate["mean"], truth_values)
             estimate["rho_per_seed"] = [spearman(v, truth_values) for v in estimate["per_seed"]]

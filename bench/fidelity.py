@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import replace
 
 import numpy as np
 import yaml
@@ -40,8 +40,7 @@ from adwm_core.policies.base import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm_config import PRESETS as ADWM_PRESETS
-from adwm_core.ope.adwm_config import AdwmConfig
+from adwm_core.settings import ADWM_PRESETS, WORLD_MODEL_PRESETS, TrainConfig
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
@@ -49,7 +48,7 @@ from adwm_core.stages.psi import run_psi
 from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, environment_replay,
                                     logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement)
 from adwm_core.paths import local_cache_dir
-from adwm_core.training.world_model import HISTORY_FILE, PRESETS, TrainConfig, split_indices, train_world_model
+from adwm_core.training.world_model import HISTORY_FILE, split_indices, train_world_model
 from common import RESULTS, latest_artifact, machine
 from flows.cells import cell_config_path, cell_names
 from tasks import behaviour, ground_truth, policies, world_model
@@ -63,7 +62,7 @@ def preset_config(cell: CellConfig, preset: str, changes: dict | None = None) ->
     its seed, reward target and device (and the ReAct vocabulary where the preset reads ids);
     ``changes`` (``--set``) override fields of the recipe, to measure a candidate change."""
     own = cell.world_model
-    react = own.react_actions and {**PRESETS[preset], **(changes or {})}["action_input"] == "ids"
+    react = own.react_actions and {**WORLD_MODEL_PRESETS[preset], **(changes or {})}["action_input"] == "ids"
     return TrainConfig(preset=preset, seed=own.seed, reward_target=own.reward_target, device=own.device,
                        react_actions=react, **(changes or {}))
 
@@ -79,7 +78,7 @@ def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, d
     folder = flow_world_model(cell, config)
     seconds = float("nan")  # the flow's: timed in its MLflow run
     if folder is None:
-        key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+        key = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str).encode()).hexdigest()[:16]
         folder = os.path.join(local_cache_dir("bench"), "fidelity", cell.name, f"{config.preset}-{key}")
         timing = os.path.join(folder, "train_seconds.json")
         if not os.path.exists(timing):
@@ -103,7 +102,7 @@ def flow_world_model(cell: CellConfig, config: TrainConfig) -> str | None:
             saved = json.load(f)
     except (SystemExit, FileNotFoundError):
         return None
-    mine = json.loads(json.dumps(asdict(config), default=str))
+    mine = config.model_dump(mode="json")
     return folder if saved["config"] == mine and saved["complete"] else None
 
 
@@ -114,7 +113,7 @@ def evaluated_policy(cell: CellConfig, preset: str, model_folder: str, trajector
     if spec.model.startswith(LOCAL_PREFIX):
         family = latest_artifact(cell.name, policies.STAGE)
         spec = replace(spec, model=f"{family}/family/{spec.model[len(LOCAL_PREFIX):]}")
-    config = AdwmConfig(**{**asdict(cell.adwm), "preset": preset, **dict.fromkeys(ADWM_PRESETS[preset])})
+    config = cell.adwm.replace(preset=preset, **dict.fromkeys(ADWM_PRESETS[preset]))
     llm = ModelCache().policy(spec, cell.env.name)
     soft = None
     if config.reading == "soft_tokens":
@@ -133,7 +132,7 @@ def adwm_estimates(cell: CellConfig, evaluated: tuple, model_folder: str, trajec
     for snapped in (False, True):  # the snapped run adds ADWM's rows only, renamed
         table, runs = evaluate_policy(model_folder, trajectories, soft or llm, cell=cell.name, label=spec.name,
                                       epsilons=cell.evaluation.epsilons,
-                                      config=replace(config, snap=snapped, reference=not snapped))
+                                      config=config.replace(snap=snapped, reference=not snapped))
         rows += [{**r, "estimator": r["estimator"] + (" snapped" if snapped else "")} for r in table.to_pylist()]
         if not snapped:
             lengths = [run.lengths.mean() for run in runs]
@@ -284,7 +283,7 @@ def render(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--presets", nargs="+", default=list(WORLD_MODEL_PRESETS), choices=list(WORLD_MODEL_PRESETS))
     parser.add_argument("--counterfactual", type=int, default=100, metavar="N")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", dest="changes",
                         help="world-model fields changed from each preset (TrainConfig, e.g. word_match=true); "
@@ -297,7 +296,7 @@ def main() -> None:
     changes = {}
     for item in args.changes:
         name, sep, value = item.partition("=")
-        if not sep or name not in {f.name for f in fields(TrainConfig)}:
+        if not sep or name not in TrainConfig.model_fields:
             raise SystemExit(f"--set {item!r}: give FIELD=VALUE with FIELD one of TrainConfig's fields")
         changes[name] = yaml.safe_load(value)
     saved = OUT.with_suffix(".json")
@@ -309,7 +308,7 @@ def main() -> None:
             print(json.dumps(rows[-1])[:2000], flush=True)
     done = {(r["cell"], r["preset"]) for r in rows}
     rows = sorted([r for r in kept if (r["cell"], r["preset"]) not in done] + rows,
-                  key=lambda r: (r["cell"], list(PRESETS).index(r["preset"].split("+")[0]), r["preset"]))
+                  key=lambda r: (r["cell"], list(WORLD_MODEL_PRESETS).index(r["preset"].split("+")[0]), r["preset"]))
     RESULTS.mkdir(exist_ok=True)
     saved.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))
     OUT.with_suffix(".md").write_text(render(rows))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import asdict
 
 import numpy as np
 import yaml
@@ -26,7 +25,6 @@ from adwm_core.cell import CellConfig
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
-from adwm_core.ope.adwm_config import AdwmConfig
 from adwm_core.ope.state_bank import StateBank
 from common import latest_artifact
 from fidelity import evaluated_policy
@@ -55,7 +53,7 @@ def main() -> None:
     folder = f"{latest_artifact(cell.name, world_model.STAGE)}/{world_model.FOLDER}"
     model = WorldModel.load(folder)
     spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset, folder, trajectories)
-    config = AdwmConfig(**{**asdict(config), **changes})
+    config = config.replace(**changes)
     bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
     imagination = ImaginedRollouts(model, bank, config)
     run = imagination.run(soft or llm, args.epsilon, args.seed)

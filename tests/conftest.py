@@ -94,7 +94,8 @@ def tiny_world_model(tiny_behaviour, adwm_home):
     """A world model trained by the default recipe, WM_STEPS optimiser steps, on ``tiny_behaviour``:
     (TrainResult, evaluation rounds reported)."""
     from adwm_core.data import TRAJECTORIES, read_table
-    from adwm_core.training.world_model import TrainConfig, train_world_model
+    from adwm_core.settings import TrainConfig
+    from adwm_core.training.world_model import train_world_model
 
     seen = []
     result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(adwm_home / "tiny-cell" / "world-model"),
@@ -106,7 +107,7 @@ def tiny_world_model(tiny_behaviour, adwm_home):
 def tiny_psi(tiny_behaviour, tiny_world_model, tiny_pool, adwm_home):
     """The ψ adapter of π_e = tiny-late on the tiny cell (path)."""
     from adwm_core.stages.psi import run_psi
-    from adwm_core.training.psi import PsiConfig
+    from adwm_core.settings import PsiConfig
 
     out = str(adwm_home / "tiny-cell" / "psi")
     run_psi(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], out, PsiConfig(device="cpu"))

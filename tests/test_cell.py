@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from adwm_core.cell import CellConfig, CellConfigError
-from adwm_core.training.world_model import PRESETS
+from adwm_core.settings import WORLD_MODEL_PRESETS
 
 DEPLOYMENTS = os.path.join(os.path.dirname(__file__), "..", "deployments")
 LOCAL = os.path.join(DEPLOYMENTS, "local-simonsays.yaml")
@@ -66,13 +66,13 @@ def test_the_local_cell_resolves_its_sections():
     assert config.evaluation.epsilons == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert config.adwm.horizon == 12 and config.adwm.n_rollouts == 32  # set, and defaulted from the paper
     assert config.world_model.preset == "default" and config.psi.epochs == 20
-    assert config.world_model.steps == PRESETS["default"]["steps"] and config.world_model.epochs is None
+    assert config.world_model.steps == WORLD_MODEL_PRESETS["default"]["steps"] and config.world_model.epochs is None
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda r: r["adwm"].update(n_rolouts=4), r"adwm\.n_rolouts: Unexpected keyword argument"),
+    (lambda r: r["adwm"].update(n_rolouts=4), r"adwm\.n_rolouts: Extra inputs are not permitted"),
     (lambda r: r["world_model"].update(epochs="many"), r"world_model\.epochs: Input should be a valid integer"),
-    (lambda r: r["adwm"].update(reading="psychic"), r"adwm: Value error, ADWM config: reading='psychic'"),
+    (lambda r: r["adwm"].update(reading="psychic"), r"adwm\.reading: Input should be 'soft_tokens', 'retrieval' or 'none'"),
     (lambda r: r["behaviour"].update(episodes=0), r"behaviour\.episodes: Input should be greater than 0"),
     (lambda r: r["evaluation"].update(epsilons=[0.0, 1.5]), r"evaluation\.epsilons"),
     (lambda r: r.update(colour="blue"), r"colour: Extra inputs are not permitted"),

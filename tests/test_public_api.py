@@ -1,11 +1,14 @@
-"""The public names of adwm_core.ope, loaded on first use."""
+"""The public names of adwm_core.ope, loaded on first use, and the settings that load without torch."""
 
 import subprocess
 import sys
 
+from typing import get_args
+
 import pytest
 
 import adwm_core.ope as ope
+from adwm_core.settings import EstimatorName
 
 
 def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names():
@@ -16,11 +19,13 @@ def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names
     for name in ope.__all__:
         assert getattr(ope, name) is not None, name
     assert {ope.ESTIMATORS[name] for name in ope.ESTIMATORS} == {getattr(ope, name) for name in ope.ESTIMATORS}
+    assert set(get_args(EstimatorName)) == set(ope.ESTIMATORS)  # the settings name every estimator, no other
     with pytest.raises(AttributeError, match="no attribute 'WISH'"):
         ope.WISH
 
 
-def test_the_adwm_settings_load_without_torch():
-    code = "import sys, adwm_core.ope.adwm_config as c; c.AdwmConfig(); print('torch' in sys.modules)"
+def test_every_stage_setting_loads_without_torch():
+    code = ("import sys, adwm_core.settings as s; [c() for c in (s.TrainConfig, s.PsiConfig, s.BaselineConfig, "
+            "s.AdwmConfig)]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

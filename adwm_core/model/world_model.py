@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import get_args
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from ..data.hash_tokenizer import HashTokenizer
 from ..data.windows import RewardScale
 from ..diffusion.process import GaussianDiffusion
 from ..diffusion.schedule import SCHEDULES
+from ..settings import ActionInput, OutcomeInput, Prediction
 from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
 from .encoders import ActionEmbedding, ActionTextEncoder, HistoryEncoder, ObservationEncoder
@@ -39,9 +41,7 @@ from .heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, t
 from .score_net import ScoreNetwork
 
 WEIGHTS_FILE = "model.safetensors"
-PREDICTIONS = ("eps", "z0")
-ACTION_INPUTS = ("ids", "text")
-OUTCOME_INPUTS = ("next_latent", "action")
+PREDICTIONS, ACTION_INPUTS, OUTCOME_INPUTS = get_args(Prediction), get_args(ActionInput), get_args(OutcomeInput)
 
 
 def word_matches(action_ids: torch.Tensor, action_padding: torch.Tensor, observation_ids: torch.Tensor,

@@ -1,7 +1,7 @@
 """Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments.
 
 The public names load on first use (PEP 562), so importing a light module of this package
-(``adwm_config``) does not load torch::
+(``adwm_core.settings``) does not load torch::
 
     from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, evaluate_policy, spearman
 """
@@ -10,8 +10,7 @@ from importlib import import_module
 
 _EXPORTS = {
     "adwm": ("ImaginedRollouts", "Rollouts"),
-    "adwm_config": ("AdwmConfig", "PRESETS"),
-    "baselines": ("BaselineConfig",),
+    ".settings": ("AdwmConfig", "BaselineConfig", "FQEConfig"),
     "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
                    "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
                    "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),

@@ -31,8 +31,8 @@ task; at step t
    replaced by the latent of the behaviour observation nearest to it, so the history the world
    model reads next stays on states it was trained on.
 
-Settings: ``AdwmConfig`` (adwm_config.py); the state bank: state_bank.py; the look-ahead of
-the likelihood guidance: lookahead.py; scoring and the ADWM stage: evaluate.py.
+Settings: ``AdwmConfig`` (adwm_core/settings.py); the state bank: state_bank.py; the look-ahead of
+the likelihood guidance: lookahead.py; scoring: evaluate.py; the ADWM stage: stages/adwm.py.
 
 Ablations of the paper's figure: no-CFG ``cfg_scale=0``, no-continuation ``guidance="none"``,
 no-ψ ``reading="none"``.
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -63,7 +63,7 @@ from ..envs.runner import Decision
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
-from .adwm_config import AdwmConfig
+from ..settings import AdwmConfig
 from .lookahead import LookaheadLikelihood
 from .state_bank import StateBank
 
@@ -118,7 +118,7 @@ class ImaginedRollouts:
             raise ValueError(f"horizon={config.horizon} exceeds the world model's history length "
                              f"{model.config.max_steps}")
         if config.guidance == "auto":
-            config = replace(config, guidance="success_bank" if len(bank.success) else "none")
+            config = config.replace(guidance="success_bank" if len(bank.success) else "none")
         self.model, self.bank, self.config = model.eval(), bank, config
         self.diffusion = model.diffusion
         self.eta = eta_schedule(self.diffusion.n_steps, config.eta_max, config.guided_steps)

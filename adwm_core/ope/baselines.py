@@ -20,7 +20,7 @@ What the estimators read:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -32,35 +32,10 @@ from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
-from .estimators import ESTIMATORS
-from .fqe import FittedQEvaluation, FQEConfig, Transitions
+from ..settings import BaselineConfig
+from .fqe import FittedQEvaluation, Transitions
 
 USES_Q = ("FQE", "DR", "WDR")
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    estimators: tuple[str, ...] = tuple(ESTIMATORS)
-    seeds: tuple[int, ...] = (0,)  # each seed refits FQE and redraws the bootstrap
-    gamma: float = 0.99
-    n_bootstrap: int = 1000
-    confidence: float = 0.95
-    fqe: FQEConfig = field(default_factory=FQEConfig)
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.estimators) - set(ESTIMATORS))
-        if unknown or not self.estimators:
-            raise ValueError(f"baselines config: unknown estimator(s) {unknown or '(none given)'}; "
-                             f"choose from {sorted(ESTIMATORS)}")
-        bad = [] if self.seeds else ["seeds=() (give at least one)"]
-        if not 0 < self.gamma <= 1:
-            bad.append(f"gamma={self.gamma} (must lie in (0, 1])")
-        if self.n_bootstrap < 1:
-            bad.append(f"n_bootstrap={self.n_bootstrap} (must be ≥ 1)")
-        if not 0 < self.confidence < 1:
-            bad.append(f"confidence={self.confidence} (must lie in (0, 1))")
-        if bad:
-            raise ValueError(f"baselines config: {', '.join(bad)}")
 
 
 class StepGrid:

@@ -18,7 +18,7 @@ from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..specs import check_epsilons
 from .adwm import ImaginedRollouts, Policy, Rollouts
-from .adwm_config import VALUE_ESTIMATES, AdwmConfig
+from ..settings import VALUE_ESTIMATES, AdwmConfig
 from .intervals import estimates_row, percentile_bootstrap
 from .signed_log import SignedLog
 from .state_bank import StateBank

@@ -46,7 +46,7 @@ from ..data.windows import RewardScale
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import ImaginedRollouts
-from .adwm_config import AdwmConfig
+from ..settings import AdwmConfig
 from .state_bank import StateBank
 
 TOP_K = 5

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from ..settings import FQEConfig
 
 
 @dataclass
@@ -41,25 +42,6 @@ class Transitions:
         totals = self.next_probabilities.sum(1)[~self.done]
         if len(totals) and not np.allclose(totals, 1.0, atol=1e-4):
             raise ValueError("next_probabilities must sum to 1 over the candidates of every non-terminal next state")
-
-
-@dataclass(frozen=True)
-class FQEConfig:
-    """app:fqe-correction's hyper-parameters."""
-
-    hidden: int = 128
-    lr: float = 3e-4
-    batch_size: int = 64
-    epochs: int = 20
-    polyak: float = 0.99
-
-    def __post_init__(self) -> None:
-        bad = [f"{k}={v}" for k, v in (("hidden", self.hidden), ("lr", self.lr), ("batch_size", self.batch_size),
-                                       ("epochs", self.epochs)) if v <= 0]
-        if not 0 <= self.polyak < 1:
-            bad.append(f"polyak={self.polyak} (must lie in [0, 1))")
-        if bad:
-            raise ValueError(f"FQE config: {', '.join(bad)}; sizes and rates must be positive")
 
 
 class FittedQEvaluation:

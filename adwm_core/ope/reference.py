@@ -17,7 +17,6 @@ No diffusion, no guidance, no heads: beside ADWM it shows what the learned trans
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ import torch
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import ImaginedRollouts, Policy, uniforms
-from .adwm_config import AdwmConfig
+from ..settings import AdwmConfig
 from .state_bank import StateBank
 
 ESTIMATOR = "kNN-WM"  # estimates rows are named f"{ESTIMATOR}:{value estimate}"
@@ -37,7 +36,7 @@ class ReferenceRollouts(ImaginedRollouts):
 
     def __init__(self, model: WorldModel, bank: StateBank, config: AdwmConfig = AdwmConfig()) -> None:
         # no sampler, nothing to guide; the log answers where it can
-        super().__init__(model, bank, replace(config, guidance="none", logged_successors=True))
+        super().__init__(model, bank, config.replace(guidance="none", logged_successors=True))
         self._units = torch.nn.functional.normalize(bank.latents, dim=-1)
         self._logged_units = self._units[bank.transitions.observations]  # (N, d_z) of each transition's o
 

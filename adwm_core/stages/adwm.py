@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..data import ESTIMATES, check_output, write_table
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
-from ..ope.adwm_config import AdwmConfig
+from ..settings import AdwmConfig
 from ..ope.evaluate import evaluate_policy
 from ..policies.base import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy

@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..model.world_model import WorldModel
-from ..ope.baselines import USES_Q, BaselineConfig, fitted_q, logged_steps
+from ..ope.baselines import USES_Q, fitted_q, logged_steps
+from ..settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, LoggedTrajectories
 from ..ope.intervals import estimates_row
 

@@ -6,7 +6,8 @@ from ..data import TRAJECTORIES, check_output, read_table
 from ..model.world_model import WorldModel
 from ..policies.base import load_language_model
 from ..specs import PolicySpec
-from ..training.psi import PsiConfig, PsiResult, observation_texts, train_psi_adapter
+from ..settings import PsiConfig
+from ..training.psi import PsiResult, observation_texts, train_psi_adapter
 from ..training.world_model import EpochCallback
 
 

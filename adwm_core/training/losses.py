@@ -24,7 +24,6 @@ conditioning), with its scale fixed by the latent LayerNorm (model/world_model.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -33,17 +32,9 @@ from ..data.actions import NULL
 from ..diffusion.process import GaussianDiffusion
 from ..model.windows import Batch, latents
 from ..model.world_model import WorldModel
+from ..settings import LossWeights
 
 POSITIVE_WEIGHT_CAP = 50.0
-
-
-@dataclass(frozen=True)
-class LossWeights:
-    idm: float = 0.1
-    bc: float = 0.1
-    div: float = 0.05
-    reward: float = 10.0
-    done: float = 1.0
 
 
 def balanced_bce(logits: torch.Tensor, targets: torch.Tensor, cap: float = POSITIVE_WEIGHT_CAP) -> torch.Tensor:

@@ -14,7 +14,7 @@ the random baseline 1/B.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -24,20 +24,9 @@ from torch import nn
 from ..data.io import behaviour_rows, check_output
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
+from ..settings import PsiConfig
 from .world_model import EpochCallback, resolve_device, split_indices
 
-
-
-@dataclass(frozen=True)
-class PsiConfig:
-    epochs: int = 20
-    batch_size: int = 8
-    lr: float = 1e-4
-    temperature: float = 0.1
-    mse_weight: float = 0.1
-    heldout_fraction: float = 0.2
-    seed: int = 0
-    device: str = "auto"
 
 
 @dataclass
@@ -112,7 +101,7 @@ def train_psi_adapter(
         history.append(metrics)
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-    adapter.save(out_dir, {"config": asdict(config), "final": history[-1]})
+    adapter.save(out_dir, {"config": config.model_dump(mode="json"), "final": history[-1]})
     return PsiResult(out_dir, history)
 
 

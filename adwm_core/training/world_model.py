@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -38,87 +38,12 @@ from ..data.actions import MAX_ACTIONS, UNKNOWN, ActionVocabulary
 from ..data.io import atomic_open, behaviour_rows, check_output
 from ..data.windows import EpisodeArrays, episode_arrays, reward_scale, sample_windows
 from ..model.windows import Tokenised, encoded_windows
-from ..model.world_model import (ACTION_INPUTS, OUTCOME_INPUTS, PREDICTIONS, WorldModel, WorldModelConfig,
-                                 on_latent_manifold)
-from .losses import LossWeights, world_model_losses
+from ..model.world_model import WorldModel, WorldModelConfig, on_latent_manifold
+from ..settings import TrainConfig
+from .losses import world_model_losses
 
 HISTORY_FILE = "history.json"
 EpochCallback = Callable[[int, dict[str, float]], None]
-
-
-SELECTIONS = ("heads_on_true", "fidelity")
-PRESETS = {
-    "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
-              "epochs": 50, "steps": None, "selection": "heads_on_true", "word_match": False},
-    "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
-                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": True},
-}
-EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """World-model training settings. ``None`` takes the value of ``preset`` (``PRESETS``); the
-    budget is ``epochs`` or ``steps`` (optimiser steps), and setting one alone drops the other."""
-
-    preset: str = "default"
-    prediction: str | None = None  # model/world_model.py
-    action_input: str | None = None
-    outcome_input: str | None = None
-    window: int | None = None  # transitions a window holds (cut to the longest logged episode)
-    epochs: int | None = None
-    steps: int | None = None
-    selection: str | None = None  # heads_on_true | fidelity
-    word_match: bool | None = None  # text actions mark their words found in the observation (model/encoders.py)
-    batch_size: int = 64
-    lr: float = 3e-4
-    final_lr_fraction: float = 0.1
-    weight_decay: float = 1e-4
-    grad_clip: float = 1.0
-    success_upsample: int = 5
-    heldout_fraction: float = 0.1
-    p_uncond: float = 0.1
-    weights: LossWeights = field(default_factory=LossWeights)
-    reward_target: str = "step"  # see data/windows.py: reward_scale
-    react_actions: bool = False  # key actions by ReAct type (CellConfig: where the env declares them)
-    seed: int = 0
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"world-model training config: preset={self.preset!r}; choose from {tuple(PRESETS)}")
-        preset = PRESETS[self.preset]
-        if self.epochs is not None and self.steps is not None:
-            raise ValueError(f"world-model training config: epochs={self.epochs} and steps={self.steps}; "
-                             "give one training budget")
-        explicit_budget = self.epochs is not None or self.steps is not None
-        if self.word_match is None and self.action_input not in (None, "text"):
-            object.__setattr__(self, "word_match", False)  # the preset's word marks belong to text actions
-        for name, value in preset.items():
-            if getattr(self, name) is None and not (explicit_budget and name in ("epochs", "steps")):
-                object.__setattr__(self, name, value)
-        choices = {"prediction": PREDICTIONS, "action_input": ACTION_INPUTS, "outcome_input": OUTCOME_INPUTS,
-                   "selection": SELECTIONS}
-        bad = [f"{name}={getattr(self, name)!r} (choose from {allowed})" for name, allowed in choices.items()
-               if getattr(self, name) not in allowed]
-        budget = {"epochs": self.epochs} if self.epochs is not None else {"steps": self.steps}
-        positive = {**budget, "batch_size": self.batch_size, "window": self.window, "lr": self.lr,
-                    "success_upsample": self.success_upsample}
-        bad += [f"{name}={value} (must be positive)" for name, value in positive.items() if value <= 0]
-        if not 0 < self.heldout_fraction < 1:
-            bad.append(f"heldout_fraction={self.heldout_fraction} (must lie in (0, 1))")
-        if self.word_match and self.action_input != "text":
-            bad.append(f"word_match=True with action_input={self.action_input!r} (it marks the words of text actions)")
-        if self.react_actions and self.action_input == "text":
-            bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
-                       "the ReAct-type vocabulary is for action_input='ids')")
-        if bad:
-            raise ValueError(f"world-model training config: {'; '.join(bad)}")
-
-    @property
-    def rounds(self) -> int:
-        """Held-out evaluations: one per epoch, or ``EVALUATION_ROUNDS`` over a budget in steps."""
-        return self.epochs if self.epochs is not None else min(EVALUATION_ROUNDS, self.steps)
 
 
 @dataclass
@@ -330,7 +255,7 @@ def train_world_model(
             with reachable.detached(encoder):
                 model.save(out_dir)
         with atomic_open(f"{out_dir.rstrip('/')}/{HISTORY_FILE}", "w") as f:  # progress survives an interruption
-            json.dump({"config": asdict(config), "best_epoch": best_round, "complete": round_ == config.rounds - 1,
+            json.dump({"config": config.model_dump(mode="json"), "best_epoch": best_round, "complete": round_ == config.rounds - 1,
                        "epochs": history}, f, indent=2)
         if on_epoch is not None:
             on_epoch(round_, metrics)

@@ -1,0 +1,222 @@
+"""Every stage's settings in one style: frozen pydantic models, modes as ``Literal``, bounds as
+field constraints, the presets that fill what is left unset, and no torch — a cell config is
+checked before anything heavy loads. The algorithms read them: world-model training
+(:class:`TrainConfig`, ``LossWeights``), the ψ adapter (:class:`PsiConfig`), the COBS
+baselines (:class:`BaselineConfig`, :class:`FQEConfig`) and ADWM (:class:`AdwmConfig`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Self
+
+from .data import behaviour_rows
+
+Prediction = Literal["eps", "z0"]  # the score network's output: ε (the paper) or z_0
+ActionInput = Literal["ids", "text"]  # e(a) from an id table (the paper) or from the action's text
+OutcomeInput = Literal["next_latent", "action"]  # reward/termination heads on (z_{t+1}, h̄_t) or (e(a_t), h̄_t)
+Selection = Literal["heads_on_true", "fidelity"]  # the held-out key the kept checkpoint minimises
+Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
+Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
+UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
+EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
+
+
+
+class Settings(BaseModel):
+    """Frozen, and a field it does not know is an error, not a silent default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes``, validated (and filled from the preset) like a new one."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def _filled(data: Any, presets: dict[str, dict[str, Any]], what: str, skip: tuple[str, ...] = ()) -> Any:
+    """Raw settings with every field left unset (or ``None``) taken from their ``preset``."""
+    if not isinstance(data, dict):
+        return data
+    name = data.get("preset", "default")
+    if name not in presets:
+        raise ValueError(f"{what}: preset={name!r}; choose from {tuple(presets)}")
+    return {**data, **{k: v for k, v in presets[name].items() if data.get(k) is None and k not in skip}}
+
+
+class LossWeights(Settings):
+    """The weights of Eq. wm-loss (DSM weighs 1)."""
+
+    idm: float = 0.1
+    bc: float = 0.1
+    div: float = 0.05
+    reward: float = 10.0
+    done: float = 1.0
+
+
+WORLD_MODEL_PRESETS = {
+    "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
+              "epochs": 50, "steps": None, "selection": "heads_on_true", "word_match": False},
+    "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
+                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": True},
+}
+EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
+
+
+class TrainConfig(Settings):
+    """World-model training settings. Unset fields take the value of ``preset``
+    (``WORLD_MODEL_PRESETS``); the budget is ``epochs`` or ``steps`` (optimiser steps), and
+    setting one alone drops the other."""
+
+    preset: Literal["paper", "default"] = "default"
+    prediction: Prediction | None = None  # model/world_model.py
+    action_input: ActionInput | None = None
+    outcome_input: OutcomeInput | None = None
+    window: int | None = Field(default=None, gt=0)  # transitions a window holds (cut to the longest logged episode)
+    epochs: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    selection: Selection | None = None
+    word_match: bool | None = None  # text actions mark their words found in the observation (model/encoders.py)
+    batch_size: int = Field(default=64, gt=0)
+    lr: float = Field(default=3e-4, gt=0)
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    success_upsample: int = Field(default=5, gt=0)
+    heldout_fraction: float = Field(default=0.1, gt=0, lt=1)
+    p_uncond: float = 0.1
+    weights: LossWeights = LossWeights()
+    reward_target: Literal["step", "to_go"] = "step"  # see data/windows.py: reward_scale
+    react_actions: bool = False  # key actions by ReAct type (CellConfig: where the env declares them)
+    seed: int = 0
+    device: str = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if data.get("epochs") is not None and data.get("steps") is not None:
+                raise ValueError(f"world-model training config: epochs={data['epochs']} and steps={data['steps']}; "
+                                 "give one training budget")
+            if data.get("word_match") is None and data.get("action_input") not in (None, "text"):
+                data = {**data, "word_match": False}  # the preset's word marks belong to text actions
+            explicit_budget = data.get("epochs") is not None or data.get("steps") is not None
+        else:
+            explicit_budget = False
+        return _filled(data, WORLD_MODEL_PRESETS, "world-model training config",
+                       ("epochs", "steps") if explicit_budget else ())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        bad = []
+        if self.word_match and self.action_input != "text":
+            bad.append(f"word_match=True with action_input={self.action_input!r} (it marks the words of text actions)")
+        if self.react_actions and self.action_input == "text":
+            bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
+                       "the ReAct-type vocabulary is for action_input='ids')")
+        if bad:
+            raise ValueError(f"world-model training config: {'; '.join(bad)}")
+        return self
+
+    @property
+    def rounds(self) -> int:
+        """Held-out evaluations: one per epoch, or ``EVALUATION_ROUNDS`` over a budget in steps."""
+        return self.epochs if self.epochs is not None else min(EVALUATION_ROUNDS, self.steps)
+
+
+class PsiConfig(Settings):
+    """ψ-adapter training (app:psi-train)."""
+
+    epochs: int = Field(default=20, gt=0)
+    batch_size: int = Field(default=8, gt=1)
+    lr: float = Field(default=1e-4, gt=0)
+    temperature: float = Field(default=0.1, gt=0)
+    mse_weight: float = Field(default=0.1, ge=0)
+    heldout_fraction: float = Field(default=0.2, gt=0, lt=1)
+    seed: int = 0
+    device: str = "auto"
+
+
+class FQEConfig(Settings):
+    """app:fqe-correction's hyper-parameters."""
+
+    hidden: int = Field(default=128, gt=0)
+    lr: float = Field(default=3e-4, gt=0)
+    batch_size: int = Field(default=64, gt=0)
+    epochs: int = Field(default=20, gt=0)
+    polyak: float = Field(default=0.99, ge=0, lt=1)
+
+
+class BaselineConfig(Settings):
+    estimators: tuple[EstimatorName, ...] = Field(default=("DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"),
+                                                  min_length=1)
+    seeds: tuple[int, ...] = Field(default=(0,), min_length=1)  # each seed refits FQE and redraws the bootstrap
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    n_bootstrap: int = Field(default=1000, ge=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    fqe: FQEConfig = FQEConfig()
+
+
+ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False},
+                "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True}}
+VALUE_ESTIMATES = ("reward_sum", "success_similarity")
+
+
+class AdwmConfig(Settings):
+    """Inference settings; defaults from app:ope-rollout, except where ``preset`` fills a field
+    left unset (``ADWM_PRESETS``): the ``default`` preset reads imagined states by ``retrieval``
+    — π_e reads the behaviour observation the world model judges its action against (a world
+    model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
+    tokens. Guidance: the paper's success bank; the default's ``auto`` is the success bank where
+    a behaviour episode succeeded and no continuation guidance where none did (logs of agents
+    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
+    default answers a (state, action) pair the log holds by a logged successor
+    (``logged_successors``), the paper always by the diffusion model."""
+
+    preset: Literal["paper", "default"] = "default"
+    reading: Reading | None = None
+    guidance: Guidance | None = None
+    logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
+    n_rollouts: int = Field(default=32, ge=1)
+    horizon: int = Field(default=30, ge=1)  # H_max
+    cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
+    alpha: float = Field(default=1.0, ge=0)
+    eta_max: float = Field(default=0.5, ge=0)
+    lookahead: int = Field(default=2, ge=1)  # h, look-ahead steps of the likelihood guidance
+    lookahead_denoise: int = Field(default=5, ge=1)  # DDIM levels of each look-ahead transition
+    guided_steps: int | None = Field(default=None, ge=0)  # guidance on the last this-many denoising steps (None: all)
+    unknown_actions: UnknownActions = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
+    gamma: float = Field(default=1.0, gt=0, le=1)  # discount of reward_sum (1: on the scale of undiscounted returns)
+    snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
+    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/reference.py)
+    done_threshold: float = Field(default=0.5, gt=0, lt=1)
+    seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
+    n_bootstrap: int = Field(default=1000, ge=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        return _filled(data, ADWM_PRESETS, "ADWM config")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.guidance == "likelihood" and self.reading != "soft_tokens":
+            raise ValueError(f"ADWM config: guidance='likelihood' with reading={self.reading!r} (the gradient of "
+                             "log π_e flows through ψ's soft tokens: use reading='soft_tokens' or "
+                             "guidance='success_bank')")
+        return self
+
+    def check_behaviour(self, trajectories: pa.Table) -> None:
+        """Success-bank guidance (set explicitly; ``auto`` does without) reads the last observations
+        of successful behaviour episodes: refuse a pool without one before the world model is
+        trained on it."""
+        steps = behaviour_rows(trajectories)
+        if self.guidance == "success_bank" and not any(steps["success"].to_pylist()):
+            episodes = len(set(steps["episode"].to_pylist()))
+            raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
+                             "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
+                             "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
+                             "or set adwm.guidance to 'auto' (unguided where no episode succeeded) or 'none'")
