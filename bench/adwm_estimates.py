@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from adwm_core.specs import EPSILONS, PolicySpec
-from adwm_core.policies.base import ModelCache
+from adwm_core.policies.loading import ModelCache
 from adwm_core.stages.collection import ground_truth_rollouts
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL

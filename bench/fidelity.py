@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
-from adwm_core.policies.base import ModelCache
+from adwm_core.policies.loading import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel

@@ -83,7 +83,7 @@ def child(kind: str, cell: str, facts_path: str) -> None:
 def llm_throughput(config, trajectories: str) -> dict:
     """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
     generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
-    from adwm_core.policies.base import ModelCache
+    from adwm_core.policies.loading import ModelCache
     from adwm_core.stages.collection import logged_steps
     from adwm_core.data import TRAJECTORIES, read_table
 

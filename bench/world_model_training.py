@@ -26,7 +26,7 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.model.world_model import WorldModel
 from adwm_core.paths import local_cache_dir
-from adwm_core.policies.base import load_language_model
+from adwm_core.policies.loading import load_language_model
 from adwm_core.settings import PsiConfig, TrainConfig
 from adwm_core.training.psi import observation_texts, train_psi_adapter
 from adwm_core.training.world_model import train_world_model

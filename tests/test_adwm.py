@@ -283,7 +283,7 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
                                                                         tiny_psi):
     """Eq. final_score end to end on the tiny cell: the look-ahead likelihood changes the sampled
     latents (the unguided run differs), its time is reported, and a seed fixes every draw."""
-    from adwm_core.policies.base import ModelCache
+    from adwm_core.policies.loading import ModelCache
     from adwm_core.policies.soft_prompt import SoftPromptPolicy
     from conftest import TINY_ENV
 

@@ -7,7 +7,8 @@ import pytest
 from adwm_core.specs import EnvSpec, PolicySpec
 from adwm_core.stages.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_steps
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
-from adwm_core.policies.base import LLMPolicy, load_language_model
+from adwm_core.policies.base import LLMPolicy
+from adwm_core.policies.loading import load_language_model
 from conftest import TINY_ENV, tiny_env_spec
 
 NAME, TASK, OPTIONS = TINY_ENV

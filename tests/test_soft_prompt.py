@@ -10,7 +10,8 @@ from adwm_core.diffusion.guidance import eta_schedule, gradient_guidance
 from adwm_core.diffusion.process import GaussianDiffusion
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import on_latent_manifold
-from adwm_core.policies.base import LanguageModel, LLMPolicy, load_language_model
+from adwm_core.policies.base import LanguageModel, LLMPolicy
+from adwm_core.policies.loading import load_language_model
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 
 

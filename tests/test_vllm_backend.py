@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from adwm_core.policies.base import load_language_model
+from adwm_core.policies.loading import load_language_model
 from adwm_core.policies.local_models import smollm2_dir
 from adwm_core.policies.parsing import parse_action
 from adwm_core.policies.prompts import History, PromptTemplate, action_continuation
@@ -121,7 +121,7 @@ def test_vllm_backend_without_vllm_names_the_package_to_install():
         """
         import sys
         sys.modules["vllm"] = None  # what an interpreter without vLLM sees
-        from adwm_core.policies.base import load_language_model
+        from adwm_core.policies.loading import load_language_model
         try:
             load_language_model("unused-model-path", "vllm")
         except ImportError as error:

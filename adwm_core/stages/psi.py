@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..data import TRAJECTORIES, check_output, read_table
 from ..model.world_model import WorldModel
-from ..policies.base import load_language_model
+from ..policies.loading import load_language_model
 from ..specs import PolicySpec
 from ..settings import PsiConfig
 from ..training.psi import PsiResult, observation_texts, train_psi_adapter
