@@ -212,8 +212,10 @@ def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_
     assert guided.success_guidance is not None and not unguided.guided
     path = trajectories.replace("trajectories.parquet", "failures.parquet")
     write_table(failures, path, TRAJECTORIES)
-    rows = evaluate_policy(model, path, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0].to_pylist()
-    assert {r["estimator"] for r in rows} == {"ADWM:reward_sum", "kNN-WM:reward_sum"}
+    rows = evaluate_policy(model, path, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
+    assert {r["estimator"] for r in rows.to_pylist()} == {"ADWM:reward_sum", "kNN-WM:reward_sum"}
+    loaded = evaluate_policy(model, failures, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
+    assert loaded.equals(rows)  # a table in memory scores as its file does
 
 
 def test_bad_settings_are_named(corridor):

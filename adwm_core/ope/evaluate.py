@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows
+from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..specs import check_epsilons
@@ -47,7 +47,7 @@ def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config:
 
 def evaluate_policy(
     world_model: str | WorldModel,
-    trajectories: str,
+    trajectories: str | pa.Table,
     policy: Policy | SoftPromptPolicy,
     *,
     cell: str,
@@ -56,12 +56,13 @@ def evaluate_policy(
     config: AdwmConfig = AdwmConfig(),
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
-    estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``policy``: a
-    :class:`SoftPromptPolicy` for the soft-token reading, anything with ``act(histories)`` for
-    the text readings."""
+    estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``world_model`` and
+    ``trajectories``: loaded, or where they are saved; ``policy``: a :class:`SoftPromptPolicy` for
+    the soft-token reading, anything with ``act(histories)`` for the text readings."""
     check_epsilons(epsilons)
     model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
-    table = read_table(trajectories, TRAJECTORIES)
+    table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
+             else read_table(trajectories, TRAJECTORIES))
     bank = StateBank.from_trajectories(table, model)
     imaginations = {ESTIMATOR: ImaginedRollouts(model, bank, config)}
     if config.reference:
