@@ -20,16 +20,17 @@ task; at step t
    log took a_t in the observation π_e reads, one of those logged transitions answers
    (z_{t+1} = f_θ(o'), its logged reward and termination: the empirical transition, drawn
    uniformly, ope/logged.py); everywhere else z_{t+1} is sampled by the reverse diffusion
-   process conditioned on (h̄_t, a_t) with classifier-free guidance ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising
-   step, continuation guidance g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``,
-   J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u) along an h-step greedy look-ahead (Eq. final_score,
-   :class:`LookaheadLikelihood`), or ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout;
-   ``auto``, the default preset's: the success bank where the log holds a success, else none);
+   process conditioned on (h̄_t, a_t) with classifier-free guidance
+   ε̂ = (1+λ) ε_θ(·, a_t) − λ ε_θ(·, ∅) and, at every denoising step, continuation guidance
+   g_k = α η_k ∇_ẑ J(ẑ) (``guidance``): ``likelihood``, J = Σ_{u=t+1}^{t+h} log π_e(â_u | h̃_u)
+   along an h-step greedy look-ahead (Eq. final_score, :class:`LookaheadLikelihood`), or
+   ``success_bank``, J = max_b cos(ẑ, b) (Alg. ope-rollout; ``auto``, the default preset's: the
+   success bank where the log holds a success, else none);
 4. off the log, the reward and termination heads read (z_{t+1}, h̄_t) — or (e(a_t), h̄_t), by
    the world model's ``outcome_input``; the rollout stops at P(done) ≥ 0.5 or after H_max
-   steps. With ``snap`` (beyond the paper), z_{t+1} is then
-   replaced by the latent of the behaviour observation nearest to it, so the history the world
-   model reads next stays on states it was trained on.
+   steps. With ``snap`` (beyond the paper), z_{t+1} is then replaced by the latent of the
+   behaviour observation nearest to it, so the history the world model reads next stays on
+   states it was trained on.
 
 Settings: ``AdwmConfig`` (adwm_core/settings.py); the state bank: state_bank.py; the look-ahead of
 the likelihood guidance: lookahead.py; scoring: evaluate.py; the ADWM stage: stages/adwm.py.
@@ -94,11 +95,6 @@ class Rollouts:
     lengths: np.ndarray  # (R,) imagined steps taken
     seconds: dict[str, float] = field(default_factory=dict)  # world_model, policy
     steps: list[ImaginedStep] = field(default_factory=list)
-
-    @property
-    def logged_share(self) -> float:
-        """The share of imagined steps a logged successor answered."""
-        return float(np.mean([s.logged for s in self.steps])) if self.steps else float("nan")
 
     def values(self, name: str, epsilon: float) -> np.ndarray:
         return getattr(self, name)[self.epsilons == epsilon]
@@ -193,8 +189,9 @@ class ImaginedRollouts:
         """One imagined transition of the alive rollouts: (z_{t+1}, the reward r̂_t counted in
         ``reward_sum`` — on the environment's scale —, whether the episode ends, and whether a
         logged successor answered: where ``logged_successors`` and the log holds (read row, a_t);
-        elsewhere :meth:`off_log` does). ``past``/``previous``: z_{0..t} and a_{−1..t−1}; ``noise``: the
-        diffusion noise of each rollout, whose first draw also picks among logged successors."""
+        elsewhere :meth:`off_log` does). ``past``/``previous``: z_{0..t} and a_{−1..t−1};
+        ``noise``: the diffusion noise of each rollout, whose first draw also picks among logged
+        successors."""
         logged = self.bank.transitions
         chosen = (logged.draw(read, actions, past.shape[1] - 1, uniforms(noise)) if self.config.logged_successors
                   else np.full(len(actions), -1))

@@ -101,7 +101,7 @@ class OffPolicyEstimator(ABC):
         missing = [name for name in self.needs if getattr(data, name) is None]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
-        low, high = percentile_bootstrap(lambda rows: self.signed_estimate(data.take(rows)), data.n,
+        low, high = percentile_bootstrap(lambda resamples: [self.signed_estimate(data.take(rows)) for rows in resamples], data.n,
                                          n_resamples=n_bootstrap, confidence=confidence, seed=seed,
                                          key=lambda s: s.order_key)
         return Estimate(self.name, self.signed_estimate(data), low, high)

@@ -16,13 +16,13 @@ import pyarrow as pa
 from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
+from ..settings import VALUE_ESTIMATES, AdwmConfig
 from ..specs import check_epsilons
 from .adwm import ImaginedRollouts, Policy, Rollouts
-from ..settings import VALUE_ESTIMATES, AdwmConfig
 from .intervals import estimates_row, percentile_bootstrap
+from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
 from .signed_log import SignedLog
 from .state_bank import StateBank
-from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
 
 ESTIMATOR = "ADWM"
 
@@ -37,11 +37,11 @@ def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config:
             continue  # no successful behaviour episode, no success bank
         for epsilon in np.unique(rollouts.epsilons):
             x = rollouts.values(name, epsilon)
-            low, high = percentile_bootstrap(lambda picked: float(x[picked].mean()), len(x), n_resamples=config.n_bootstrap,
-                                             confidence=config.confidence, seed=seed)
+            low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x),
+                                             n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
             rows.append(estimates_row(cell=cell, estimator=f"{estimator}:{name}", policy=policy, epsilon=epsilon,
-                                      seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(low),
-                                      ci_high=SignedLog.of(high)))
+                                      seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(float(low)),
+                                      ci_high=SignedLog.of(float(high))))
     return rows
 
 

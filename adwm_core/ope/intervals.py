@@ -8,7 +8,7 @@ is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -18,12 +18,12 @@ from .signed_log import SignedLog
 T = TypeVar("T")
 
 
-def percentile_bootstrap(statistic: Callable[[np.ndarray], T], n: int, *, n_resamples: int, confidence: float,
-                         seed: int, key: Callable[[T], float] = float) -> tuple[T, T]:
-    """(low, high) of the percentile-bootstrap interval of ``statistic(indices)`` over ``n``
-    units, ``key`` ordering its values."""
-    rng = np.random.default_rng(seed)
-    samples = sorted((statistic(rng.integers(0, n, n)) for _ in range(n_resamples)), key=key)
+def percentile_bootstrap(statistic: Callable[[np.ndarray], Sequence[T]], n: int, *, n_resamples: int,
+                         confidence: float, seed: int, key: Callable[[T], float] = float) -> tuple[T, T]:
+    """(low, high) of the percentile-bootstrap interval over ``n`` units: ``statistic`` maps the
+    (B, n) indices of all resamples to their B values (batched where it can be), ``key`` orders
+    them."""
+    samples = sorted(statistic(np.random.default_rng(seed).integers(0, n, (n_resamples, n))), key=key)
     tail = (1 - confidence) / 2
     return samples[int(np.floor(tail * (n_resamples - 1)))], samples[int(np.ceil((1 - tail) * (n_resamples - 1)))]
 

@@ -31,25 +31,26 @@ class LoggedTransitions:
     rewards: np.ndarray  # (N,) on the environment's scale
     done: np.ndarray  # (N,) the environment ended the episode
     steps: np.ndarray  # (N,) the step t of the episode the transition was logged at
-    pairs: dict[tuple[int, str], np.ndarray] = field(default_factory=dict, repr=False)  # (row, action) → transitions
+    pairs: dict[tuple[int, str], np.ndarray] = field(init=False, repr=False)  # (row, action) → its transitions
     _matches: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.pairs:
-            grouped = defaultdict(list)
-            for i, (row, action) in enumerate(zip(self.observations.tolist(), self.actions)):
-                grouped[row, action].append(i)
-            self.pairs = {key: np.asarray(rows) for key, rows in grouped.items()}
+        grouped = defaultdict(list)
+        for i, (row, action) in enumerate(zip(self.observations.tolist(), self.actions)):
+            grouped[row, action].append(i)
+        self.pairs = {key: np.asarray(rows) for key, rows in grouped.items()}
 
     @classmethod
-    def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int]) -> "LoggedTransitions":
-        """``row_of``: the bank row of every behaviour observation text."""
+    def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int],
+                          latents: torch.Tensor) -> "LoggedTransitions":
+        """``row_of``/``latents``: the bank row of every behaviour observation text and the bank's
+        latents; only successors outside the bank (last observations) are encoded here."""
         rows = behaviour_rows(table).select(["t", "observation", "action", "reward", "done",
                                              "next_observation"]).to_pylist()
-        successors = list(dict.fromkeys(r["next_observation"] for r in rows))
+        unseen = list(dict.fromkeys(r["next_observation"] for r in rows if r["next_observation"] not in row_of))
         with torch.no_grad():
-            encoded = model.encode_texts(successors).cpu()
-        successor_of = {text: i for i, text in enumerate(successors)}
+            encoded = torch.cat([latents, model.encode_texts(unseen).cpu()]) if unseen else latents
+        successor_of = {**row_of, **{text: len(latents) + i for i, text in enumerate(unseen)}}
         return cls(
             observations=torch.tensor([row_of[r["observation"]] for r in rows], dtype=torch.long),
             actions=[normal_action(r["action"]) for r in rows],

@@ -49,7 +49,7 @@ class StateBank:
         with torch.no_grad():
             latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
         return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
-                   LoggedTransitions.from_trajectories(table, model, index))
+                   LoggedTransitions.from_trajectories(table, model, index, latents))
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""
