@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .specs import EPSILONS, EnvSpec, PolicySpec, check_epsilons
+from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
 
@@ -36,9 +36,23 @@ class _Strict(BaseModel):
 
 
 class Behaviour(_Strict):
-    episodes: int = Field(gt=0)
-    pool: tuple[PolicySpec, ...] = Field(min_length=1)
+    """Collected (``episodes`` of the ``pool`` × prompt ``variants``, run live) or imported
+    (``logs``: the user's own trajectories; a ``pool`` then only names the models that logged
+    them, for re-scoring their log-probs)."""
+
+    episodes: int | None = Field(default=None, gt=0)
+    pool: tuple[PolicySpec, ...] = ()
     variants: tuple[str, ...] = ("p0", "p1")
+    logs: LogSource | None = None
+
+    @model_validator(mode="after")
+    def _collected_or_imported(self) -> "Behaviour":
+        if self.logs is not None and self.episodes is not None:
+            raise ValueError("give either episodes (collect behaviour data) or logs (import it), not both")
+        if self.logs is None and (self.episodes is None or not self.pool):
+            raise ValueError("collecting behaviour data needs episodes and a pool of at least one policy; "
+                             "or give logs: {path: …} to import logged trajectories")
+        return self
 
 
 class Evaluation(_Strict):
@@ -141,6 +155,12 @@ class CellConfig(_Strict):
         config._check_policies(source)
         return config
 
+    @property
+    def runs_environment(self) -> bool:
+        """Whether some stage plays episodes live (collection, ground truth, a local family's
+        training), so the environment must be runnable here."""
+        return self.behaviour.logs is None or self.ground_truth is not None or self.local_policies is not None
+
     def policies(self) -> list[tuple[str, PolicySpec]]:
         """(field, spec) of every policy the cell names."""
         return [(f"behaviour.pool[{i}]", p) for i, p in enumerate(self.behaviour.pool)] + [
@@ -148,6 +168,9 @@ class CellConfig(_Strict):
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():
+            if spec.backend == "openai" and where.startswith("evaluation") and self.adwm.reading == "soft_tokens":
+                raise CellConfigError(f"{source}: {where} is reached through an endpoint (backend openai), which does "
+                                      "not expose the input embeddings ψ is trained on; set adwm.reading: retrieval")
             if spec.model.startswith(LOCAL_PREFIX):
                 name = spec.model[len(LOCAL_PREFIX):]
                 if self.local_policies is None or name not in self.local_policies.checkpoints:

@@ -101,7 +101,7 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
     where ρ is undefined; estimates only where the cell has no ground truth."""
     if curves["ground_truth"] is None:
         return [f"{name:<28} Ĵ = " + " ".join(f"{v:.3g}" for v in values) + "   (no ground truth)"
-                for name, values in curves["estimators"].items()]
+                for name, values in curves["estimators"].items()] + not_applicable_lines(curves)
     lines = []
     for r in _by_rho(rows):
         if r["rho"] != r["rho"]:
@@ -109,7 +109,24 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
         else:
             lines.append(f"{r['estimator']:<28} ρ {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}]"
                          f"   NMAE {_plain(r['nmae'], '.3g')}")
-    return lines
+    return lines + not_applicable_lines(curves)
+
+
+def not_applicable_lines(curves: dict) -> list[str]:
+    """The estimators the logs could not feed (``curves["not_applicable"]``: name → reason),
+    grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in curves.get("not_applicable", {}).items():
+        by_reason.setdefault(reason, []).append(name)
+    return [f"not applicable: {', '.join(names)} — {reason}" for reason, names in by_reason.items()]
+
+
+def interval_lines(estimates: pa.Table, seed: int = 0) -> list[str]:
+    """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of one seed, a line each."""
+    rows = [r for r in estimates.to_pylist() if r["seed"] == seed]
+    rows.sort(key=lambda r: (r["estimator"], r["policy"], r["epsilon"]))
+    return [f"{r['estimator']:<22} {r['policy']:<24} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  "
+            f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in rows]
 
 
 def _point_labels(curves: dict) -> list[str]:
@@ -137,7 +154,8 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
         lines.append("| ground truth | " + " | ".join(f"{v:.3f}" for v in curves["ground_truth"]) + " |")
     lines += [f"| {name} | " + " | ".join(f"{v:.3g}" for v in values) + " |"
               for name, values in curves["estimators"].items()]
-    return "\n".join(lines) + "\n"
+    extra = not_applicable_lines(curves)
+    return "\n".join(lines + ([""] + [f"- {line}" for line in extra] if extra else [])) + "\n"
 
 
 def plot(curves: dict, path, title: str) -> None:

@@ -65,3 +65,40 @@ class EnvSpec:
 def check_epsilons(epsilons: Sequence[float]) -> None:
     if not epsilons or any(not 0.0 <= e <= 1.0 for e in epsilons):
         raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
+
+
+LOG_FORMATS = ("parquet", "jsonl", "hf")
+LOG_FIELDS = {"episode_id": "item_id", "conversations": "conversations", "role": "from", "text": "value",
+              "reward": "reward", "success": "success", "logprob": "logprob"}
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where behaviour logs are and how to read them; ``fields`` renames the keys looked for
+    (keys of :data:`LOG_FIELDS`); ``split``: the split of a dataset with several."""
+
+    path: str
+    format: str | None = None  # inferred from the path's suffix where not given
+    fields: Mapping[str, str] = field(default_factory=dict)
+    split: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.fields) - set(LOG_FIELDS))
+        if unknown:
+            raise ValueError(f"logs.fields: unknown key(s) {unknown}; known: {sorted(LOG_FIELDS)}")
+        if self.format is not None and self.format not in LOG_FORMATS:
+            raise ValueError(f"logs.format: {self.format!r} is not one of {LOG_FORMATS}")
+
+    @property
+    def resolved_format(self) -> str:
+        if self.format is not None:
+            return self.format
+        name = self.path.rstrip("/").lower()
+        if name.endswith(".parquet"):
+            return "parquet"
+        if name.endswith((".jsonl", ".json")):
+            return "jsonl"
+        return "hf"  # a saved dataset's folder or a dataset name
+
+    def key(self, name: str) -> str:
+        return self.fields.get(name, LOG_FIELDS[name])

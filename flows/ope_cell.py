@@ -31,7 +31,7 @@ def ope_cell(cell: str = "local-simonsays") -> str:
         config, _ = policies.prepare_policies(config, parent)
         targets = config.evaluation.policies
         truths = [ground_truth.ground_truth.submit(config, p, parent) for p in targets] if config.ground_truth else []
-        logged = behaviour.collect(config, parent)
+        logged = behaviour.behaviour_data(config, parent)
         logps = [logprobs.logprobs.submit(config, p, logged, parent) for p in targets]
         model = world_model.world_model(config, logged, parent)
         soft = config.adwm.reading == "soft_tokens"

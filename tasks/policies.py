@@ -53,7 +53,7 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see README, 'Running it')")
     for where, spec in cell.policies():
-        if spec.model.startswith(LOCAL_PREFIX):
+        if spec.model.startswith(LOCAL_PREFIX) or spec.backend == "openai":  # an endpoint is checked when reached
             continue
         folder = os.path.expanduser(spec.model)
         if os.path.isabs(folder) or os.path.isdir(folder):
@@ -67,7 +67,7 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
                 "Hugging Face cache, and the hub cannot be reached: on a connected machine run "
                 f"`hf download {spec.model}` (then copy the cache, $HF_HOME) or point the field (or its "
                 "environment variable) at a folder holding the weights")
-    if environment:
+    if environment and cell.runs_environment:
         cell.env.instances()
 
 

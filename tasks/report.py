@@ -34,6 +34,7 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
         truth = (pa.concat_tables([read_table(a.file(ground_truth.SUMMARY), GROUND_TRUTH) for a in truths])
                  if truths else None)
         rows, curves = main_results(truth, estimates)
+        curves["not_applicable"] = not_applicable(baseline_estimates)
         text = markdown(cell.name, rows, curves)
         fs, root = fsspec.core.url_to_fs(folder)
         for name, content in ((REPORT, text), (RESULTS, json.dumps(rows, indent=2)),
@@ -61,6 +62,18 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
         create_table_artifact(rows, key=f"{cell.name}-main-results", description=f"{cell.name}: ρ per estimator")
     create_markdown_artifact(text, key=f"{cell.name}-report", description=f"{cell.name}: report")
     return artifact
+
+
+def not_applicable(baseline_estimates: list[Artifact]) -> dict[str, str]:
+    """Estimator → why the logs could not feed it, over the π_e of the cell (artifacts written
+    before the baselines stage recorded this have no file: nothing was left out then)."""
+    reasons: dict[str, str] = {}
+    for artifact in baseline_estimates:
+        fs, path = fsspec.core.url_to_fs(artifact.file(baselines.NOT_APPLICABLE))
+        if fs.exists(path):
+            with fs.open(path, "r") as f:
+                reasons.update(json.load(f))
+    return reasons
 
 
 def closing_screen(folder: str, flow_run_id: str | None) -> str:

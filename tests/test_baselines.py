@@ -1,3 +1,4 @@
+import json
 import math
 from collections import defaultdict
 
@@ -10,6 +11,10 @@ from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_
 from adwm_core.stages.baselines import run_baselines
 from adwm_core.ope.estimators import ESTIMATORS
 from adwm_core.settings import BaselineConfig, FQEConfig
+from adwm_core.data.windows import episode_arrays
+from adwm_core.model.world_model import WorldModel
+from adwm_core.specs import LogSource
+from adwm_core.stages.logs import export_jsonl, import_logs
 from conftest import TINY_ENV
 
 EPSILONS = (0.0, 0.5, 1.0)
@@ -133,3 +138,68 @@ def test_bad_inputs_are_named_before_any_fitting(tiny_behaviour, logprobs, tiny_
                                  pa.array(["ground_truth"] * table.num_rows)), ground_truth, TRAJECTORIES)
     with pytest.raises(ValueError, match="no behaviour steps"):
         run_baselines(ground_truth, logprobs, wm, str(tmp_path / "e.parquet"), cell="c", policy="p")
+
+
+def _estimates_by_key(path: str) -> dict:
+    return {(r["estimator"], r["epsilon"], r["seed"]): (r["value"], r["ci_low"], r["ci_high"])
+            for r in read_table(path, ESTIMATES).to_pylist()}
+
+
+def _import_through_jsonl(table: pa.Table, folder) -> str:
+    """``table`` exported as JSONL conversations and imported back (the user-logs path)."""
+    export_jsonl(table, str(folder / "logs.jsonl"))
+    out = str(folder / "trajectories.parquet")
+    import_logs(LogSource(str(folder / "logs.jsonl")), out, cell="test-cell")
+    return out
+
+
+def test_logs_imported_from_jsonl_give_the_native_training_inputs_and_estimates(
+        tiny_behaviour, tiny_pool, tiny_world_model, logprobs, estimates, tmp_path):
+    imported = _import_through_jsonl(read_table(tiny_behaviour, TRAJECTORIES), tmp_path)
+    model = WorldModel.load(tiny_world_model[0].path)
+    native_arrays, imported_arrays = (episode_arrays(read_table(p, TRAJECTORIES), model.config.actions,
+                                                     model.config.reward) for p in (tiny_behaviour, imported))
+    assert imported_arrays.texts == native_arrays.texts
+    for name in ("observations", "actions", "reward_targets", "reward_mask", "done", "lengths", "success"):
+        np.testing.assert_array_equal(getattr(imported_arrays, name), getattr(native_arrays, name), err_msg=name)
+    scores = str(tmp_path / "logprobs.parquet")
+    extract_logprobs(imported, TINY_ENV[0], tiny_pool, tiny_pool[1], scores, epsilons=EPSILONS)
+    assert read_table(scores, LOGPROBS).equals(read_table(logprobs, LOGPROBS))
+    out = str(tmp_path / "estimates.parquet")
+    run_baselines(imported, scores, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
+                  config=BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA))
+    assert _estimates_by_key(out) == {k: (r["value"], r["ci_low"], r["ci_high"]) for k, r in _by(estimates).items()}
+
+
+def test_estimators_say_what_the_logs_let_them_compute(tiny_behaviour, tiny_pool, tiny_world_model, logprobs,
+                                                      estimates, tmp_path):
+    """Logs without behaviour log-probs and no pool to re-score them: the importance-sampling
+    family is not applicable, with the reason, and DM and FQE still run. The same logs carrying
+    π_b's log-probs on their action turns give the native importance-sampling estimates."""
+    native = read_table(tiny_behaviour, TRAJECTORIES)
+    config = BaselineConfig(seeds=(0,), n_bootstrap=200, gamma=GAMMA)
+    bare = _import_through_jsonl(native, tmp_path / "bare")
+    scores, out, reasons = (str(tmp_path / name) for name in ("logprobs.parquet", "estimates.parquet", "na.json"))
+    extract_logprobs(bare, TINY_ENV[0], (), tiny_pool[1], scores, epsilons=EPSILONS)
+    assert set(read_table(scores, LOGPROBS)["policy"].to_pylist()) == {"eval"}
+    run_baselines(bare, scores, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
+                  config=config, not_applicable_out=reasons)
+    with open(reasons) as f:
+        not_applicable = json.load(f)
+    assert set(not_applicable) == {"IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"}
+    assert all("behaviour log-probs are unknown" in reason for reason in not_applicable.values())
+    computed = _estimates_by_key(out)
+    assert {k[0] for k in computed} == {"DM", "FQE"}
+    native_rows = _by(estimates)
+    assert all(value == native_rows[k]["value"] for k, (value, _, _) in computed.items())
+
+    behaviour = {(r["episode"], r["t"]): r["logprob"] for r in read_table(logprobs, LOGPROBS).to_pylist()
+                 if r["policy"] == "behavior"}
+    with_logp = native.set_column(native.schema.get_field_index("behavior_logprob"), "behavior_logprob", pa.array(
+        [behaviour[(e, t)] for e, t in zip(native["episode"].to_pylist(), native["t"].to_pylist())], pa.float64()))
+    logged = _import_through_jsonl(with_logp, tmp_path / "logged")
+    extract_logprobs(logged, TINY_ENV[0], (), tiny_pool[1], scores, epsilons=EPSILONS, overwrite=True)
+    run_baselines(logged, scores, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
+                  config=config, overwrite=True)
+    for key, (value, _, _) in _estimates_by_key(out).items():
+        assert value == pytest.approx(native_rows[key]["value"], rel=1e-12, abs=1e-12), key

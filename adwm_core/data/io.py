@@ -35,6 +35,8 @@ def _compatible(got: pa.DataType, expected: pa.DataType) -> bool:
 def validate(table: pa.Table, contract: Contract, source: str = "table") -> pa.Table:
     """Check ``table`` against ``contract``; return it with exactly the contract's columns and types."""
     for field in contract.schema:
+        if field.name not in table.column_names and field.name in contract.optional:
+            table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         if field.name not in table.column_names:
             raise SchemaError(
                 f"{source}: missing column '{field.name}' ({field.type}) required by the {contract.name} contract"

@@ -15,11 +15,13 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class Contract:
-    """A named Arrow schema; non-nullable fields are required to hold no nulls."""
+    """A named Arrow schema; non-nullable fields are required to hold no nulls. ``optional``
+    columns may be absent from a table (they are read as all null)."""
 
     name: str
     schema: pa.Schema
     allowed: dict[str, frozenset[str]] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
 
     @property
     def columns(self) -> list[str]:
@@ -57,9 +59,12 @@ TRAJECTORIES = Contract(
             _f("done", pa.bool_()),  # the environment ended the episode (not a horizon cut)
             _f("score", pa.float64()),  # cumulative normalised score after the step
             _f("success", pa.bool_()),  # the engine's win flag after the step
+            # log π_b(a_t|h_t) as the logging system recorded it (imported logs); null where unknown
+            _f("behavior_logprob", pa.float64(), nullable=True),
         ]
     ),
     allowed={"source": SOURCES},
+    optional=frozenset({"behavior_logprob"}),
 )
 
 LOGPROBS = Contract(

@@ -69,14 +69,30 @@ class LoggedSteps:
 
     grid: StepGrid
     rewards: np.ndarray  # (N, T) environment rewards
-    behaviour_logp: np.ndarray  # (N, T)
-    eval_logp: dict[float, np.ndarray]  # ε → (N, T) log π_e^ε of the logged action
+    behaviour_logp: np.ndarray | None  # (N, T); None where the logs do not say (see ``unknown_ratios``)
+    eval_logp: dict[float, np.ndarray]  # ε → (N, T) log π_e^ε of the logged action (NaN: π_e cannot say)
     latents: np.ndarray  # (N, T+1, d_z) z_0 … z_T
     actions: np.ndarray  # (N, T) vocabulary ids of the logged actions
     predicted_rewards: np.ndarray  # (N, T) DM's R̂, 0 where the head is not read
     candidates: np.ndarray  # (N, T, K) π_e's greedy id, then the admissible ids; −1 = padding
     uniform: np.ndarray  # (N, T, K) share of each admissible id in the admissible list
     listed: np.ndarray  # (N, T) an admissible list was logged
+
+    @property
+    def unknown_ratios(self) -> str | None:
+        """Why the importance ratios π_e^ε/π_b cannot be formed, or None when they can."""
+        if self.behaviour_logp is None:
+            return ("the behaviour log-probs are unknown: the logs carry none (no `logprob` on their action turns) "
+                    "and the behaviour pool names no model to re-score them")
+        if any(np.isnan(logp[self.grid.mask]).any() for logp in self.eval_logp.values()):
+            return "π_e's log-probs are unknown: its backend returns none (a chat endpoint)"
+        return None
+
+    def log_ratios(self, epsilon: float) -> np.ndarray | None:
+        """log π_e^ε − log π_b on the grid (0 off it), None when :attr:`unknown_ratios` says why."""
+        if self.unknown_ratios is not None:
+            return None
+        return np.where(self.grid.mask, self.eval_logp[epsilon] - self.behaviour_logp, 0.0)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -99,7 +115,8 @@ def logged_steps(trajectories: pa.Table, scores: pa.Table, model: WorldModel, *,
                          "the baselines read the behaviour trajectories, not ground truth")
     episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
     grid = StepGrid(episodes, t)
-    behaviour = _aligned(scores, "behavior", None, grid, names[1])
+    logged_behaviour = scores.filter(pc.equal(scores["policy"], "behavior")).num_rows > 0
+    behaviour = _aligned(scores, "behavior", None, grid, names[1]) if logged_behaviour else None
     epsilons = sorted(set(scores.filter(pc.equal(scores["policy"], "eval"))["epsilon"].to_pylist()))
     if not epsilons:
         raise ValueError(f"{names[1]} holds no evaluation-policy rows; run log-prob extraction with π_e")
@@ -116,7 +133,7 @@ def logged_steps(trajectories: pa.Table, scores: pa.Table, model: WorldModel, *,
     return LoggedSteps(
         grid=grid,
         rewards=grid.place(episodes, t, table["reward"].to_numpy(), 0.0),
-        behaviour_logp=_on_grid(grid, behaviour),
+        behaviour_logp=None if behaviour is None else _on_grid(grid, behaviour),
         eval_logp={eps: _on_grid(grid, rows) for eps, rows in evaluation.items()},
         latents=latents, actions=arrays.actions, predicted_rewards=predicted,
         candidates=candidates, uniform=uniform, listed=listed,

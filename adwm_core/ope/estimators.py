@@ -30,7 +30,7 @@ class LoggedTrajectories:
 
     rewards: np.ndarray
     mask: np.ndarray  # steps that happened
-    log_ratios: np.ndarray  # log π_e^ε − log π_b of the logged action
+    log_ratios: np.ndarray | None = None  # log π_e^ε − log π_b of the logged action; None: π_b or π_e unknown
     gamma: float = 0.99
     q: np.ndarray | None = None  # Q^{π_e^ε}(s_t, a_t), for DR / WDR
     v: np.ndarray | None = None  # V^{π_e^ε}(s_t), for DR / WDR
@@ -45,7 +45,7 @@ class LoggedTrajectories:
                                  "one column per step")
         if len(shape) != 2 or shape[0] == 0:
             raise ValueError(f"logged trajectories must be (N ≥ 1, T) arrays; got shape {shape}")
-        if np.isnan(self.log_ratios[self.mask]).any():
+        if self.log_ratios is not None and np.isnan(self.log_ratios[self.mask]).any():
             raise ValueError("log_ratios hold NaN at logged steps; recompute the log-probabilities")
 
     @property
@@ -95,10 +95,15 @@ class OffPolicyEstimator(ABC):
     def signed_estimate(self, data: LoggedTrajectories) -> SignedLog:
         """Ĵ(π_e^ε) in signed-log form."""
 
+    @classmethod
+    def missing(cls, data: LoggedTrajectories) -> list[str]:
+        """The optional fields this estimator reads that ``data`` lacks (empty: applicable)."""
+        return [name for name in cls.needs if getattr(data, name) is None]
+
     def estimate(self, data: LoggedTrajectories, *, n_bootstrap: int = 1000, confidence: float = 0.95,
                  seed: int = 0) -> Estimate:
         """Ĵ and its percentile-bootstrap interval over trajectories (resampled with replacement)."""
-        missing = [name for name in self.needs if getattr(data, name) is None]
+        missing = self.missing(data)
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
         low, high = percentile_bootstrap(lambda resamples: [self.signed_estimate(data.take(rows)) for rows in resamples], data.n,
@@ -145,6 +150,8 @@ class ImportanceSampling(OffPolicyEstimator):
 
     name = "IS"
 
+    needs = ("log_ratios",)
+
     def signed_estimate(self, data):
         log_g, sign = log_abs_and_sign(data.returns)
         return _mean(data.cumulative_log_ratios[:, -1] + log_g, sign, data.n)
@@ -154,6 +161,8 @@ class PerDecisionImportanceSampling(OffPolicyEstimator):
     """PDIS: Ĵ = (1/N) Σ_i Σ_t γ^t ρ_i,0:t r_it (Precup et al., 2000)."""
 
     name = "PDIS"
+
+    needs = ("log_ratios",)
 
     def signed_estimate(self, data):
         log_r, sign = log_abs_and_sign(data.masked(data.rewards))
@@ -165,6 +174,8 @@ class WeightedImportanceSampling(OffPolicyEstimator):
 
     name = "WIS"
 
+    needs = ("log_ratios",)
+
     def signed_estimate(self, data):
         log_g, sign = log_abs_and_sign(data.returns)
         return signed_sum(log_softmax(data.cumulative_log_ratios[:, -1]) + log_g, sign)
@@ -174,6 +185,8 @@ class WeightedPerDecisionImportanceSampling(OffPolicyEstimator):
     """WPDIS: Ĵ = Σ_t γ^t Σ_i w_it r_it, w_it = ρ_i,0:t / Σ_j ρ_j,0:t."""
 
     name = "WPDIS"
+
+    needs = ("log_ratios",)
 
     def signed_estimate(self, data):
         log_r, sign = log_abs_and_sign(data.masked(data.rewards))
@@ -185,7 +198,7 @@ class DoublyRobust(OffPolicyEstimator):
     w_it = ρ_i,0:t / N and w_i,−1 = 1/N (Jiang & Li, 2016; Thomas & Brunskill, 2016)."""
 
     name = "DR"
-    needs = ("q", "v")
+    needs = ("log_ratios", "q", "v")
 
     def log_weights(self, data: LoggedTrajectories) -> np.ndarray:
         return data.cumulative_log_ratios - np.log(data.n)

@@ -20,11 +20,16 @@ from .parsing import map_to_admissible, parse_action
 from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
 
 
+class LogprobsUnavailable(NotImplementedError):
+    """The backend cannot score given actions (e.g. a chat endpoint that returns no log-probs)."""
+
+
 class LanguageModel(ABC):
     """A causal LM behind one of the backends; ``tokenizer`` is a Hugging Face tokenizer."""
 
     tokenizer: object
     max_context: int  # prompt + generated tokens
+    chat = False  # True: acts on message lists (generate_chat), the endpoint applying its chat template
 
     @abstractmethod
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
@@ -37,6 +42,10 @@ class LanguageModel(ABC):
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """log P(continuation_i | prompt_i) in float64, summed over the span found by
         longest common token prefix, and the span lengths in tokens."""
+
+    def generate_chat(self, conversations: Sequence[list[dict]], max_new_tokens: int) -> list[str]:
+        """Greedy replies to system + user message lists (backends with ``chat = True``)."""
+        raise NotImplementedError(f"the {type(self).__name__} backend takes rendered prompts, not messages")
 
     def mean_input_embeddings(self, texts: Sequence[str]) -> np.ndarray:
         """ē = mean over the tokens of ``text`` of the LLM's input embeddings, ``(N, d_llm)`` float32
@@ -65,7 +74,10 @@ class LLMPolicy:
         set when one is known, with the raw generated text as the response."""
         if not histories:
             return []
-        responses = self.lm.generate(self.prompts(histories), self.max_new_tokens)
+        if self.lm.chat:
+            responses = self.lm.generate_chat([self.template.messages(h) for h in histories], self.max_new_tokens)
+        else:
+            responses = self.lm.generate(self.prompts(histories), self.max_new_tokens)
         return [
             Decision(map_to_admissible(parse_action(text), h.admissible), text)
             for h, text in zip(histories, responses)

@@ -10,18 +10,25 @@ import threading
 from ..specs import PolicySpec
 from .base import LanguageModel, LLMPolicy
 from .hf_backend import TransformersLM
+from .openai_backend import OpenAICompatibleLM
 from .vllm_backend import VLLMLM
 
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("transformers", "vllm", "openai")
 # transformers builds models under a process-wide "meta device" context: two threads loading at
 # once (stages running concurrently in one flow) can leave meta tensors in each other's model
 _LOADING = threading.Lock()
 
 
 def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
-    """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``."""
+    """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``; for the
+    ``openai`` backend ``path`` is the model's name at the endpoint ``options["base_url"]``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "openai":
+        if "base_url" not in options:
+            raise ValueError(f"the openai backend needs options.base_url (the endpoint serving {path!r}), "
+                             "e.g. http://127.0.0.1:8000/v1")
+        return OpenAICompatibleLM(path, **options)
     looks_local = os.path.isabs(path) or path.startswith((".", "~"))
     if looks_local and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
         raise FileNotFoundError(

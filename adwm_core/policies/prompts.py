@@ -129,6 +129,16 @@ class PromptTemplate:
 
     def render(self, history: History) -> str:
         """The prompt for ``history``, truncated from the oldest turn to fit."""
+        return self._wrap(self._body(history))
+
+    def messages(self, history: History) -> list[dict]:
+        """The same content as system (instruction) and user (history) messages, for endpoints
+        that apply their own chat template; the user message ends with the action cue."""
+        return [{"role": "system", "content": self.instruction},
+                {"role": "user", "content": f"{self._body(history)}\n{ACTION_CUE}"}]
+
+    def _body(self, history: History) -> str:
+        """Task, the newest turns that fit and the current observation, as the prompt's body."""
         head = f"Task: {history.task_description.strip()}"
         turns = [f"Observation: {obs.strip()}\n{ACTION_CUE} {act}" for obs, act in history.steps]
         tail = self._tail(history)
@@ -136,8 +146,7 @@ class PromptTemplate:
         fixed, *turn_costs = self._counts([head + "\n" + tail, *(turn + "\n" for turn in turns)])
         used = fixed + 1
         if used > room:  # even without history it does not fit: cut the newest observation's start
-            tail = self._cut(tail, room - self._count(head + "\n") - 1)
-            return self._wrap(head + "\n" + tail)
+            return head + "\n" + self._cut(tail, room - self._count(head + "\n") - 1)
         kept: list[str] = []
         for turn, cost in zip(reversed(turns), reversed(turn_costs)):  # newest first; per-piece counts
             cost += 1  # may differ from the joined count by a token, checked below
@@ -147,9 +156,9 @@ class PromptTemplate:
             used += cost
         kept.reverse()
         while True:
-            prompt = self._wrap("\n".join([head, *kept, tail]))
-            if self._count(prompt) <= self.max_prompt_tokens or not kept:
-                return prompt
+            body = "\n".join([head, *kept, tail])
+            if self._count(self._wrap(body)) <= self.max_prompt_tokens or not kept:
+                return body
             kept.pop(0)
 
     def _cut(self, text: str, n_tokens: int) -> str:

@@ -3,10 +3,12 @@ estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope
 
 from __future__ import annotations
 
-import numpy as np
+import json
+
 import pyarrow as pa
 
 from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data.io import atomic_open
 from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps
 from ..settings import BaselineConfig
@@ -24,27 +26,35 @@ def run_baselines(
     policy: str,
     config: BaselineConfig = BaselineConfig(),
     overwrite: bool = False,
+    not_applicable_out: str | None = None,
 ) -> pa.Table:
     """Estimates of every configured estimator for π_e (labelled ``policy``) at every ε level
-    in ``logprobs``; written to ``out`` and returned."""
+    in ``logprobs``; written to ``out`` and returned. An estimator whose inputs the logs lack
+    (importance ratios without log π_b or log π_e) is left out, and the reason written to
+    ``not_applicable_out`` (JSON, estimator → reason) where given."""
     check_output(out, overwrite=overwrite)
     model = WorldModel.load(world_model)
     steps = logged_steps(read_table(trajectories, TRAJECTORIES), read_table(logprobs, LOGPROBS), model,
                          names=(trajectories, logprobs))
-    rows = []
+    rows, not_applicable = [], {}
     for seed in config.seeds:
-        for epsilon, eval_logp in steps.eval_logp.items():
+        for epsilon in steps.eval_logp:
             q = v = None
             if set(USES_Q) & set(config.estimators):
                 q, v = fitted_q(steps, model, epsilon, config, seed)
             data = LoggedTrajectories(
                 rewards=steps.rewards, mask=steps.grid.mask, gamma=config.gamma, q=q, v=v,
-                log_ratios=np.where(steps.grid.mask, eval_logp - steps.behaviour_logp, 0.0),
-                predicted_rewards=steps.predicted_rewards,
+                log_ratios=steps.log_ratios(epsilon), predicted_rewards=steps.predicted_rewards,
             )
             for name in config.estimators:
+                if ESTIMATORS[name].missing(data):
+                    not_applicable[name] = steps.unknown_ratios
+                    continue
                 estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
                                                        confidence=config.confidence, seed=seed)
                 rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
                                           value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high))
+    if not_applicable_out is not None:
+        with atomic_open(not_applicable_out, "w") as f:
+            json.dump(not_applicable, f, indent=2, ensure_ascii=False)
     return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)

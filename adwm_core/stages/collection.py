@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
-from ..policies.base import PolicyAgent
+from ..policies.base import LogprobsUnavailable, PolicyAgent
 from ..policies.loading import ModelCache
 from ..policies.prompts import VARIANTS, History, episode_histories
 from ..policies.scoring import eps_mix_logprob
@@ -205,27 +205,33 @@ def extract_logprobs(
     check_epsilons(epsilons)
     table = read_table(trajectories, TRAJECTORIES)
     members = {spec.with_variant(v).name: spec.with_variant(v) for spec in pool for v in VARIANTS}
-    logged = set(table.column("policy").to_pylist())
-    unknown = sorted(logged - set(members))
-    if unknown:
-        raise ValueError(f"{trajectories}: steps logged by {unknown}, which the behaviour pool {sorted(members)} lacks")
     steps = list(logged_steps(table))
+    recorded = np.array([np.nan if row["behavior_logprob"] is None else row["behavior_logprob"] for row, _ in steps])
+    to_score = sorted({row["policy"] for row, _ in steps if row["behavior_logprob"] is None})
+    unknown = sorted(set(to_score) - set(members))
+    if unknown and pool:
+        raise ValueError(f"{trajectories}: steps logged by {unknown}, which the behaviour pool {sorted(members)} lacks")
     models = ModelCache()
-    pi_bs = {name: models.policy(members[name], env_name) for name in sorted(logged)}  # bad paths fail before scoring
+    pi_bs = {} if unknown else {name: models.policy(members[name], env_name) for name in to_score}  # bad paths fail early
     pi_e = models.policy(policy, env_name)
-    behaviour_logp = np.empty(len(steps))
-    behaviour_tokens = np.empty(len(steps), dtype=np.int64)
+    behaviour_logp = recorded.copy()
+    behaviour_tokens = np.zeros(len(steps), dtype=np.int64)
     for name, pi_b in pi_bs.items():
-        idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name]
+        idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name and row["behavior_logprob"] is None]
         logp, n_tok = pi_b.logprob([steps[i][1] for i in idx], [steps[i][0]["action"] for i in idx])
         behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
     histories = [h for _, h in steps]
     actions = [row["action"] for row, _ in steps]
-    eval_logp, eval_tokens = pi_e.logprob(histories, actions)
+    try:
+        eval_logp, eval_tokens = pi_e.logprob(histories, actions)
+    except LogprobsUnavailable:  # an endpoint that returns none: π_e's rows hold NaN, IS-type estimators sit out
+        eval_logp, eval_tokens = np.full(len(steps), np.nan), np.zeros(len(steps), dtype=np.int64)
     greedy = [decision.action for decision in pi_e.act(histories)]
     in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
     n_admissible = np.array([len(h.admissible or ()) for h in histories], dtype=np.int64)
-    blocks = [("behavior", None, behaviour_logp, behaviour_tokens)] + [
+    # without log π_b for every step (imported logs lacking them, no pool model to re-score) the
+    # behaviour rows are left out, and the estimators that need them report themselves not applicable
+    blocks = [("behavior", None, behaviour_logp, behaviour_tokens)] * (not unknown) + [
         ("eval", eps, eps_mix_logprob(eval_logp, eps, in_set, n_admissible), eval_tokens) for eps in epsilons
     ]
     n = len(steps)
@@ -237,6 +243,6 @@ def extract_logprobs(
         "logprob": np.concatenate([logp for *_, logp, _ in blocks]),
         "n_tokens": np.concatenate([n_tok for *_, n_tok in blocks]),
         "n_admissible": np.tile(n_admissible, len(blocks)),
-        "greedy_action": pa.array([None] * n + greedy * len(epsilons), pa.string()),
+        "greedy_action": pa.array([None] * n * (not unknown) + greedy * len(epsilons), pa.string()),
     }
     return write_table(pa.table(columns), out, LOGPROBS, overwrite=overwrite)

@@ -1,0 +1,123 @@
+"""Behaviour logs brought by the user: JSONL / ShareGPT, datasets and Parquet read into the
+trajectories contract; malformed logs refused with file, line and field, nothing written."""
+
+import json
+
+import pyarrow.compute as pc
+import pytest
+
+from adwm_core.cell import CellConfig, CellConfigError
+from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.specs import LogSource
+from adwm_core.stages.logs import LogFormatError, export_jsonl, import_logs, read_logs
+
+
+def _sorted(table):
+    return table.take(pc.sort_indices(table, [("episode", "ascending"), ("t", "ascending")]))
+
+
+@pytest.fixture(scope="module")
+def native(tiny_behaviour):
+    return _sorted(read_table(tiny_behaviour, TRAJECTORIES))
+
+
+@pytest.fixture(scope="module")
+def exported(native, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("logs") / "behaviour.jsonl")
+    assert export_jsonl(native, path) == len(set(native["episode"].to_pylist()))
+    return path
+
+
+def test_jsonl_export_reads_back_as_the_same_trajectories(native, exported):
+    back = _sorted(read_logs(LogSource(exported), cell=native["cell"][0].as_py()))
+    assert back.equals(native)
+
+
+def test_a_saved_dataset_and_a_parquet_file_read_as_the_jsonl_does(native, exported, tiny_behaviour, tmp_path):
+    import datasets
+
+    with open(exported) as f:
+        records = [json.loads(line) for line in f]
+    folder = str(tmp_path / "dataset")
+    datasets.Dataset.from_list(records).save_to_disk(folder)
+    cell = native["cell"][0].as_py()
+    assert _sorted(read_logs(LogSource(folder), cell=cell)).equals(native)
+    assert _sorted(read_logs(LogSource(tiny_behaviour), cell=cell)).equals(native)
+
+
+def test_plain_sharegpt_episodes_take_rewards_and_success_from_the_episode(tmp_path):
+    """No extras at all: actions parsed after the last 'Action:' cue, the episode's reward on its
+    last step, OpenAI-style role/content turns read too, string ids numbered in file order."""
+    path = tmp_path / "plain.jsonl"
+    lines = [
+        {"item_id": "a", "conversations": [
+            {"from": "system", "value": "Find the key."},
+            {"from": "human", "value": "You are in a hall."},
+            {"from": "gpt", "value": "Thought: look around.\nAction: look"},
+            {"from": "human", "value": "You see a key."},
+            {"from": "gpt", "value": "Action: take key"},
+            {"from": "human", "value": "Taken."}], "reward": 1.0, "success": True},
+        {"item_id": "b", "conversations": [
+            {"role": "user", "content": "You are in a hall."},
+            {"role": "assistant", "content": "go north", "reward": 0.5, "success": False}]},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    rows = _sorted(read_logs(LogSource(str(path)), cell="mine")).to_pylist()
+    assert [(r["episode"], r["t"], r["action"], r["reward"], r["done"], r["success"]) for r in rows] == [
+        (0, 0, "look", 0.0, False, False), (0, 1, "take key", 1.0, True, True), (1, 0, "go north", 0.5, True, False)]
+    assert rows[0]["task_description"] == "Find the key." and rows[1]["next_observation"] == "Taken."
+    assert rows[2]["next_observation"] == "" and rows[0]["behavior_logprob"] is None
+
+
+MALFORMED = {
+    "missing field": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "gpt", "value": "a"}],
+                       "success": True}, ":1: reward: missing"),
+    "wrong type": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"},
+                                                    {"from": "gpt", "value": "a", "reward": "1"}], "success": True},
+                   ":1: conversations[1].reward: expected a number, got str"),
+    "empty episode": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}], "reward": 0.0,
+                       "success": False}, ":1: conversations: empty episode"),
+    "unknown role": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "critic", "value": "a"}],
+                      "reward": 0.0, "success": False}, ":1: conversations[1].from: unknown role 'critic'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_logs_name_file_line_and_field_and_write_nothing(case, tmp_path):
+    episode, expected = MALFORMED[case]
+    good = {"item_id": 9, "conversations": [{"from": "human", "value": "o"}, {"from": "gpt", "value": "a"}],
+            "reward": 1.0, "success": True}
+    path = tmp_path / "logs.jsonl"
+    path.write_text(json.dumps(episode) + "\n" + json.dumps(good) + "\n")
+    out = tmp_path / "out" / "trajectories.parquet"
+    with pytest.raises(LogFormatError) as error:
+        import_logs(LogSource(str(path)), str(out), cell="mine")
+    message = str(error.value)
+    assert f"{path}{expected}" in message and message.count(str(path)) == 1, message  # one problem, the bad line
+    assert not out.exists() and not out.parent.exists()
+
+
+def test_every_unparseable_episode_is_reported(tmp_path):
+    path = tmp_path / "logs.jsonl"
+    path.write_text('{"conversations": [}\n[1, 2]\n' + json.dumps({"conversations": []}) + "\n")
+    with pytest.raises(LogFormatError) as error:
+        read_logs(LogSource(str(path)), cell="mine")
+    message = str(error.value)
+    assert "3 problem(s)" in message and ":1: (line): not valid JSON" in message
+    assert ":2: (line): an episode is a JSON object, got list" in message and ":3: conversations: empty" in message
+
+
+def test_a_cell_imports_logs_instead_of_collecting(exported, tmp_path):
+    raw = {"name": "mine", "env": {"name": "textworld-express", "task": "simonsays"},
+           "behaviour": {"logs": {"path": exported}},
+           "evaluation": {"policies": [{"label": "agent", "model": "my-agent", "backend": "openai",
+                                        "options": {"base_url": "http://127.0.0.1:1/v1"}}]},
+           "adwm": {"reading": "retrieval"}}
+    config = CellConfig.from_mapping(raw)
+    assert config.behaviour.logs.resolved_format == "jsonl" and not config.runs_environment
+    with pytest.raises(CellConfigError, match="either episodes .* or logs"):
+        CellConfig.from_mapping({**raw, "behaviour": {"logs": {"path": exported}, "episodes": 4}})
+    with pytest.raises(CellConfigError, match=r"logs.fields: unknown key\(s\) \[.rewrd.\]"):
+        CellConfig.from_mapping({**raw, "behaviour": {"logs": {"path": exported, "fields": {"rewrd": "r"}}}})
+    with pytest.raises(CellConfigError, match="does not expose the input embeddings"):
+        CellConfig.from_mapping({**raw, "adwm": {"reading": "soft_tokens"}})
