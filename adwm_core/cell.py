@@ -131,6 +131,27 @@ class CellConfig(_Strict):
         return value
 
     @classmethod
+    def for_logs(cls, logs: LogSource, env: str, agent: PolicySpec, *, name: str | None = None, task: str = "*",
+                 epsilons: tuple[float, ...] = EPSILONS, overrides: Mapping[str, Any] | None = None) -> "CellConfig":
+        """The cell of ``adwm evaluate``: the user's logs of environment ``env`` as behaviour data,
+        ``agent`` as the π_e family, no ground truth, imagined states read by retrieval (what an
+        endpoint allows); ``overrides`` maps dotted keys to values (``{"world_model.steps": 200}``).
+        The cell is named after the logs unless ``name`` is given."""
+        raw: dict[str, Any] = {
+            "name": name or logs_cell_name(logs.path), "env": {"name": env, "task": task},
+            "behaviour": {"logs": logs}, "evaluation": {"policies": [agent], "epsilons": list(epsilons)},
+            "adwm": {"reading": "retrieval"}}
+        for dotted, value in (overrides or {}).items():
+            *parents, leaf = dotted.split(".")
+            section = raw
+            for key in parents:
+                section = section.setdefault(key, {})
+                if not isinstance(section, dict):
+                    raise CellConfigError(f"override {dotted}: {key} is not a section")
+            section[leaf] = value
+        return cls.from_mapping(raw, source=f"the cell of logs {logs.path}")
+
+    @classmethod
     def load(cls, path: str, environ: Mapping[str, str] = os.environ) -> "CellConfig":
         if not os.path.isfile(path):
             raise CellConfigError(f"no cell config at {path}: cells live in deployments/<cell>.yaml")
@@ -176,6 +197,12 @@ class CellConfig(_Strict):
                 if self.local_policies is None or name not in self.local_policies.checkpoints:
                     raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
                                           "local_policies.checkpoints; add it there or give a model path")
+
+
+def logs_cell_name(path: str) -> str:
+    """``logs-<file stem>`` in the characters a cell name allows."""
+    stem = os.path.basename(path.rstrip("/")).split(".")[0]
+    return "logs-" + (re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "unnamed")
 
 
 def _substitute(value: Any, environ: Mapping[str, str], where: tuple) -> Any:

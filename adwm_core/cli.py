@@ -1,5 +1,7 @@
 """Command line: ``adwm envs`` lists environments; ``adwm collect`` runs a real
-episode collection and writes the trajectories Parquet."""
+episode collection and writes the trajectories Parquet; ``adwm export-logs`` writes a
+trajectories Parquet's behaviour episodes as JSONL conversations. ``adwm evaluate`` (the
+whole job on the user's logs and agent) runs a Prefect flow and is added by flows/cli.py."""
 
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import pyarrow.compute as pc
 
 from .specs import EnvSpec, check_epsilons
 from .stages.collection import run_epsilon_family
-from .data import TRAJECTORIES, check_output, write_table
+from .data import TRAJECTORIES, check_output, read_table, write_table
 from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent
 from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.runner import EpisodeRunner, EpisodeSpec
 from .paths import artifact_path
+from .stages.logs import export_jsonl
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -53,8 +56,16 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="adwm", description=__doc__)
+def _export(args: argparse.Namespace) -> int:
+    n = export_jsonl(read_table(args.trajectories, TRAJECTORIES), args.out, overwrite=args.overwrite)
+    print(f"wrote {n} behaviour episodes to {args.out}")
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The ``adwm`` parser and its subcommands (flows/cli.py adds ``evaluate``)."""
+    parser = argparse.ArgumentParser(prog="adwm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list the registered environments")
     collect = sub.add_parser("collect", help="run the expert ε-family in a real environment and store trajectories")
@@ -70,16 +81,30 @@ def main(argv: list[str] | None = None) -> int:
     collect.add_argument("--envs-per-worker", type=int, default=2)
     collect.add_argument("--out", default=None, help="Parquet path or fsspec URL (default under $ADWM_HOME)")
     collect.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    args = parser.parse_args(argv)
-    if args.command == "envs":
-        print("\n".join(env_names()))
-        return 0
+    export = sub.add_parser("export-logs", help="write the behaviour episodes of a trajectories Parquet as JSONL "
+                            "conversations (the format `adwm evaluate --logs` reads)")
+    export.add_argument("trajectories", help="trajectories Parquet (e.g. a cell's behaviour artifact)")
+    export.add_argument("out", help="JSONL path to write")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    return parser, sub
+
+
+COMMANDS = {"envs": lambda args: print("\n".join(env_names())) or 0, "collect": _collect, "export-logs": _export}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed core subcommand; expected errors print one line and return 2."""
     try:
-        return _collect(args)
-    except (ValueError, KeyError, FileExistsError, EnvironmentUnavailable) as err:
+        return COMMANDS[args.command](args)
+    except (ValueError, KeyError, FileExistsError, FileNotFoundError, EnvironmentUnavailable) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"adwm collect: error: {message}", file=sys.stderr)
+        print(f"adwm {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, _ = build_parser()
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

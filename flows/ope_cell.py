@@ -6,6 +6,8 @@
               └─> ground truth ──────────────────────────────────────────┘
 
 Stages right of behaviour and world model (and ground truth) run once per π_e of the cell.
+Behaviour data is collected live, or imported from the user's logs (``behaviour.logs``;
+flows/evaluate_logs.py builds such a cell from the command line).
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from tasks.common import cell_run
 @flow(name="ope-cell", log_prints=True, task_runner=cell_task_runner())
 def ope_cell(cell: str = "local-simonsays") -> str:
     """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder."""
-    config = CellConfig.load(cell_config_path(cell))
+    return run_cell(CellConfig.load(cell_config_path(cell)))
+
+
+def run_cell(config: CellConfig) -> str:
+    """Every stage of ``config``, inside the calling flow run; returns the report's folder."""
     with cell_run(config.name, flow_run.get_name() or config.name) as parent:
         mlflow.log_params({"cell": config.name, "flow_run_id": flow_run.get_id() or "local"})
         mlflow.log_dict(config.model_dump(mode="json"), "cell_config.json")

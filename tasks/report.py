@@ -13,13 +13,14 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from adwm_core.cell import CellConfig
-from adwm_core.data import ESTIMATES, GROUND_TRUTH, read_table
+from adwm_core.data import ESTIMATES, GROUND_TRUTH, read_table, write_table
 from adwm_core.report import main_results, markdown, plot, summary_lines
 
 from . import adwm, baselines, ground_truth
 from .common import Artifact, Stage, use_tracking_store
 
 REPORT, RESULTS, CURVES, PLOT = "report.md", "results.json", "curves.json", "estimates_vs_truth.png"
+ESTIMATES_FILE = "estimates.parquet"  # every estimator's rows of the cell, intervals included
 FORMAT = 2  # of results.json; a report written in an older format is recomputed (2: rho_p, rho_seeds)
 STAGE = Stage("report", lambda cell: {"cell": cell.name, "format": FORMAT})
 
@@ -35,6 +36,7 @@ def report(cell: CellConfig, truths: list[Artifact], adwm_estimates: list[Artifa
                  if truths else None)
         rows, curves = main_results(truth, estimates)
         curves["not_applicable"] = not_applicable(baseline_estimates)
+        write_table(estimates, f"{folder}/{ESTIMATES_FILE}", ESTIMATES)
         text = markdown(cell.name, rows, curves)
         fs, root = fsspec.core.url_to_fs(folder)
         for name, content in ((REPORT, text), (RESULTS, json.dumps(rows, indent=2)),

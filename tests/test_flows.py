@@ -230,3 +230,42 @@ def test_a_pool_without_a_success_is_refused_before_world_model_training(harness
     assert os.path.exists(os.path.join(behaviour, "_COMPLETE"))
     assert not any(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES)["success"].to_pylist())
     assert not os.path.exists(os.path.join(cell, "world-model"))
+
+
+def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_model(first_run, tiny_policies,
+                                                                                     harness, capsys):
+    """The command line on the tiny cell's behaviour exported to JSONL (no log-probs in it, no
+    pool): Ĵ with intervals per estimator and ε, the importance-sampling family not applicable;
+    run again, every stage is reused; malformed logs stop it before any stage, with file and line."""
+    from adwm_core.stages.logs import export_jsonl
+    from flows.cli import main
+
+    (behaviour,) = stage_folders("behaviour")
+    logs = str(harness / "tiny-logs.jsonl")
+    export_jsonl(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES), logs)
+    config = yaml.safe_load(open(first_run[0]))
+    settings = ["world_model.steps=20", "adwm.n_rollouts=4", "adwm.horizon=4", "adwm.seeds=[0]", "adwm.n_bootstrap=50",
+                "adwm.guidance=none", "baselines.n_bootstrap=50", "baselines.fqe.epochs=2"]
+    argv = ["evaluate", "--logs", logs, "--env", config["env"]["name"], "--task", config["env"]["task"],
+            "--agent-model", tiny_policies["late"], "--agent-backend", "transformers", "--epsilons", "0,1",
+            *(arg for setting in settings for arg in ("--set", setting))]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Ĵ [95 % bootstrap interval]" in out
+    for estimator in ("ADWM:reward_sum", "DM", "FQE"):
+        assert sum(line.startswith(estimator + " ") and "Ĵ = " in line for line in out.splitlines()) == 2, out
+    assert "not applicable: IS, PDIS, WIS, WPDIS, DR, WDR — the behaviour log-probs are unknown" in out
+    cell = os.path.join(os.environ["ADWM_HOME"], "cells", "logs-tiny-logs")
+    (model,) = glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))
+    trained = os.path.getmtime(model)
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("Ĵ = ") == out.count("Ĵ = ")
+    assert glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE")) == [model] and os.path.getmtime(model) == trained
+
+    broken = harness / "broken.jsonl"
+    broken.write_text(open(logs).readline() + '{"item_id": 1, "conversations": [{"from": "human", "value": "o"}]}\n')
+    argv[argv.index(logs)] = str(broken)
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{broken}:2: conversations: empty episode" in error
+    assert not os.path.exists(os.path.join(os.environ["ADWM_HOME"], "cells", "logs-broken", "world-model"))
