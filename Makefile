@@ -38,6 +38,7 @@ bench: install
 	$(PY) bench/llm_throughput.py
 	$(PY) bench/world_model_training.py
 	$(PY) bench/adwm_estimates.py
+	$(PY) bench/evaluate_logs.py
 	$(PY) bench/demo_stages.py
 
 results: install

@@ -125,7 +125,7 @@ def interval_lines(estimates: pa.Table, seed: int = 0) -> list[str]:
     """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of one seed, a line each."""
     rows = [r for r in estimates.to_pylist() if r["seed"] == seed]
     rows.sort(key=lambda r: (r["estimator"], r["policy"], r["epsilon"]))
-    return [f"{r['estimator']:<22} {r['policy']:<24} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  "
+    return [f"{r['estimator']:<26} {r['policy']:<20} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  "
             f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in rows]
 
 

@@ -10,7 +10,7 @@ from adwm_core.specs import PolicySpec
 from adwm_core.stages.adwm import run_adwm
 
 from . import behaviour, psi, world_model
-from .common import Artifact, Stage, evaluation_slice, log_metrics
+from .common import Artifact, Stage, evaluation_slice, log_metrics, stage_progress
 
 STAGE = Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": evaluation_slice(cell, policy)},
               per_policy=True)
@@ -22,9 +22,10 @@ def adwm(cell: CellConfig, policy: PolicySpec, trajectories: Artifact, model: Ar
          parent_run: str | None) -> Artifact:
     def build(folder: str) -> None:
         timings: dict[str, float] = {}
-        run_adwm(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, cell.env.name,
-                 f"{folder}/{FILE}", cell=cell.name, psi=adapter.file(psi.FOLDER) if adapter is not None else None,
-                 epsilons=cell.evaluation.epsilons, config=cell.adwm, timings=timings)
+        with stage_progress(cell.name, f"imagined rollouts [{policy.label}], seeds") as progress:
+            run_adwm(trajectories.file(behaviour.FILE), model.file(world_model.FOLDER), policy, cell.env.name,
+                     f"{folder}/{FILE}", cell=cell.name, psi=adapter.file(psi.FOLDER) if adapter is not None else None,
+                     epsilons=cell.evaluation.epsilons, config=cell.adwm, timings=timings, progress=progress)
         log_metrics(timings)
 
     inputs = (trajectories, model) + ((adapter,) if adapter is not None else ())

@@ -151,3 +151,5 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
     assert by_flow["ope_cell"] == cells
     assert {"textworld-express", "scienceworld", "hotpotqa", "alfworld", "webshop"} <= by_flow["evaluate_policy"]
     assert {"nightly", "local"} <= by_flow["full_suite"]
+    (example,) = [d for d in project["deployments"] if d["entrypoint"] == "flows/evaluate_logs.py:evaluate_logs"]
+    assert os.path.isfile(os.path.join(DEPLOYMENTS, "..", example["parameters"]["logs"]))

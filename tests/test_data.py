@@ -22,6 +22,7 @@ ROWS = {
         "next_observation": "a corridor",
         "response": "Thought: go.\nAction: move east", "action": "move east", "action_valid": True,
         "admissible": ["move east", "look around"], "reward": 0.0, "done": False, "score": 0.0, "success": False,
+        "behavior_logprob": -1.5,
     },
     LOGPROBS.name: {"episode": 3, "t": 0, "policy": "eval", "epsilon": 0.25, "logprob": -712.5, "n_tokens": 3,
                "n_admissible": 2, "greedy_action": "look around"},
@@ -40,6 +41,17 @@ def test_round_trip_preserves_every_value(contract, tmp_path):
     back = read_table(path, contract)
     assert back.schema == contract.schema
     assert back.to_pylist() == [row, row]
+
+
+def test_an_optional_column_may_be_absent_and_reads_as_null(tmp_path):
+    """Trajectories written before ``behavior_logprob`` existed still read; other columns stay required."""
+    row = {k: v for k, v in ROWS[TRAJECTORIES.name].items() if k != "behavior_logprob"}
+    path = str(tmp_path / "old.parquet")
+    pq.write_table(pa.Table.from_pylist([row]), path)
+    assert read_table(path, TRAJECTORIES).to_pylist() == [{**row, "behavior_logprob": None}]
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in row.items() if k != "reward"}]), path)
+    with pytest.raises(SchemaError, match="missing column 'reward'"):
+        read_table(path, TRAJECTORIES)
 
 
 def test_any_fsspec_url_works():

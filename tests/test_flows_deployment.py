@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,11 @@ import mlflow
 import pytest
 import yaml
 
+from adwm_core.policies.serving import free_port
 from conftest import tiny_cell
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args, env, log) -> subprocess.Popen:
@@ -103,3 +97,36 @@ def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, ti
     # the cell ran as its own flow run of deployment ope-cell/tiny-flow, queued by the suite's run
     assert cell_run["id"] != suite_run and cell_run["state_type"] == "COMPLETED"
     assert cell_run["parameters"] == {"cell": cell}
+
+
+@pytest.mark.slow  # a second Prefect server and worker, ~1 min: `make test-all`
+def test_evaluate_logs_runs_as_a_deployment_on_the_worker(stack, tiny_behaviour, tiny_policies, tmp_path):
+    """`adwm evaluate` as deployment evaluate-logs/<name>: the user's logs (JSONL) and agent as
+    parameters, run by the worker to Completed, its estimates in the cell named after the logs."""
+    from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
+    from adwm_core.stages.logs import export_jsonl
+    from conftest import tiny_env_spec
+
+    logs = str(tmp_path / "deployed-logs.jsonl")
+    export_jsonl(read_table(tiny_behaviour, TRAJECTORIES), logs)
+    env = tiny_env_spec()
+    parameters = {"logs": logs, "env": env.name, "task": env.task, "agent_model": tiny_policies["late"],
+                  "agent_backend": "transformers", "epsilons": [0.0, 1.0],
+                  "overrides": {"world_model.steps": 20, "adwm.n_rollouts": 4, "adwm.horizon": 4, "adwm.seeds": [0],
+                                "adwm.guidance": "none", "baselines.n_bootstrap": 50, "baselines.fqe.epochs": 2}}
+    project = {
+        "name": "adwm-test", "prefect-version": "3.7.7",
+        "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": REPO}}],
+        "deployments": [{"name": "tiny", "entrypoint": "flows/evaluate_logs.py:evaluate_logs",
+                         "parameters": parameters, "work_pool": {"name": "gpu"}}],
+    }
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(project))
+    prefect(stack, "--no-prompt", "deploy", "--all", "--prefect-file", str(tmp_path / "prefect.yaml"))
+    output = prefect(stack, "deployment", "run", "evaluate-logs/tiny", "--watch")
+    assert "Flow run finished successfully in 'Completed'" in output, output[-3000:]
+    reports = os.path.join(stack["ADWM_HOME"], "cells", "logs-deployed-logs", "report")
+    (folder,) = os.listdir(reports)
+    rows = read_table(os.path.join(reports, folder, "estimates.parquet"), ESTIMATES).to_pylist()
+    assert {(r["estimator"], r["epsilon"]) for r in rows} >= {("ADWM:reward_sum", 0.0), ("ADWM:reward_sum", 1.0),
+                                                            ("FQE", 0.0), ("DM", 1.0)}
+    assert not {r["estimator"] for r in rows} & {"IS", "WIS", "DR"}  # no behaviour log-probs in these logs

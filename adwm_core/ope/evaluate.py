@@ -17,7 +17,7 @@ from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validat
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..settings import VALUE_ESTIMATES, AdwmConfig
-from ..specs import check_epsilons
+from ..specs import Progress, check_epsilons
 from .adwm import ImaginedRollouts, Policy, Rollouts
 from .intervals import estimates_row, percentile_bootstrap
 from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
@@ -54,11 +54,13 @@ def evaluate_policy(
     label: str,
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
+    progress: Progress | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``world_model`` and
     ``trajectories``: loaded, or where they are saved; ``policy``: a :class:`SoftPromptPolicy` for
-    the soft-token reading, anything with ``act(histories)`` for the text readings."""
+    the soft-token reading, anything with ``act(histories)`` for the text readings.
+    ``progress(done, total)`` is told of every finished seed of every world model."""
     check_epsilons(epsilons)
     model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
     table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
@@ -68,8 +70,13 @@ def evaluate_policy(
     if config.reference:
         imaginations[REFERENCE] = ReferenceRollouts(model, bank, config)
     imaginations[ESTIMATOR].check_policy(policy)
-    runs = {name: [imagination.run(policy, epsilons, seed) for seed in config.seeds]
-            for name, imagination in imaginations.items()}
+    runs: dict[str, list[Rollouts]] = {name: [] for name in imaginations}
+    total = len(imaginations) * len(config.seeds)
+    for name, imagination in imaginations.items():
+        for seed in config.seeds:
+            runs[name].append(imagination.run(policy, epsilons, seed))
+            if progress is not None:
+                progress(sum(map(len, runs.values())), total)
     rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)
             for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
     return table_from_rows(rows, ESTIMATES), runs[ESTIMATOR]

@@ -15,7 +15,7 @@ from ..settings import AdwmConfig
 from ..ope.evaluate import evaluate_policy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
-from ..specs import EPSILONS, PolicySpec, check_epsilons
+from ..specs import EPSILONS, PolicySpec, Progress, check_epsilons
 
 
 def run_adwm(
@@ -31,11 +31,13 @@ def run_adwm(
     config: AdwmConfig = AdwmConfig(),
     overwrite: bool = False,
     timings: dict | None = None,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
     given) receives the imagined steps of all seeds, the share of them answered by a logged
-    successor and the seconds spent in the world model, the guidance and π_e."""
+    successor and the seconds spent in the world model, the guidance and π_e; ``progress(done,
+    total)`` of finished seeds."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -46,7 +48,7 @@ def run_adwm(
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
     table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                  config=config)
+                                  config=config, progress=progress)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
