@@ -267,20 +267,15 @@ def _role_and_text(turn: Mapping, source: LogSource, problems: _Problems, line: 
     role_key = _role_key(turn, source)
     named_text = source.fields.get("text")
     text_key = named_text if named_text is not None else ("value" if "value" in turn else "content")
-    role, text = turn.get(role_key), turn.get(text_key)
-    if role is None:
-        problems.add(line, f"{where}.{role_key}", "missing (the turn's role); name the key with logs.fields.role")
-        return None, ""
-    if not isinstance(role, str):
-        problems.add(line, f"{where}.{role_key}", f"expected a role string, got {type(role).__name__}")
-        return None, ""
-    if text is None:
-        problems.add(line, f"{where}.{text_key}", "missing (the turn's text); name the key with logs.fields.text")
-        return None, ""
-    if not isinstance(text, str):
-        problems.add(line, f"{where}.{text_key}", f"expected a string, got {type(text).__name__}")
-        return None, ""
-    return role.lower(), text
+    for key, what in ((role_key, "role"), (text_key, "text")):
+        value = turn.get(key)
+        if value is None:
+            problems.add(line, f"{where}.{key}", f"missing (the turn's {what}); name the key with logs.fields.{what}")
+            return None, ""
+        if not isinstance(value, str):
+            problems.add(line, f"{where}.{key}", f"expected a string, got {type(value).__name__}")
+            return None, ""
+    return turn[role_key].lower(), turn[text_key]
 
 
 def _step(turn: Mapping, text: str, observation: str, t: int, source: LogSource, problems: _Problems, line: int,
