@@ -97,6 +97,13 @@ def test_malformed_logs_name_file_line_and_field_and_write_nothing(case, tmp_pat
     assert not out.exists() and not out.parent.exists()
 
 
+def test_a_missing_logs_file_is_named(tmp_path):
+    from adwm_core.stages.logs import fingerprint
+
+    with pytest.raises(FileNotFoundError, match="nowhere.jsonl: no logs file here"):
+        fingerprint(LogSource(str(tmp_path / "nowhere.jsonl")))
+
+
 def test_every_unparseable_episode_is_reported(tmp_path):
     path = tmp_path / "logs.jsonl"
     path.write_text('{"conversations": [}\n[1, 2]\n' + json.dumps({"conversations": []}) + "\n")

@@ -88,6 +88,8 @@ def fingerprint(source: LogSource) -> str:
         files = [path]
     elif fs.isdir(path):
         files = sorted(fs.find(path))
+    elif source.resolved_format != "hf":
+        raise FileNotFoundError(f"{source.path}: no logs file here; check behaviour.logs.path (or --logs)")
     else:
         return _cached_dataset(source)._fingerprint
     for name in files:
