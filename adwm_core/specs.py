@@ -75,17 +75,23 @@ LOG_FIELDS = {"episode_id": "item_id", "conversations": "conversations", "role":
 @dataclass(frozen=True)
 class LogSource:
     """Where behaviour logs are and how to read them; ``fields`` renames the keys looked for
-    (keys of :data:`LOG_FIELDS`); ``split``: the split of a dataset with several."""
+    (keys of :data:`LOG_FIELDS`); ``split``: the split of a dataset with several;
+    ``preamble_turns``: turns opening every conversation that are no step (AgentTraj-L opens
+    with the harness's instruction and the agent's "OK"); the first gives the task description
+    where the episode names none."""
 
     path: str
     format: str | None = None  # inferred from the path's suffix where not given
     fields: Mapping[str, str] = field(default_factory=dict)
     split: str | None = None
+    preamble_turns: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.fields) - set(LOG_FIELDS))
         if unknown:
             raise ValueError(f"logs.fields: unknown key(s) {unknown}; known: {sorted(LOG_FIELDS)}")
+        if self.preamble_turns < 0:
+            raise ValueError(f"logs.preamble_turns must be 0 or more, got {self.preamble_turns}")
         if self.format is not None and self.format not in LOG_FORMATS:
             raise ValueError(f"logs.format: {self.format!r} is not one of {LOG_FORMATS}")
 

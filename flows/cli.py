@@ -51,6 +51,9 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           help="completions (default; log-probs, so importance sampling runs) or chat")
     evaluate.add_argument("--format", dest="logs_format", choices=("jsonl", "hf", "parquet"),
                           help="format of --logs (default: from its suffix)")
+    evaluate.add_argument("--preamble-turns", type=int, default=0, metavar="N",
+                          help="turns opening every conversation that are no step (AgentTraj-L: 2, the instruction "
+                          "and the agent's OK); the first gives the task description")
     evaluate.add_argument("--task", default="*", help="task type(s) of the environment (default: all)")
     evaluate.add_argument("--name", help="cell name for artifacts and tracking (default: logs-<file stem>)")
     evaluate.add_argument("--epsilons", default="0,0.25,0.5,0.75,1", help="ε levels (default 0,0.25,0.5,0.75,1)")
@@ -80,7 +83,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     state = evaluate_logs(args.logs, args.env, args.agent_model, agent_base_url=args.agent_base_url,
                           agent_backend=args.agent_backend, agent_tokenizer=args.agent_tokenizer,
-                          agent_mode=args.agent_mode, logs_format=args.logs_format, task=args.task, name=args.name,
+                          agent_mode=args.agent_mode, logs_format=args.logs_format,
+                          preamble_turns=args.preamble_turns, task=args.task, name=args.name,
                           epsilons=epsilons, overrides=parse_overrides(args.overrides), return_state=True)
     folder = state.result()  # raises the failed stage's own error
     with fsspec.open(f"{folder}/{CURVES}") as f:

@@ -27,23 +27,24 @@ def agent_spec(model: str, base_url: str | None = None, *, backend: str | None =
     return PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend or "transformers")
 
 
-def logs_cell(logs: str, env: str, agent: PolicySpec, *, logs_format: str | None = None, task: str = "*",
-              name: str | None = None, epsilons: list[float] | None = None,
+def logs_cell(logs: str, env: str, agent: PolicySpec, *, logs_format: str | None = None, preamble_turns: int = 0,
+              task: str = "*", name: str | None = None, epsilons: list[float] | None = None,
               overrides: dict | None = None) -> CellConfig:
-    return CellConfig.for_logs(LogSource(logs, logs_format), env, agent, name=name, task=task,
+    return CellConfig.for_logs(LogSource(logs, logs_format, preamble_turns=preamble_turns), env, agent, name=name,
+                               task=task,
                                epsilons=tuple(epsilons or EPSILONS), overrides=overrides)
 
 
 @flow(name="evaluate-logs", log_prints=True, task_runner=cell_task_runner())
 def evaluate_logs(logs: str, env: str, agent_model: str, agent_base_url: str | None = None,
                   agent_backend: str | None = None, agent_tokenizer: str | None = None, agent_mode: str = "completions",
-                  logs_format: str | None = None, task: str = "*", name: str | None = None,
+                  logs_format: str | None = None, preamble_turns: int = 0, task: str = "*", name: str | None = None,
                   epsilons: list[float] | None = None, overrides: dict | None = None) -> str:
     """Ĵ of ``agent_model`` (at ``agent_base_url``, or a local folder) from the behaviour logs
     ``logs`` of environment ``env``; returns the report's folder."""
     agent = agent_spec(agent_model, agent_base_url, backend=agent_backend, tokenizer=agent_tokenizer, mode=agent_mode)
-    config = logs_cell(logs, env, agent, logs_format=logs_format, task=task, name=name, epsilons=epsilons,
-                       overrides=overrides)
+    config = logs_cell(logs, env, agent, logs_format=logs_format, preamble_turns=preamble_turns, task=task, name=name,
+                       epsilons=epsilons, overrides=overrides)
     print(f"cell {config.name}: logs {logs}, environment {env}, agent {agent.model} ({agent.backend}); "
           f"settings overridden: {overrides or 'none'}")
     return run_cell(config)

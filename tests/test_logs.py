@@ -128,3 +128,25 @@ def test_a_cell_imports_logs_instead_of_collecting(exported, tmp_path):
         CellConfig.from_mapping({**raw, "behaviour": {"logs": {"path": exported, "fields": {"rewrd": "r"}}}})
     with pytest.raises(CellConfigError, match="does not expose the input embeddings"):
         CellConfig.from_mapping({**raw, "adwm": {"reading": "soft_tokens"}})
+
+
+def test_an_agenttraj_preamble_is_skipped_and_gives_the_task_description(tmp_path):
+    """AgentTraj-L opens each conversation with the harness's instruction and the agent's "OK":
+    ``preamble_turns: 2`` keeps them out of the steps; turn numbers in errors stay those of the file."""
+    preamble = [{"from": "human", "value": "You are web shopping. Reply with Action: search[...] or click[...]."},
+                {"from": "gpt", "value": "OK"}]
+    episode = {"item_id": "webshop_7", "reward": 0.75, "success": False, "conversations": [
+        *preamble, {"from": "human", "value": "WebShop [SEP] Instruction: a red mug [SEP] Search"},
+        {"from": "gpt", "value": "Thought: search first.\nAction: search[red mug]"},
+        {"from": "human", "value": "Results: B01 red mug $8"}, {"from": "gpt", "value": "Action: click[B01]"}]}
+    path = tmp_path / "agenttraj.jsonl"
+    path.write_text(json.dumps(episode) + "\n" + json.dumps({**episode, "conversations": [
+        *preamble, {"from": "human", "value": "o"}, {"from": "critic", "value": "a"}]}) + "\n")
+    source = LogSource(str(path), preamble_turns=2)
+    with pytest.raises(LogFormatError, match=r":2: conversations\[3\].from: unknown role 'critic'"):
+        read_logs(source, cell="mine")
+    path.write_text(json.dumps(episode) + "\n")
+    rows = read_logs(source, cell="mine").to_pylist()
+    assert [r["action"] for r in rows] == ["search[red mug]", "click[B01]"]
+    assert rows[0]["task_description"].startswith("You are web shopping") and rows[-1]["reward"] == 0.75
+    assert len(read_logs(LogSource(str(path)), cell="mine")) == 3  # without the option "OK" is a step

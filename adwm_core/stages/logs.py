@@ -215,9 +215,22 @@ def _episode_steps(record: Mapping, source: LogSource, problems: _Problems, line
         problems.add(line, conversation_key, f"expected a list of turns, got {type(turns).__name__}")
         return None
     description = _typed(record, "task_description", lambda v: isinstance(v, str), "a string", problems, line)
+    start = source.preamble_turns
+    if start:
+        if len(turns) <= start:
+            problems.add(line, conversation_key, f"{len(turns)} turn(s), all of them the preamble "
+                         f"(logs.preamble_turns = {start})")
+            return None
+        opening = turns[0]
+        if description is None and isinstance(opening, Mapping):
+            description = opening.get(source.fields.get("text") or ("value" if "value" in opening else "content"))
+            if not isinstance(description, str):
+                problems.add(line, f"{conversation_key}[0]", "the preamble's first turn has no text to serve as the "
+                             "task description")
+                return None
     pending: tuple[str, int] | None = None  # the observation waiting for its action
     steps: list[dict] = []
-    for i, turn in enumerate(turns):
+    for i, turn in enumerate(turns[start:], start=start):
         where = f"{conversation_key}[{i}]"
         if not isinstance(turn, Mapping):
             problems.add(line, where, f"expected a turn object, got {type(turn).__name__}")
@@ -226,7 +239,7 @@ def _episode_steps(record: Mapping, source: LogSource, problems: _Problems, line
         if role is None:
             continue
         if role == SYSTEM_ROLE:
-            if i != 0:
+            if i != start:
                 problems.add(line, f"{where}.{_role_key(turn, source)}", "a system turn may only open the conversation")
             elif description is None:
                 description = text
