@@ -74,7 +74,7 @@ MALFORMED = {
                        "success": True}, ":1: reward: missing"),
     "wrong type": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"},
                                                     {"from": "gpt", "value": "a", "reward": "1"}], "success": True},
-                   ":1: conversations[1].reward: expected a number, got str"),
+                   ":1: conversations[1].reward: expected a finite number, got str"),
     "empty episode": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}], "reward": 0.0,
                        "success": False}, ":1: conversations: empty episode"),
     "unknown role": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "critic", "value": "a"}],
@@ -150,3 +150,33 @@ def test_an_agenttraj_preamble_is_skipped_and_gives_the_task_description(tmp_pat
     assert [r["action"] for r in rows] == ["search[red mug]", "click[B01]"]
     assert rows[0]["task_description"].startswith("You are web shopping") and rows[-1]["reward"] == 0.75
     assert len(read_logs(LogSource(str(path)), cell="mine")) == 3  # without the option "OK" is a step
+
+
+def test_ambiguous_or_non_finite_turns_are_refused_and_an_explicit_empty_action_is_kept(tmp_path):
+    def episode(**turn):
+        return {"conversations": [{"from": "human", "value": "o"}, {"from": "gpt", "value": "a", **turn}],
+                "reward": 1.0, "success": True}
+
+    path = tmp_path / "logs.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in (
+        episode(value="Thought: check the door.\nopen door"), episode(logprob=0.5), {**episode(), "reward": "1.0"},
+        episode(value="\n", action=""))) + "\n" + '{"conversations": [{"from": "human", "value": "o"}, '
+        '{"from": "gpt", "value": "a", "reward": NaN}], "success": true}\n')
+    with pytest.raises(LogFormatError) as error:
+        read_logs(LogSource(str(path)), cell="mine")
+    message = str(error.value)
+    assert "4 problem(s)" in message, message
+    assert ":1: conversations[1]: a 'Thought:' and no 'Action:' cue" in message
+    assert ":2: conversations[1].logprob: expected a finite log-probability" in message
+    assert ":3: reward: expected a finite number, got str" in message and ":3: reward: missing" not in message
+    assert ":5: conversations[1].reward: expected a finite number, got float nan" in message
+    path.write_text(json.dumps(episode(value="\n", action="")) + "\n")
+    assert read_logs(LogSource(str(path)), cell="mine")["action"].to_pylist() == [""]
+
+
+def test_a_json_array_of_episodes_reads_as_jsonl(exported, native, tmp_path):
+    with open(exported) as f:
+        records = [json.loads(line) for line in f]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(records, indent=1))
+    assert _sorted(read_logs(LogSource(str(path)), cell=native["cell"][0].as_py())).equals(native)

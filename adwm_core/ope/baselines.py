@@ -82,8 +82,8 @@ class LoggedSteps:
     def unknown_ratios(self) -> str | None:
         """Why the importance ratios π_e^ε/π_b cannot be formed, or None when they can."""
         if self.behaviour_logp is None:
-            return ("the behaviour log-probs are unknown: the logs carry none (no `logprob` on their action turns) "
-                    "and the behaviour pool names no model to re-score them")
+            return ("the behaviour log-probs are unknown: some logged steps carry none (no `logprob` on their action "
+                    "turns) and the behaviour pool names no model to re-score them")
         if any(np.isnan(logp[self.grid.mask]).any() for logp in self.eval_logp.values()):
             return "π_e's log-probs are unknown: its backend returns none (a chat endpoint)"
         return None

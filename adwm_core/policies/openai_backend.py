@@ -81,6 +81,10 @@ class OpenAICompatibleLM(LanguageModel):
         except openai.APIConnectionError as error:
             raise ConnectionError(f"openai backend: no OpenAI-compatible server answers at {self.client.base_url} "
                                   f"({error}); start it (e.g. `vllm serve <model>`) or fix base_url") from None
+        except openai.APIStatusError as error:  # 401 without the right key, 404 without /models, …
+            raise ConnectionError(f"openai backend: the server at {self.client.base_url} answered GET /models with "
+                                  f"status {error.status_code} ({error.message}); check base_url and the API key "
+                                  "variable (api_key_env)") from None
         ids = [m.id for m in models]
         if self.model not in ids:
             raise ValueError(f"openai backend: the server at {self.client.base_url} serves {ids}, not {self.model!r}")
@@ -88,24 +92,29 @@ class OpenAICompatibleLM(LanguageModel):
         return (entry.model_extra or {}).get("max_model_len")
 
     def _map(self, request: Callable, items: Sequence) -> list:
-        """``request(item)`` for every item, ``concurrency`` in flight, results in input order."""
+        """``request(item)`` for every item, ``concurrency`` in flight, results in input order; the
+        first failure cancels every request not yet started and is raised."""
         if not items:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
-            return list(pool.map(request, items))
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)))
+        futures = [pool.submit(request, item) for item in items]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Greedy continuations of rendered prompts (completions mode)."""
         if self.chat:
             raise TypeError("openai backend in chat mode generates from messages: call generate_chat")
 
-        def complete(prompt: str) -> str:
-            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        def complete(ids: list[int]) -> str:
             reply = self.client.completions.create(model=self.model, prompt=ids, max_tokens=max_new_tokens,
                                                    temperature=0.0)
             return reply.choices[0].text
 
-        return self._map(complete, prompts)
+        # tokenised here, not in the request threads: a fast tokenizer is not safe to share across threads
+        return self._map(complete, [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts])
 
     def generate_chat(self, conversations: Sequence[list[dict]], max_new_tokens: int) -> list[str]:
         """Greedy replies to message lists (chat mode)."""
@@ -132,8 +141,9 @@ class OpenAICompatibleLM(LanguageModel):
             found = reply.choices[0].logprobs
             values = None if found is None else found.token_logprobs
             if values is None or len(values) < len(ids) or any(v is None for v in values[start:len(ids)]):
-                raise LogprobsUnavailable(f"the server at {self.client.base_url} returned no prompt log-probs for "
-                                          f"{self.model} (echo + logprobs)")
+                raise RuntimeError(f"the server at {self.client.base_url} returned no prompt log-probs for "
+                                   f"{self.model} (completions with echo + logprobs): serve it with vLLM, or use "
+                                   "mode 'chat', where the importance-sampling estimators sit out")
             return math.fsum(values[start:len(ids)])
 
         logprobs = np.array(self._map(span_logprob, spans), dtype=np.float64)

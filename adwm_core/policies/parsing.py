@@ -34,6 +34,11 @@ def parse_action(response: str) -> str:
     return ""
 
 
+def has_action_cue(response: str) -> bool:
+    """Whether ``response`` writes an ``Action:`` cue anywhere."""
+    return _CUE.search(response) is not None
+
+
 def normalise(action: str) -> str:
     return " ".join(action.lower().strip().strip("`\"'").rstrip(".!").split())
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ..envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
-from ..policies.base import LogprobsUnavailable, PolicyAgent
+from ..policies.base import PolicyAgent
 from ..policies.loading import ModelCache
 from ..policies.prompts import VARIANTS, History, episode_histories
 from ..policies.scoring import eps_mix_logprob
@@ -222,10 +222,10 @@ def extract_logprobs(
         behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
     histories = [h for _, h in steps]
     actions = [row["action"] for row, _ in steps]
-    try:
-        eval_logp, eval_tokens = pi_e.logprob(histories, actions)
-    except LogprobsUnavailable:  # an endpoint that returns none: π_e's rows hold NaN, IS-type estimators sit out
+    if pi_e.lm.chat:  # a chat endpoint cannot score given actions: π_e's rows hold NaN, IS-type estimators sit out
         eval_logp, eval_tokens = np.full(len(steps), np.nan), np.zeros(len(steps), dtype=np.int64)
+    else:
+        eval_logp, eval_tokens = pi_e.logprob(histories, actions)
     greedy = [decision.action for decision in pi_e.act(histories)]
     in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
     n_admissible = np.array([len(h.admissible or ()) for h in histories], dtype=np.int64)

@@ -22,12 +22,14 @@ An episode of the conversation formats::
 Observation roles: human, user, observation, environment, env, tool; action roles: gpt,
 assistant, agent, model; ``system`` only as the first turn (the task description when the
 episode names none). An action turn's action is its ``action`` field, else the text after its
-last ``Action:`` cue (``policies.parsing.parse_action``). Rewards are per action turn where
+last ``Action:`` cue, else its first line (``policies.parsing.parse_action``, the rule the
+project's own agents follow); a reply that opens with a ``Thought`` and has no cue is an error. Rewards are per action turn where
 any turn carries one (others count 0), else the episode's reward on its last step. Success is
 the episode's field, else its last action turn's. The keys the reader looks for are renamed
 with ``LogSource.fields`` (e.g. ``{"conversations": "messages", "role": "role", "text":
 "content", "reward": "score"}``).
 
+A ``.json`` file holding one JSON array of episodes is read too (numbers are then the items').
 Every problem is reported with file, line (1-based; the row for datasets) and field, all
 problems of a file in one :class:`LogFormatError`, before anything is written.
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,7 +50,7 @@ import pyarrow.compute as pc
 
 from ..data import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from ..data.io import atomic_open
-from ..policies.parsing import parse_action
+from ..policies.parsing import has_action_cue, parse_action
 from ..specs import LogSource
 
 OBSERVATION_ROLES = frozenset({"human", "user", "observation", "environment", "env", "tool"})
@@ -110,6 +113,15 @@ def _records(source: LogSource) -> Iterator[tuple[int, Any]]:
     if not fs.exists(path):
         raise FileNotFoundError(f"{source.path}: no logs file here; give behaviour.logs.path (or --logs) a JSONL file")
     with fs.open(path, "r", encoding="utf-8") as f:
+        if f.read(4096).lstrip().startswith("["):  # one JSON array of episodes (ShareGPT releases): item numbers
+            f.seek(0)
+            try:
+                episodes = json.load(f)
+            except json.JSONDecodeError as error:
+                raise LogFormatError(f"{source.path}: not valid JSON ({error.msg} at line {error.lineno})") from None
+            yield from enumerate(episodes, start=1)
+            return
+        f.seek(0)
         for line, text in enumerate(f, start=1):
             if not text.strip():
                 continue
@@ -167,7 +179,11 @@ class _Problems:
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _logprob(value) -> bool:
+    return _number(value) and value <= 0.0
 
 
 def _typed(record: Mapping, key: str, check, expected: str, problems: _Problems, line: int, where: str = ""):
@@ -223,7 +239,8 @@ def _episode_steps(record: Mapping, source: LogSource, problems: _Problems, line
             return None
         opening = turns[0]
         if description is None and isinstance(opening, Mapping):
-            description = opening.get(source.fields.get("text") or ("value" if "value" in opening else "content"))
+            description = opening.get(source.fields.get("text") or
+                                      ("value" if opening.get("value") is not None else "content"))
             if not isinstance(description, str):
                 problems.add(line, f"{conversation_key}[0]", "the preamble's first turn has no text to serve as the "
                              "task description")
@@ -272,7 +289,7 @@ def _episode_steps(record: Mapping, source: LogSource, problems: _Problems, line
 
 def _role_key(turn: Mapping, source: LogSource) -> str:
     named = source.fields.get("role")
-    return named if named is not None else ("from" if "from" in turn else "role")
+    return named if named is not None else ("from" if turn.get("from") is not None else "role")
 
 
 def _role_and_text(turn: Mapping, source: LogSource, problems: _Problems, line: int,
@@ -281,7 +298,7 @@ def _role_and_text(turn: Mapping, source: LogSource, problems: _Problems, line: 
     are both read unless ``fields`` names the keys."""
     role_key = _role_key(turn, source)
     named_text = source.fields.get("text")
-    text_key = named_text if named_text is not None else ("value" if "value" in turn else "content")
+    text_key = named_text if named_text is not None else ("value" if turn.get("value") is not None else "content")
     for key, what in ((role_key, "role"), (text_key, "text")):
         value = turn.get(key)
         if value is None:
@@ -299,16 +316,24 @@ def _step(turn: Mapping, text: str, observation: str, t: int, source: LogSource,
     action = _typed(turn, "action", lambda v: isinstance(v, str), "a string", problems, line, prefix)
     admissible = _typed(turn, "admissible", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
                         "a list of strings", problems, line, prefix)
+    if action is None:  # an explicit action, even "" (a reply that said nothing), is taken as logged
+        if text.lstrip().lower().startswith("thought") and not has_action_cue(text):
+            problems.add(line, f"{where}", "a 'Thought:' and no 'Action:' cue: which line is the action? give the "
+                         "turn an 'action' field or an 'Action: …' line")
+        action = parse_action(text)
+        if not action:
+            problems.add(line, f"{where}", "no action in the turn: give it an 'action' field or an 'Action: …' line")
     step = {
         "t": t,
         "observation": observation,
         "response": text,
-        "action": action if action is not None else parse_action(text),
+        "action": action if action is not None else "",
         "admissible": admissible,
-        "reward": _typed(turn, source.key("reward"), _number, "a number", problems, line, prefix),
-        "behavior_logprob": _typed(turn, source.key("logprob"), _number, "a number", problems, line, prefix),
+        "reward": _typed(turn, source.key("reward"), _number, "a finite number", problems, line, prefix),
+        "behavior_logprob": _typed(turn, source.key("logprob"), _logprob, "a finite log-probability (≤ 0)", problems,
+                                   line, prefix),
         "action_valid": _typed(turn, "valid", lambda v: isinstance(v, bool), "true or false", problems, line, prefix),
-        "score": _typed(turn, "score", _number, "a number", problems, line, prefix),
+        "score": _typed(turn, "score", _number, "a finite number", problems, line, prefix),
         "success": _typed(turn, source.key("success"), lambda v: isinstance(v, bool), "true or false", problems,
                           line, prefix),
     }
@@ -316,8 +341,6 @@ def _step(turn: Mapping, text: str, observation: str, t: int, source: LogSource,
                               prefix)
     if next_observation is not None:
         step["next_observation"] = next_observation
-    if not step["action"]:
-        problems.add(line, f"{where}", "no action in the turn: give it an 'action' field or an 'Action: …' line")
     return step
 
 
@@ -326,7 +349,7 @@ def _finish(record: Mapping, steps: list[dict], description: str, source: LogSou
     """Episode-level fields onto the steps: rewards, success, done, scores, identity columns."""
     before = len(problems.found)
     reward_key, success_key = source.key("reward"), source.key("success")
-    episode_reward = _typed(record, reward_key, _number, "a number", problems, line)
+    episode_reward = _typed(record, reward_key, _number, "a finite number", problems, line)
     success = _typed(record, success_key, lambda v: isinstance(v, bool), "true or false", problems, line)
     done = _typed(record, "done", lambda v: isinstance(v, bool), "true or false", problems, line)
     identity = {key: _typed(record, key, check, expected, problems, line) for key, check, expected in (
@@ -334,7 +357,7 @@ def _finish(record: Mapping, steps: list[dict], description: str, source: LogSou
         ("variation", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
         ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"))}
     if all(s["reward"] is None for s in steps):
-        if episode_reward is None:
+        if episode_reward is None and record.get(reward_key) is None:
             problems.add(line, reward_key, "missing: no reward on the episode nor on any action turn; name the "
                          "key with logs.fields.reward")
         for s in steps:
@@ -342,7 +365,7 @@ def _finish(record: Mapping, steps: list[dict], description: str, source: LogSou
         steps[-1]["reward"] = episode_reward
     if success is None:
         success = steps[-1]["success"]
-    if success is None:
+    if success is None and record.get(success_key) is None:
         problems.add(line, success_key, "missing: no success flag on the episode nor on its last action turn; "
                      "name the key with logs.fields.success")
     if len(problems.found) > before:
