@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec, check_epsilons
+from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
 
@@ -189,14 +189,27 @@ class CellConfig(_Strict):
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():
-            if spec.backend == "openai" and where.startswith("evaluation") and self.adwm.reading == "soft_tokens":
-                raise CellConfigError(f"{source}: {where} is reached through an endpoint (backend openai), which does "
-                                      "not expose the input embeddings ψ is trained on; set adwm.reading: retrieval")
+            if spec.backend in REMOTE_BACKENDS and where.startswith("evaluation") and self.adwm.reading == "soft_tokens":
+                raise CellConfigError(f"{source}: {where} is reached through an endpoint (backend {spec.backend}), "
+                                      "which does not expose the input embeddings ψ is trained on; set "
+                                      "adwm.reading: retrieval")
             if spec.model.startswith(LOCAL_PREFIX):
                 name = spec.model[len(LOCAL_PREFIX):]
                 if self.local_policies is None or name not in self.local_policies.checkpoints:
                     raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
                                           "local_policies.checkpoints; add it there or give a model path")
+
+
+def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=3", "c=[0, 1]"]`` → ``{"a.b": 3, "c": [0, 1]}``: command-line settings, values read
+    as YAML (``--set`` of ``adwm evaluate`` and the benches)."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE, e.g. world_model.steps=500")
+        settings[key] = yaml.safe_load(value)
+    return settings
 
 
 def logs_cell_name(path: str) -> str:

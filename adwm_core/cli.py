@@ -89,7 +89,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     return parser, sub
 
 
-COMMANDS = {"envs": lambda args: print("\n".join(env_names())) or 0, "collect": _collect, "export-logs": _export}
+def _envs(args: argparse.Namespace) -> int:
+    print("\n".join(env_names()))
+    return 0
+
+
+COMMANDS = {"envs": _envs, "collect": _collect, "export-logs": _export}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from .envs import make_env
 Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
 
 EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+REMOTE_BACKENDS = frozenset({"openai"})  # backends that reach a model elsewhere: no weights on this machine
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,8 @@ import time
 from dataclasses import replace
 
 import numpy as np
-import yaml
 
-from adwm_core.cell import LOCAL_PREFIX, CellConfig
+from adwm_core.cell import LOCAL_PREFIX, CellConfig, parse_assignments
 from adwm_core.policies.loading import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.psi import PsiAdapter
@@ -293,12 +292,10 @@ def main() -> None:
     unknown = sorted(set(cells) - set(cell_names()))
     if unknown:
         raise SystemExit(f"unknown cell(s) {unknown}; cells: {', '.join(cell_names())}")
-    changes = {}
-    for item in args.changes:
-        name, sep, value = item.partition("=")
-        if not sep or name not in TrainConfig.model_fields:
-            raise SystemExit(f"--set {item!r}: give FIELD=VALUE with FIELD one of TrainConfig's fields")
-        changes[name] = yaml.safe_load(value)
+    changes = parse_assignments(args.changes)
+    unknown = sorted(set(changes) - set(TrainConfig.model_fields))
+    if unknown:
+        raise SystemExit(f"--set {unknown}: give FIELD=VALUE with FIELD one of TrainConfig's fields")
     saved = OUT.with_suffix(".json")
     kept = json.loads(saved.read_text())["rows"] if saved.exists() else []
     rows = []

@@ -19,9 +19,8 @@ import argparse
 from collections import defaultdict
 
 import numpy as np
-import yaml
 
-from adwm_core.cell import CellConfig
+from adwm_core.cell import CellConfig, parse_assignments
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
@@ -48,7 +47,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", dest="changes")
     args = parser.parse_args()
     cell = CellConfig.load(cell_config_path(args.cell))
-    changes = {k: yaml.safe_load(v) for k, v in (c.split("=", 1) for c in args.changes)}
+    changes = parse_assignments(args.changes)
     trajectories = f"{latest_artifact(cell.name, behaviour.STAGE)}/{behaviour.FILE}"
     folder = f"{latest_artifact(cell.name, world_model.STAGE)}/{world_model.FOLDER}"
     model = WorldModel.load(folder)

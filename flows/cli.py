@@ -9,10 +9,9 @@ import sys
 import json
 
 import fsspec
-import yaml
 
 from adwm_core import cli as core
-from adwm_core.cell import CellConfigError
+from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
 from adwm_core.report import interval_lines, not_applicable_lines
 
@@ -61,16 +60,6 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
 
 
-def parse_overrides(pairs: list[str]) -> dict:
-    overrides = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE, e.g. world_model.steps=500")
-        overrides[key] = yaml.safe_load(value)
-    return overrides
-
-
 def _evaluate(args: argparse.Namespace) -> int:
     from flows.evaluate_logs import evaluate_logs
     from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
@@ -85,7 +74,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                           agent_backend=args.agent_backend, agent_tokenizer=args.agent_tokenizer,
                           agent_mode=args.agent_mode, logs_format=args.logs_format,
                           preamble_turns=args.preamble_turns, task=args.task, name=args.name,
-                          epsilons=epsilons, overrides=parse_overrides(args.overrides), return_state=True)
+                          epsilons=epsilons, overrides=parse_assignments(args.overrides), return_state=True)
     folder = state.result()  # raises the failed stage's own error
     with fsspec.open(f"{folder}/{CURVES}") as f:
         curves = json.load(f)

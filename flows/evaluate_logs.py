@@ -16,15 +16,17 @@ from flows.runners import cell_task_runner
 
 
 def agent_spec(model: str, base_url: str | None = None, *, backend: str | None = None, tokenizer: str | None = None,
-               mode: str = "completions", concurrency: int = 8, label: str | None = None) -> PolicySpec:
+               mode: str = "completions", concurrency: int = 8, label: str | None = None,
+               variant: str = "p0") -> PolicySpec:
     """π_e: a model at an OpenAI-compatible endpoint (``base_url``), else a Hugging Face folder
-    loaded in-process (``backend``: transformers or vllm)."""
-    if base_url is not None:
-        options = {"base_url": base_url, "mode": mode, "concurrency": concurrency}
-        if tokenizer is not None:
-            options["tokenizer"] = tokenizer
-        return PolicySpec(label or os.path.basename(model.rstrip("/")), model, "openai", options=options)
-    return PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend or "transformers")
+    loaded in-process (``backend``: transformers or vllm); labelled after the model's name."""
+    label = label or os.path.basename(model.rstrip("/"))
+    if base_url is None:
+        return PolicySpec(label, model, backend or "transformers", variant)
+    options = {"base_url": base_url, "mode": mode, "concurrency": concurrency}
+    if tokenizer is not None:
+        options["tokenizer"] = tokenizer
+    return PolicySpec(label, model, "openai", variant, options)
 
 
 def logs_cell(logs: str, env: str, agent: PolicySpec, *, logs_format: str | None = None, preamble_turns: int = 0,

@@ -4,15 +4,13 @@ when the cell reads imagined states through soft tokens (seconds on CPU)."""
 
 from __future__ import annotations
 
-import os
-
 import mlflow
 from prefect import flow
 from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
-from adwm_core.specs import PolicySpec
 from flows.cells import cell_config_path
+from flows.evaluate_logs import agent_spec
 from tasks import adwm, behaviour, policies, psi, world_model
 from tasks.common import cell_run
 
@@ -23,7 +21,7 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     """Ĵ of the agent ``model`` (a Hugging Face folder or name) over the cell's ε family; returns
     the estimates Parquet's path."""
     config = CellConfig.load(cell_config_path(cell))
-    agent = PolicySpec(label or os.path.basename(model.rstrip("/")), model, backend, variant)
+    agent = agent_spec(model, backend=backend, label=label, variant=variant)
     config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policies": (agent,)})})
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})

@@ -9,6 +9,7 @@ from prefect import task
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.policies.trainer import train_tiny_policies
+from adwm_core.specs import REMOTE_BACKENDS
 
 from .common import Artifact, Stage
 
@@ -53,7 +54,7 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see README, 'Running it')")
     for where, spec in cell.policies():
-        if spec.model.startswith(LOCAL_PREFIX) or spec.backend == "openai":  # an endpoint is checked when reached
+        if spec.model.startswith(LOCAL_PREFIX) or spec.backend in REMOTE_BACKENDS:  # an endpoint: checked when reached
             continue
         folder = os.path.expanduser(spec.model)
         if os.path.isabs(folder) or os.path.isdir(folder):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -78,7 +79,7 @@ class LoggedSteps:
     uniform: np.ndarray  # (N, T, K) share of each admissible id in the admissible list
     listed: np.ndarray  # (N, T) an admissible list was logged
 
-    @property
+    @cached_property
     def unknown_ratios(self) -> str | None:
         """Why the importance ratios π_e^ε/π_b cannot be formed, or None when they can."""
         if self.behaviour_logp is None:

@@ -68,7 +68,7 @@ class OpenAICompatibleLM(LanguageModel):
         self.client = openai.OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
                                     max_retries=max_retries, timeout=timeout)
         served = self._served_context(openai)
-        self.max_context = min(c for c in (max_context, served) if c) if (max_context or served) else 2048
+        self.max_context = min(filter(None, (max_context, served)), default=2048)
         # scoring asks for one generated token after the prompt (servers refuse max_tokens=0), so
         # prompt + action get one position less than the server's length
         self.score_context = min(self.max_context, served - 1) if served else self.max_context

@@ -23,9 +23,9 @@ Observation roles: human, user, observation, environment, env, tool; action role
 assistant, agent, model; ``system`` only as the first turn (the task description when the
 episode names none). An action turn's action is its ``action`` field, else the text after its
 last ``Action:`` cue, else its first line (``policies.parsing.parse_action``, the rule the
-project's own agents follow); a reply that opens with a ``Thought`` and has no cue is an error. Rewards are per action turn where
-any turn carries one (others count 0), else the episode's reward on its last step. Success is
-the episode's field, else its last action turn's. The keys the reader looks for are renamed
+project's own agents follow); a reply that opens with a ``Thought`` and has no cue is an error.
+Rewards are per action turn where any turn carries one (others count 0), else the episode's
+reward on its last step. Success is the episode's field, else its last action turn's. The keys the reader looks for are renamed
 with ``LogSource.fields`` (e.g. ``{"conversations": "messages", "role": "role", "text":
 "content", "reward": "score"}``).
 
@@ -182,13 +182,21 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _logprob(value) -> bool:
-    return _number(value) and value <= 0.0
+# the value types a log field may have: a check and how an error names it
+KINDS = {
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "strings": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of strings"),
+    "flag": (lambda v: isinstance(v, bool), "true or false"),
+    "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "number": (_number, "a finite number"),
+    "logprob": (lambda v: _number(v) and v <= 0.0, "a finite log-probability (≤ 0)"),
+}
 
 
-def _typed(record: Mapping, key: str, check, expected: str, problems: _Problems, line: int, where: str = ""):
-    """``record[key]`` if present and of the expected type (else a problem and None)."""
+def _typed(record: Mapping, key: str, kind: str, problems: _Problems, line: int, where: str = ""):
+    """``record[key]`` if present and of ``kind`` (:data:`KINDS`; else a problem and None)."""
     value = record.get(key)
+    check, expected = KINDS[kind]
     if value is not None and not check(value):
         problems.add(line, f"{where}{key}", f"expected {expected}, got {type(value).__name__} {value!r:.60}")
         return None
@@ -230,7 +238,7 @@ def _episode_steps(record: Mapping, source: LogSource, problems: _Problems, line
     if not isinstance(turns, list):
         problems.add(line, conversation_key, f"expected a list of turns, got {type(turns).__name__}")
         return None
-    description = _typed(record, "task_description", lambda v: isinstance(v, str), "a string", problems, line)
+    description = _typed(record, "task_description", "string", problems, line)
     start = source.preamble_turns
     if start:
         if len(turns) <= start:
@@ -313,9 +321,8 @@ def _role_and_text(turn: Mapping, source: LogSource, problems: _Problems, line: 
 def _step(turn: Mapping, text: str, observation: str, t: int, source: LogSource, problems: _Problems, line: int,
           where: str) -> dict:
     prefix = f"{where}."
-    action = _typed(turn, "action", lambda v: isinstance(v, str), "a string", problems, line, prefix)
-    admissible = _typed(turn, "admissible", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
-                        "a list of strings", problems, line, prefix)
+    action = _typed(turn, "action", "string", problems, line, prefix)
+    admissible = _typed(turn, "admissible", "strings", problems, line, prefix)
     if action is None:  # an explicit action, even "" (a reply that said nothing), is taken as logged
         if text.lstrip().lower().startswith("thought") and not has_action_cue(text):
             problems.add(line, f"{where}", "a 'Thought:' and no 'Action:' cue: which line is the action? give the "
@@ -329,16 +336,13 @@ def _step(turn: Mapping, text: str, observation: str, t: int, source: LogSource,
         "response": text,
         "action": action if action is not None else "",
         "admissible": admissible,
-        "reward": _typed(turn, source.key("reward"), _number, "a finite number", problems, line, prefix),
-        "behavior_logprob": _typed(turn, source.key("logprob"), _logprob, "a finite log-probability (≤ 0)", problems,
-                                   line, prefix),
-        "action_valid": _typed(turn, "valid", lambda v: isinstance(v, bool), "true or false", problems, line, prefix),
-        "score": _typed(turn, "score", _number, "a finite number", problems, line, prefix),
-        "success": _typed(turn, source.key("success"), lambda v: isinstance(v, bool), "true or false", problems,
-                          line, prefix),
+        "reward": _typed(turn, source.key("reward"), "number", problems, line, prefix),
+        "behavior_logprob": _typed(turn, source.key("logprob"), "logprob", problems, line, prefix),
+        "action_valid": _typed(turn, "valid", "flag", problems, line, prefix),
+        "score": _typed(turn, "score", "number", problems, line, prefix),
+        "success": _typed(turn, source.key("success"), "flag", problems, line, prefix),
     }
-    next_observation = _typed(turn, "next_observation", lambda v: isinstance(v, str), "a string", problems, line,
-                              prefix)
+    next_observation = _typed(turn, "next_observation", "string", problems, line, prefix)
     if next_observation is not None:
         step["next_observation"] = next_observation
     return step
@@ -349,13 +353,12 @@ def _finish(record: Mapping, steps: list[dict], description: str, source: LogSou
     """Episode-level fields onto the steps: rewards, success, done, scores, identity columns."""
     before = len(problems.found)
     reward_key, success_key = source.key("reward"), source.key("success")
-    episode_reward = _typed(record, reward_key, _number, "a finite number", problems, line)
-    success = _typed(record, success_key, lambda v: isinstance(v, bool), "true or false", problems, line)
-    done = _typed(record, "done", lambda v: isinstance(v, bool), "true or false", problems, line)
-    identity = {key: _typed(record, key, check, expected, problems, line) for key, check, expected in (
-        ("policy", lambda v: isinstance(v, str), "a string"), ("task", lambda v: isinstance(v, str), "a string"),
-        ("variation", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-        ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"))}
+    episode_reward = _typed(record, reward_key, "number", problems, line)
+    success = _typed(record, success_key, "flag", problems, line)
+    done = _typed(record, "done", "flag", problems, line)
+    identity = {key: _typed(record, key, kind, problems, line)
+                for key, kind in (("policy", "string"), ("task", "string"), ("variation", "integer"),
+                                  ("seed", "integer"))}
     if all(s["reward"] is None for s in steps):
         if episode_reward is None and record.get(reward_key) is None:
             problems.add(line, reward_key, "missing: no reward on the episode nor on any action turn; name the "
