@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 
 
 def artifact_root() -> str:
@@ -23,3 +26,25 @@ def local_cache_dir(*parts: str) -> str:
     path = os.path.join(base, *parts)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def write_whole(folder: str, fill: Callable[[str], object]) -> str | None:
+    """``folder``, created by ``fill`` on a sibling temporary folder renamed into place, so it
+    appears whole or not at all (when two processes race, the first copy stays); an existing
+    folder is returned as it is. None, and nothing created, where ``fill`` returns None."""
+    if os.path.isdir(folder):
+        return folder
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    aside = tempfile.mkdtemp(dir=parent, prefix=".tmp-")
+    try:
+        if fill(aside) is None:
+            return None
+        try:
+            os.rename(aside, folder)
+        except OSError:  # another process wrote it first
+            if not os.path.isdir(folder):
+                raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    return folder

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from adwm_core.envs import EnvironmentUnavailable, make_env
-from adwm_core.envs.alfworld_env import OFFICIAL_OFFSETS, AlfWorldEnv
-from adwm_core.envs.alfworld_games import TASK_TYPES, generate_game, write_game
+from adwm_core.envs.alfworld_env import OFFICIAL_OFFSETS, AlfWorldEnv, write_official_layout
+from adwm_core.envs.alfworld_games import TASK_TYPES, generate_game
 from conftest import refuse_mid_episode
 
 
@@ -108,19 +108,6 @@ def test_handcoded_expert_is_passed_by_keyword_and_wins(env):
         AlfWorldEnv(data="generated", expert="oracle")
 
 
-def _official_layout(root, games_per_split):
-    """An ALFWorld data folder (the layout alfworld-download writes) holding generated games."""
-    folders = {"train": "train", "dev": "valid_seen", "test": "valid_unseen"}
-    for split, games in games_per_split.items():
-        for game in games:
-            write_game(game, os.path.join(root, "json_2.1.1", folders[split], game.official_folder))
-    os.makedirs(os.path.join(root, "logic"), exist_ok=True)
-    for name in ("alfred.pddl", "alfred.twl2"):
-        with open(os.path.join(root, "logic", name), "w") as f:
-            f.write(";; placeholder\n")
-    return str(root)
-
-
 def test_official_layout_is_loaded_through_alfworlds_own_collector(tmp_path, monkeypatch):
     games = {
         "train": [generate_game("pick_and_place_simple", s) for s in (1, 2)]
@@ -128,7 +115,7 @@ def test_official_layout_is_loaded_through_alfworlds_own_collector(tmp_path, mon
         "dev": [generate_game("pick_and_place_simple", 10_001)],
         "test": [generate_game("pick_and_place_simple", 11_001)],
     }
-    root = _official_layout(tmp_path / "alfworld", games)
+    root = write_official_layout(str(tmp_path / "alfworld"), games)
     monkeypatch.setenv("ALFWORLD_DATA", root)
     with make_env("alfworld") as official:
         assert official.official

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 from contextlib import contextmanager
 
@@ -81,6 +82,20 @@ def check_layout(root: str, source: str) -> None:
         )
 
 
+def write_official_layout(root: str, games: dict[str, list[alfworld_games.GeneratedGame]]) -> str:
+    """An ALFWorld data folder at ``root`` in the layout ``alfworld-download`` writes, holding
+    ``games`` (split → generated games) and the ALFRED domain and grammar of the installed
+    ``alfworld`` package as ``logic/``; returns ``root``."""
+    for split, split_games in games.items():
+        for game in split_games:
+            alfworld_games.write_game(game, os.path.join(root, JSON_DIR, OFFICIAL_SPLITS[split], game.official_folder))
+    info = alfworld_games.alfworld_modules()[0]
+    os.makedirs(os.path.join(root, "logic"), exist_ok=True)
+    for source, target in zip((info.ALFRED_PDDL_PATH, info.ALFRED_TWL2_PATH), LOGIC_FILES):
+        shutil.copyfile(source, os.path.join(root, target))
+    return root
+
+
 @contextmanager
 def _keep_argv():
     """fast-downward's PDDL translator overwrites ``sys.argv``; put it back."""
@@ -131,6 +146,13 @@ class AlfWorldEnv(TextEnv):
         self._state = None
         self._goal = ""
         self._won = False
+
+    @classmethod
+    def write_offline_data(cls, folder: str, games_per_task: int = 2) -> str:
+        """Generated games of every task type, ``games_per_task`` per split, in the official layout."""
+        games = {split: [alfworld_games.generate_game(task, seed) for task in TASK_TYPES
+                         for seed in list(SEED_RANGES[split])[:games_per_task]] for split in OFFICIAL_SPLITS}
+        return write_official_layout(folder, games)
 
     # -- games ------------------------------------------------------------------------------
 

@@ -24,10 +24,9 @@ import importlib
 import json
 import os
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 
+from ..paths import write_whole
 from .base import EnvironmentUnavailable
 
 # Bump when the generated games change, so cached folders of an older generator are not reused.
@@ -404,28 +403,18 @@ def generate_game(task_type: str, seed: int) -> GeneratedGame:
 
 
 def write_game(game: GeneratedGame, folder: str) -> str:
-    """Write ``game`` as ``folder/game.tw-pddl`` and ``folder/traj_data.json``; return the game file.
+    """Write ``game`` as ``folder/game.tw-pddl`` and ``folder/traj_data.json`` (the folder appears
+    whole or not at all); return the game file."""
 
-    The folder appears whole or not at all: it is written aside and renamed into place."""
-    game_file = os.path.join(folder, "game.tw-pddl")
-    if os.path.exists(game_file):
-        return game_file
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-")
-    try:
-        with open(os.path.join(tmp, "traj_data.json"), "w") as f:
+    def fill(aside: str) -> str:
+        with open(os.path.join(aside, "traj_data.json"), "w") as f:
             json.dump(game.traj_data, f, indent=1)
-        with open(os.path.join(tmp, "game.tw-pddl"), "w") as f:
+        with open(os.path.join(aside, "game.tw-pddl"), "w") as f:
             json.dump(game.game, f)
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another process wrote it first
-            if not os.path.exists(game_file):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return game_file
+        return aside
+
+    write_whole(folder, fill)
+    return os.path.join(folder, "game.tw-pddl")
 
 
 def game_file(task_type: str, seed: int, root: str) -> str:

@@ -163,6 +163,14 @@ class TextEnv(ABC):
     def gold_actions(self) -> list[str]:
         """The engine's expert action sequence for the current episode, from its start."""
 
+    @classmethod
+    def write_offline_data(cls, folder: str) -> str | None:
+        """Write this environment's data in its official file format, from the offline sources
+        shipped with ADWM, under ``folder``; return the value of the ``data`` option that reads
+        it (smoke runs exercise the official loader this way). None: the environment reads no
+        data files (its engine ships its content)."""
+        return None
+
     def close(self) -> None:
         """Release the engine (JVM, interpreter)."""
 

@@ -64,6 +64,7 @@ import json
 import os
 import random
 import re
+import shutil
 import string
 from collections import Counter
 from dataclasses import dataclass
@@ -297,6 +298,13 @@ class HotpotQAEnv(TextEnv):
         self._lookup: tuple[str, list[str]] | None = None  # keyword, its sentences on that page
         self._shown = 0  # of those sentences
         self._done, self._score, self._success = False, 0.0, False
+
+    @classmethod
+    def write_offline_data(cls, folder: str) -> str:
+        """The offline questions (already in HotpotQA's format) as ``folder/hotpot_dev_distractor_v1.json``."""
+        os.makedirs(folder, exist_ok=True)
+        shutil.copyfile(resolve_data(OFFLINE), os.path.join(folder, OFFICIAL_FILE))
+        return folder
 
     @property
     def corpus(self) -> Corpus:

@@ -272,6 +272,38 @@ def load_official(folder: str) -> Catalogue:
     return Catalogue(products, goals, source=folder)
 
 
+def write_official(catalogue: Catalogue, folder: str) -> None:
+    """Write ``catalogue`` as WebShop's files in ``folder`` (``items_shuffle.json``,
+    ``items_ins_v2.json``, ``items_human_ins.json``, ``reviews.json``), the inverse of
+    :func:`load_official` up to WebShop's own draws: reloaded, goal price bounds are drawn
+    again and the goals shuffled again, as WebShop does with its files."""
+    os.makedirs(folder, exist_ok=True)
+    products = [{
+        "asin": p.asin, "name": p.title, "full_description": p.description, "small_description": list(p.bullets),
+        "pricing": p.price_tag, "category": p.category, "query": p.query, "product_category": p.product_category,
+        "customization_options": {name: [{"value": v, "image": None} for v in values]
+                                  for name, values in p.options.items()} or None,
+    } for p in catalogue.products]
+    instructions: dict[str, list[dict]] = {}
+    for goal in catalogue.goals:
+        clause = price_clause(goal.price_upper)
+        text = goal.instruction[: len(goal.instruction) - len(clause)] if clause else goal.instruction
+        instructions.setdefault(goal.asin, []).append({
+            "instruction": text, "instruction_attributes": list(goal.attributes),
+            "instruction_options": list(goal.options)})
+    files = {
+        f"{PRODUCTS}.json": products,
+        f"{ATTRIBUTES}.json": {p.asin: {"attributes": list(p.attributes)} for p in catalogue.products},
+        f"{HUMAN_INSTRUCTIONS}.json": instructions,
+        REVIEWS: [{"asin": p.asin, "average_rating": p.rating,
+                   "reviews": [{"title": r.title, "score": r.score, "body": r.body} for r in p.reviews]}
+                  for p in catalogue.products],
+    }
+    for name, content in files.items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(content, f)
+
+
 # --------------------------------------------------------------------------- generated catalogue
 
 # (category, product type = its search query, breadcrumb, price range, attribute pool, option axes)

@@ -60,7 +60,8 @@ from dataclasses import dataclass
 
 from .base import Observation, StepResult, TextEnv
 from .bm25 import import_bm25s
-from .webshop_catalogue import Catalogue, Goal, Product, generate_catalogue, load_official, official_files, split_range
+from .webshop_catalogue import (Catalogue, Goal, Product, generate_catalogue, load_official, official_files,
+                                split_range, write_official)
 
 TASK = "shop"
 GENERATED = "generated"
@@ -241,6 +242,12 @@ class WebShopEnv(TextEnv):
         self._catalogue: Catalogue | None = None
         self._search: ProductSearch | None = None
         self._goal: Goal | None = None
+
+    @classmethod
+    def write_offline_data(cls, folder: str) -> str:
+        """The generated catalogue written as WebShop's official files (:func:`write_official`)."""
+        write_official(generate_catalogue(), folder)
+        return folder
 
     # ---- data, loaded once on first use
 
