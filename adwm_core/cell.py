@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -186,6 +186,13 @@ class CellConfig(_Strict):
         """(field, spec) of every policy the cell names."""
         return [(f"behaviour.pool[{i}]", p) for i, p in enumerate(self.behaviour.pool)] + [
             (f"evaluation.policies[{i}]", p) for i, p in enumerate(self.evaluation.policies)]
+
+    def with_policies(self, change: Callable[[PolicySpec], PolicySpec]) -> "CellConfig":
+        """The cell with ``change`` applied to every policy of the pool and of the π_e family."""
+        return self.model_copy(update={
+            "behaviour": self.behaviour.model_copy(update={"pool": tuple(map(change, self.behaviour.pool))}),
+            "evaluation": self.evaluation.model_copy(update={"policies": tuple(map(change, self.evaluation.policies))}),
+        })
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import torch
 from prefect import task
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.policies.trainer import train_tiny_policies
+from adwm_core.policies.vllm_backend import share_gpu_memory
 from adwm_core.specs import REMOTE_BACKENDS
 
 from .common import Artifact, Stage
@@ -22,6 +24,8 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
     and the family's artifact (None for cells without local policies); ``train=False`` only
     looks the family up (an error when the cell never trained it)."""
     check_runnable(cell, environment=train)
+    if torch.cuda.is_available():
+        cell = cell.with_policies(share_gpu_memory(cell.policies()))
     if cell.local_policies is None:
         return cell, None
     family = cell.local_policies
@@ -37,19 +41,13 @@ def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = Tru
             return spec
         return dataclasses.replace(spec, model=artifact.file(f"family/{spec.model[len(LOCAL_PREFIX):]}"))
 
-    resolved = cell.model_copy(update={
-        "behaviour": cell.behaviour.model_copy(update={"pool": tuple(map(resolve, cell.behaviour.pool))}),
-        "evaluation": cell.evaluation.model_copy(update={"policies": tuple(map(resolve, cell.evaluation.policies))}),
-    })
-    return resolved, artifact
+    return cell.with_policies(resolve), artifact
 
 
 def check_runnable(cell: CellConfig, environment: bool = True) -> None:
     """Fail the first stage, naming what is missing, when this machine cannot run the cell: its GPU,
     its models' weights, its environment (the engine's own error: Java, a package, a data
     folder's missing file, an unknown task; skipped with ``environment=False``)."""
-    import torch
-
     if cell.needs_gpu and not torch.cuda.is_available():
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see README, 'Running it')")

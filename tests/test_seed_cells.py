@@ -1,6 +1,7 @@
 """A seed cell on a machine without its GPU, weights or data fails at its first stage (policy
 preparation), saying what is missing and how to provide it."""
 
+import dataclasses
 import os
 import re
 
@@ -65,3 +66,23 @@ def test_a_data_folder_with_the_wrong_layout_names_the_missing_file(cell, variab
     config = CellConfig.load(path, environ=environ).model_copy(update={"needs_gpu": False})
     with pytest.raises(EnvironmentUnavailable, match=missing):
         check_runnable(config)
+
+
+def test_the_vllm_engines_of_a_cell_split_the_gpu_between_them():
+    """On a GPU worker every engine of a cell lives in one process; at vLLM's default share (0.9)
+    the second engine of webshop-iter1 (three pool LLMs and π_e) would find no memory left."""
+    from adwm_core.policies.vllm_backend import GPU_MEMORY_SHARE, share_gpu_memory
+
+    path = os.path.join(DEPLOYMENTS, "webshop-iter1.yaml")
+    with open(path) as f:
+        names = set(re.findall(r"\$\{(\w+)\}", f.read()))
+    config = CellConfig.load(path, environ={name: f"/models/{name.lower()}" for name in names})
+    shared = config.with_policies(share_gpu_memory(config.policies()))
+    shares = [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()]
+    assert shares == [round(GPU_MEMORY_SHARE / 4, 3)] * 4 and sum(shares) <= GPU_MEMORY_SHARE
+    # a share the cell sets is kept and not counted; one model named twice is one engine
+    pinned = dataclasses.replace(config.evaluation.policies[0], options={"gpu_memory_utilization": 0.3})
+    twice = config.with_policies(lambda spec: dataclasses.replace(spec, model="/models/same"))
+    twice = twice.model_copy(update={"evaluation": twice.evaluation.model_copy(update={"policies": (pinned,)})})
+    shared = twice.with_policies(share_gpu_memory(twice.policies()))
+    assert [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()] == [0.9, 0.9, 0.9, 0.3]

@@ -116,6 +116,24 @@ def test_greedy_actions_match_and_score_highest(backends):
         assert int(np.argmax(logp[lo:hi])) == 0, dict(zip(options, logp[lo:hi]))
 
 
+def test_stages_share_an_engine_and_two_engines_in_two_threads_take_turns(backends):
+    """Stages run in threads; vLLM's forward-pass state is process-wide, so two engines stepping
+    at once broke each other (an assertion, or a heap corruption killing the flow) before every
+    engine call took the process-wide lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    vllm_lm, _ = backends
+    assert load_language_model(smollm2_dir(), "vllm", dtype=torch.float32) is vllm_lm  # same model: one engine
+    other = load_language_model(smollm2_dir(), "vllm", dtype=torch.float32, max_context=1024)
+    assert other is not vllm_lm
+    prompts = prompts_for(vllm_lm, HISTORIES)
+    alone = [lm.generate(prompts, 8) for lm in (vllm_lm, other)]
+    with ThreadPoolExecutor(2) as pool:
+        together = [pool.submit(lambda lm: [lm.generate(prompts, 8) for _ in range(3)], lm) for lm in (vllm_lm, other)]
+        outputs = [f.result() for f in together]
+    assert outputs == [[a] * 3 for a in alone]
+
+
 def test_vllm_backend_without_vllm_names_the_package_to_install():
     child = textwrap.dedent(
         """

