@@ -1,10 +1,12 @@
+import dataclasses
 import json
 import sys
 
 import pytest
 
 from adwm_core.envs import EnvironmentUnavailable, make_env
-from adwm_core.envs.webshop_catalogue import Goal, Product, generate_catalogue, split_range
+from adwm_core.envs import webshop_catalogue
+from adwm_core.envs.webshop_catalogue import Goal, Product, generate_catalogue, load_official, split_range
 from adwm_core.envs.webshop_env import WebShopEnv, option_met, purchase_reward, type_reward
 from conftest import refuse_mid_episode
 
@@ -338,3 +340,20 @@ def test_make_env_builds_the_generated_catalogue_by_default(monkeypatch):
     assert env.tasks() == ["shop"]
     with pytest.raises(ValueError, match="at least 6 products"):
         make_env("webshop", n_products=2)
+
+
+def test_the_generated_catalogue_written_as_official_files_loads_back(tmp_path):
+    """write_official is load_official's inverse up to WebShop's own draws (price bounds, goal order)."""
+    catalogue = generate_catalogue(seed=3, n_products=30)
+    webshop_catalogue.write_official(catalogue, str(tmp_path))
+    loaded = load_official(str(tmp_path))
+    # WebShop's loader writes the tag back as f"${price}" ($47.6 for $47.60)
+    assert [dataclasses.replace(p, price_tag="") for p in loaded.products] == \
+        [dataclasses.replace(p, price_tag="") for p in catalogue.products]
+    assert [p.price_tag for p in loaded.products] == [f"${p.price}" for p in catalogue.products]
+
+    def request(goal):
+        return goal.instruction.split(", and price lower than")[0], goal.attributes, goal.options
+
+    assert sorted(map(request, loaded.goals)) == sorted(map(request, catalogue.goals))
+    assert all(g.price_upper > loaded.by_asin[g.asin].price for g in loaded.goals)
