@@ -61,3 +61,18 @@ def latest_artifact(cell: str, stage: Stage, label: str | None = None) -> str:
     if not runs:
         raise SystemExit(f"no {stage} stage of {cell} in the tracking store: run bench/main_results.py {cell} first")
     return runs[0].data.params["artifact"]
+
+
+def stage_timings(home: str, cell: str) -> tuple[float, list[dict]]:
+    """The latest flow run of ``cell`` tracked under artifact root ``home``: its wall seconds and
+    each stage's ``{"stage", "start", "seconds"}`` (start in seconds after the flow's), by start."""
+    mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
+    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
+    runs = mlflow.search_runs([experiment.experiment_id], output_format="list",
+                              order_by=["attributes.start_time DESC"])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    stages = sorted(({"stage": r.info.run_name, "start": (r.info.start_time - parent.info.start_time) / 1000,
+                      "seconds": (r.info.end_time - r.info.start_time) / 1000} for r in children),
+                    key=lambda s: s["start"])
+    return (parent.info.end_time - parent.info.start_time) / 1000, stages

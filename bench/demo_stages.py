@@ -19,9 +19,7 @@ import sys
 import tempfile
 import time
 
-import mlflow
-
-from common import RESULTS, machine
+from common import RESULTS, machine, stage_timings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,14 +33,7 @@ def main() -> None:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "flows.ope_cell", "local-simonsays"], env=env, cwd=REPO, check=True)
     wall = time.perf_counter() - started
-    mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
-    experiment = mlflow.get_experiment_by_name("cell/local-simonsays")
-    runs = mlflow.search_runs([experiment.experiment_id], output_format="list")
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    stages = sorted(({"stage": r.info.run_name, "start": (r.info.start_time - parent.info.start_time) / 1000,
-                      "seconds": (r.info.end_time - r.info.start_time) / 1000} for r in runs if r is not parent),
-                    key=lambda s: s["start"])
-    flow_seconds = (parent.info.end_time - parent.info.start_time) / 1000
+    flow_seconds, stages = stage_timings(home, "local-simonsays")
     host = machine()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "demo.json").write_text(json.dumps({"machine": host, "wall_s": wall, "flow_s": flow_seconds,

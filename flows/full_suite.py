@@ -12,19 +12,22 @@ from flows.cells import cell_names
 
 
 @task(name="run-cell")
-def run_cell(cell: str) -> str:
-    """Queue deployment ``ope-cell/<cell>`` and wait for its flow run; its final state."""
-    return run_deployment(f"ope-cell/{cell}", timeout=None, as_subflow=True).state.type.value
+def run_cell(cell: str, smoke: bool = False) -> str:
+    """Queue deployment ``ope-cell/<cell>`` (in smoke mode if ``smoke``) and wait for its flow
+    run; its final state."""
+    return run_deployment(f"ope-cell/{cell}", parameters={"smoke": smoke}, timeout=None,
+                          as_subflow=True).state.type.value
 
 
 @flow(name="full-suite", log_prints=True)
-def full_suite(cells: list[str] | None = None, pattern: str = "*") -> dict[str, str]:
+def full_suite(cells: list[str] | None = None, pattern: str = "*", smoke: bool = False) -> dict[str, str]:
     """``cells``: names under deployments/ (default: every one matching ``pattern``, e.g.
-    ``local-*`` for the cells that run offline on CPU). Returns cell → final state."""
+    ``local-*`` for the cells that run offline on CPU). ``smoke``: each cell in smoke mode
+    (stand-in models, CPU, minutes; adwm_core/smoke.py). Returns cell → final state."""
     names = cells or fnmatch.filter(cell_names(), pattern)
     if not names:
         raise ValueError(f"no cell under deployments/ matches {pattern!r}")
-    states = dict(zip(names, run_cell.map(names).result()))
+    states = dict(zip(names, run_cell.map(names, smoke=smoke).result()))
     print("\n".join(f"{name}: {state}" for name, state in states.items()))
     failed = [name for name, state in states.items() if state != "COMPLETED"]
     if failed:

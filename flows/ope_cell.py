@@ -13,10 +13,13 @@ flows/evaluate_logs.py builds such a cell from the command line).
 from __future__ import annotations
 
 import mlflow
+import yaml
 from prefect import flow
 from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
+from adwm_core.policies.local_models import smollm2_dir
+from adwm_core.smoke import smoke_cell
 from flows.cells import cell_config_path
 from flows.runners import cell_task_runner
 from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
@@ -24,16 +27,25 @@ from tasks.common import cell_run
 
 
 @flow(name="ope-cell", log_prints=True, task_runner=cell_task_runner())
-def ope_cell(cell: str = "local-simonsays") -> str:
-    """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder."""
-    return run_cell(CellConfig.load(cell_config_path(cell)))
+def ope_cell(cell: str = "local-simonsays", smoke: bool = False, stand_in: str | None = None) -> str:
+    """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder.
+    ``smoke``: the cell as ``<cell>-smoke``, with stand-in models (``stand_in``, default
+    SmolLM2-135M-Instruct), on CPU, scaled to minutes (adwm_core/smoke.py)."""
+    if not smoke:
+        return run_cell(CellConfig.load(cell_config_path(cell)))
+    config, overlay = smoke_cell(cell_config_path(cell), stand_in or smollm2_dir())
+    print(f"smoke overlay of {cell}:\n{yaml.safe_dump(overlay, sort_keys=False)}")
+    return run_cell(config, smoke_overlay=overlay)
 
 
-def run_cell(config: CellConfig) -> str:
+def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
     """Every stage of ``config``, inside the calling flow run; returns the report's folder."""
     with cell_run(config.name, flow_run.get_name() or config.name) as parent:
         mlflow.log_params({"cell": config.name, "flow_run_id": flow_run.get_id() or "local"})
         mlflow.log_dict(config.model_dump(mode="json"), "cell_config.json")
+        if smoke_overlay:
+            mlflow.set_tag("smoke", "true")
+            mlflow.log_dict(smoke_overlay, "smoke_overlay.json")
         config, _ = policies.prepare_policies(config, parent)
         targets = config.evaluation.policies
         truths = [ground_truth.ground_truth.submit(config, p, parent) for p in targets] if config.ground_truth else []
@@ -52,7 +64,14 @@ def run_cell(config: CellConfig) -> str:
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    state = ope_cell(sys.argv[1] if len(sys.argv) > 1 else "local-simonsays", return_state=True)
+    parser = argparse.ArgumentParser(description="Run one cell's flow here (README, 'Running it').")
+    parser.add_argument("cell", nargs="?", default="local-simonsays", help="a name under deployments/ or a YAML path")
+    parser.add_argument("--smoke", action="store_true", help="stand-in models, CPU, minutes (cell <cell>-smoke)")
+    parser.add_argument("--stand-in", help="model folder every policy maps to in smoke mode (default SmolLM2-135M)")
+    args = parser.parse_args()
+    if args.stand_in and not args.smoke:
+        parser.error("--stand-in only applies with --smoke")
+    state = ope_cell(args.cell, smoke=args.smoke, stand_in=args.stand_in, return_state=True)
     print(report.closing_screen(state.result(), str(state.state_details.flow_run_id)))

@@ -150,6 +150,15 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
         assert deployment["work_pool"]["name"] == "gpu"
     assert by_flow["ope_cell"] == cells
     assert {"textworld-express", "scienceworld", "hotpotqa", "alfworld", "webshop"} <= by_flow["evaluate_policy"]
-    assert {"nightly", "local"} <= by_flow["full_suite"]
+    assert {"nightly", "local", "smoke"} <= by_flow["full_suite"]
+    # the smoke suite runs every seed cell (those that need a GPU) nightly
+    (smoke,) = [d for d in project["deployments"] if d["name"] == "smoke"]
+    seed_cells = set()
+    for cell in cells:
+        with open(os.path.join(DEPLOYMENTS, f"{cell}.yaml")) as f:
+            if yaml.safe_load(f).get("needs_gpu"):
+                seed_cells.add(cell)
+    assert smoke["parameters"]["smoke"] is True and set(smoke["parameters"]["cells"]) == seed_cells
+    assert len(seed_cells) == 7 and smoke["schedules"][0]["cron"]
     (example,) = [d for d in project["deployments"] if d["entrypoint"] == "flows/evaluate_logs.py:evaluate_logs"]
     assert os.path.isfile(os.path.join(DEPLOYMENTS, "..", example["parameters"]["logs"]))
