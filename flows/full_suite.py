@@ -15,8 +15,8 @@ from flows.cells import cell_names
 def run_cell(cell: str, smoke: bool = False) -> str:
     """Queue deployment ``ope-cell/<cell>`` (in smoke mode if ``smoke``) and wait for its flow
     run; its final state."""
-    return run_deployment(f"ope-cell/{cell}", parameters={"smoke": smoke}, timeout=None,
-                          as_subflow=True).state.type.value
+    parameters = {"smoke": True} if smoke else None  # a real run's parameters stay the deployment's own
+    return run_deployment(f"ope-cell/{cell}", parameters=parameters, timeout=None, as_subflow=True).state.type.value
 
 
 @flow(name="full-suite", log_prints=True)
