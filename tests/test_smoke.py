@@ -115,7 +115,8 @@ def test_the_cheapest_seed_cell_runs_end_to_end_in_smoke_mode():
     run = subprocess.run([sys.executable, "-m", "flows.ope_cell", "hotpotqa-prm", "--smoke"], env=environ,
                          cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    assert "smoke overlay of hotpotqa-prm" in run.stdout and "HOTPOTQA_DATA" in run.stdout
+    output = run.stdout + run.stderr  # Prefect's log of the printed overlay goes to stderr
+    assert "smoke overlay of hotpotqa-prm" in output and "HOTPOTQA_DATA" in output
     cells = os.path.join(home, "cells")
     assert not os.path.exists(os.path.join(cells, "hotpotqa-prm"))  # nothing under the real cell's name
     stages = {s: os.listdir(os.path.join(cells, "hotpotqa-prm-smoke", s)) for s in os.listdir(
