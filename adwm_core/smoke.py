@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from importlib.metadata import version
 from typing import Any
 
 import yaml
@@ -45,8 +46,10 @@ SMOKE_SETTINGS: dict[str, Any] = {
     "baselines.fqe.epochs": 2,
 }
 # backend options every stand-in gets: on two cores a forward pass over 1,500 prompt tokens of a
-# 135M model takes seconds, so prompts are cut to 1,024 tokens (the context-limit path still runs)
+# 135M model takes seconds, so prompts are cut to 1,024 tokens (the context-limit path still runs);
+# on a GPU worker a vLLM stand-in takes a tenth of the card, so the smoke suite's cells fit side by side
 STAND_IN_OPTIONS = {"max_context": 1024}
+VLLM_STAND_IN_OPTIONS = {**STAND_IN_OPTIONS, "gpu_memory_utilization": 0.1}
 _VARIABLE = re.compile(r"^\$\{(\w+)\}$")
 
 
@@ -55,15 +58,16 @@ def smoke_cell(path: str, stand_in: str, *, environ: Mapping[str, str] = os.envi
     """The cell of YAML ``path`` in smoke mode, and the overlay applied (what a run prints and
     logs): ``{"stand_in": …, "models": {field: original}, "data": {VAR: folder}, "settings": {…}}``.
     ``stand_in``: the model folder every policy is mapped to. Data is written under
-    ``data_root`` (default: the local cache, ``smoke-data/<env>``)."""
+    ``data_root`` (default: the local cache, ``smoke-data/v<version>/<env>``)."""
     with open(path) as f:
         raw = yaml.safe_load(f)
     if not isinstance(raw, dict) or not isinstance(raw.get("env"), dict):
-        return CellConfig.load(path, environ=environ), {}  # the loader names what is wrong
+        CellConfig.load(path, environ=environ)  # names what is wrong
+        raise CellConfigError(f"{path}: a cell needs an env section")
     if str(raw.get("name", "")).endswith(SMOKE_SUFFIX):
         raise CellConfigError(f"{path}: cell {raw['name']} is already a smoke cell")
-    overlay: dict[str, Any] = {"stand_in": stand_in, "stand_in_options": STAND_IN_OPTIONS, "models": {}, "data": {},
-                               "settings": dict(SMOKE_SETTINGS)}
+    overlay: dict[str, Any] = {"stand_in": stand_in, "stand_in_options": {"*": STAND_IN_OPTIONS, "vllm": VLLM_STAND_IN_OPTIONS}, "models": {},
+                               "data": {}, "settings": dict(SMOKE_SETTINGS)}
     raw = {**raw, "name": f"{raw.get('name')}{SMOKE_SUFFIX}", "local_policies": None}
     for section, key in (("behaviour", "pool"), ("evaluation", "policies")):
         policies = (raw.get(section) or {}).get(key) or []
@@ -95,7 +99,8 @@ def _stand_in(policy: Any, stand_in: str) -> Any:
         return policy  # the loader names what is wrong
     if policy.get("backend") in REMOTE_BACKENDS:
         return {**policy, "model": stand_in, "backend": "transformers", "options": dict(STAND_IN_OPTIONS)}
-    return {**policy, "model": stand_in, "options": {**(policy.get("options") or {}), **STAND_IN_OPTIONS}}
+    extra = VLLM_STAND_IN_OPTIONS if policy.get("backend") == "vllm" else STAND_IN_OPTIONS
+    return {**policy, "model": stand_in, "options": {**(policy.get("options") or {}), **extra}}
 
 
 def offline_data(env_name: Any, data_root: str | None = None) -> str | None:
@@ -108,8 +113,12 @@ def offline_data(env_name: Any, data_root: str | None = None) -> str | None:
         environment = env_factory(env_name)
     except KeyError:
         return None  # the cell's validation names the unknown environment
-    return write_whole(os.path.join(data_root or local_cache_dir("smoke-data"), env_name),
-                       environment.write_offline_data)
+    write = getattr(environment, "write_offline_data", None)  # a registered factory may declare none
+    if write is None:
+        return None
+    # per library version: a changed generator writes its data afresh
+    return write_whole(os.path.join(data_root or local_cache_dir("smoke-data", f"v{version('adwm')}"), env_name),
+                       write)
 
 
 def _assign(raw: dict, dotted: str, value: Any) -> None:

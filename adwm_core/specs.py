@@ -11,6 +11,9 @@ Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
 
 EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 REMOTE_BACKENDS = frozenset({"openai"})  # backends that reach a model elsewhere: no weights on this machine
+# backend options that say where a model runs, not what it computes: left out of stage keys, so
+# a cell's artifacts are found whatever share of a GPU its engines got (vllm_backend.share_gpu_memory)
+UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization"})
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,19 @@ def ope_cell(cell: str = "local-simonsays", smoke: bool = False, stand_in: str |
     """Run cell ``cell`` (a name under deployments/ or a YAML path); returns the report's folder.
     ``smoke``: the cell as ``<cell>-smoke``, with stand-in models (``stand_in``, default
     SmolLM2-135M-Instruct), on CPU, scaled to minutes (adwm_core/smoke.py)."""
-    if not smoke:
-        return run_cell(CellConfig.load(cell_config_path(cell)))
-    config, overlay = smoke_cell(cell_config_path(cell), stand_in or smollm2_dir())
-    print(f"smoke overlay of {cell}:\n{yaml.safe_dump(overlay, sort_keys=False)}")
+    config, overlay = load_cell(cell, smoke, stand_in)
+    if overlay:
+        print(f"smoke overlay of {cell}:\n{yaml.safe_dump(overlay, sort_keys=False)}")
     return run_cell(config, smoke_overlay=overlay)
+
+
+def load_cell(cell: str, smoke: bool = False, stand_in: str | None = None) -> tuple[CellConfig, dict | None]:
+    """The cell's config as written, or with the smoke overlay (and the overlay) when ``smoke``."""
+    if not smoke:
+        if stand_in is not None:
+            raise ValueError(f"stand_in={stand_in!r} only applies in smoke mode (smoke=True)")
+        return CellConfig.load(cell_config_path(cell)), None
+    return smoke_cell(cell_config_path(cell), stand_in or smollm2_dir())
 
 
 def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:

@@ -10,12 +10,12 @@ from adwm_core.cell import CellConfig
 from adwm_core.stages.collection import collect_behavior
 from adwm_core.stages.logs import fingerprint, import_logs
 
-from .common import Artifact, Stage, stage_progress
+from .common import Artifact, Stage, keyed, stage_progress
 
 
 def _settings(cell: CellConfig) -> dict:
     """The behaviour section (unset fields left out) and, for imported logs, their content hash."""
-    behaviour = cell.behaviour.model_dump(mode="json", exclude_none=True)
+    behaviour = cell.with_policies(keyed).behaviour.model_dump(mode="json", exclude_none=True)
     if cell.behaviour.logs is not None:
         behaviour["logs_sha256"] = fingerprint(cell.behaviour.logs)
     return {"env": cell.env, "behaviour": behaviour}

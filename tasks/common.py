@@ -30,6 +30,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm import tqdm
 
 from adwm_core.paths import artifact_path
+from adwm_core.specs import UNKEYED_OPTIONS, PolicySpec
 
 MARKER = "_COMPLETE"
 LIBRARY_VERSION = version("adwm")
@@ -46,10 +47,17 @@ class Artifact:
         return f"{self.path}/{name}"
 
 
+def keyed(policy: PolicySpec) -> PolicySpec:
+    """``policy`` as stage keys see it: what the model computes, not where it runs."""
+    return dataclasses.replace(policy, options={k: v for k, v in policy.options.items() if k not in UNKEYED_OPTIONS})
+
+
 def _plain(value):
     """JSON-ready form of configs: pydantic models, dataclasses, tuples, mappings."""
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
+    if isinstance(value, PolicySpec):
+        return _plain(dataclasses.asdict(keyed(value)))
     if dataclasses.is_dataclass(value):
         return _plain(dataclasses.asdict(value))
     if isinstance(value, dict):

@@ -85,4 +85,17 @@ def test_the_vllm_engines_of_a_cell_split_the_gpu_between_them():
     twice = config.with_policies(lambda spec: dataclasses.replace(spec, model="/models/same"))
     twice = twice.model_copy(update={"evaluation": twice.evaluation.model_copy(update={"policies": (pinned,)})})
     shared = twice.with_policies(share_gpu_memory(twice.policies()))
-    assert [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()] == [0.9, 0.9, 0.9, 0.3]
+    assert [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()] == [0.6, 0.6, 0.6, 0.3]
+    greedy = dataclasses.replace(pinned, options={"gpu_memory_utilization": 0.9})
+    greedy = twice.model_copy(update={"evaluation": twice.evaluation.model_copy(update={"policies": (greedy,)})})
+    with pytest.raises(ValueError, match="leaving nothing for the 1 that set none"):
+        share_gpu_memory(greedy.policies())
+    # the share says where an engine runs, not what it computes: stage keys ignore it, so
+    # evaluate-policy (another engine count) finds the cell's behaviour data and per-π_e artifacts
+    from tasks import behaviour
+    from tasks.common import evaluation_slice, stage_key
+
+    shared = config.with_policies(share_gpu_memory(config.policies()))
+    assert stage_key("behaviour", behaviour._settings(shared)) == stage_key("behaviour", behaviour._settings(config))
+    assert stage_key("logprobs", evaluation_slice(shared, shared.evaluation.policies[0])) == \
+        stage_key("logprobs", evaluation_slice(config, config.evaluation.policies[0]))

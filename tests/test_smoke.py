@@ -30,6 +30,9 @@ def test_the_overlay_keeps_the_cell_but_for_models_gpu_counts_and_name(cell, tmp
     smoke, overlay = smoke_cell(cell_config_path(cell), STAND_IN, environ={}, data_root=str(tmp_path))
     assert smoke.name == f"{cell}-smoke" and not smoke.needs_gpu and real.needs_gpu
     assert {p.model for _, p in smoke.policies()} == {STAND_IN}
+    # a tenth of a GPU each, so the smoke suite's cells fit on one card side by side
+    assert {(p.backend, p.options["max_context"], p.options["gpu_memory_utilization"])
+            for _, p in smoke.policies()} == {("vllm", 1024, 0.1)}
     # what a smoke run exists to exercise stays the cell's: backend, labels, variants, ε levels, horizon
     assert [(w, p.label, p.backend, p.variant) for w, p in smoke.policies()] == \
         [(w, p.label, p.backend, p.variant) for w, p in real.policies()]
@@ -82,12 +85,21 @@ def test_a_local_cell_in_smoke_mode_drops_its_tiny_family(tmp_path):
     assert smoke.name == "local-simonsays-smoke"
 
 
-def test_without_smoke_a_seed_cell_is_its_full_config(tmp_path):
+def test_without_smoke_a_seed_cell_is_its_full_config(tmp_path, monkeypatch):
+    from flows.ope_cell import load_cell
+
+    for name in variables("webshop-iter1"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(CellConfigError, match="WEBSHOP_DATA is not set|LLAMA_31_8B_INSTRUCT is not set"):
+        load_cell("webshop-iter1")  # what ope-cell runs without smoke: the YAML as written
+    for name in variables("webshop-iter1"):
+        monkeypatch.setenv(name, "/x")
+    config, overlay = load_cell("webshop-iter1")
+    assert overlay is None and config.name == "webshop-iter1" and config.needs_gpu
+    assert config.behaviour.episodes == 640 and {p.model for _, p in config.policies()} == {"/x"}
+    with pytest.raises(ValueError, match="only applies in smoke mode"):
+        load_cell("webshop-iter1", stand_in=STAND_IN)
     path = cell_config_path("webshop-iter1")
-    with pytest.raises(CellConfigError, match="WEBSHOP_DATA is not set"):
-        CellConfig.load(path, environ={})
-    config = CellConfig.load(path, environ={v: "/x" for v in variables("webshop-iter1")})
-    assert config.name == "webshop-iter1" and config.needs_gpu and config.behaviour.episodes == 640
     smoke_dir = tmp_path / "cell"
     smoke_dir.mkdir()
     renamed = smoke_dir / "c.yaml"

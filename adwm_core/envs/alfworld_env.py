@@ -151,7 +151,7 @@ class AlfWorldEnv(TextEnv):
     def write_offline_data(cls, folder: str, games_per_task: int = 2) -> str:
         """Generated games of every task type, ``games_per_task`` per split, in the official layout."""
         games = {split: [alfworld_games.generate_game(task, seed) for task in TASK_TYPES
-                         for seed in list(SEED_RANGES[split])[:games_per_task]] for split in OFFICIAL_SPLITS}
+                         for seed in SEED_RANGES[split][:games_per_task]] for split in OFFICIAL_SPLITS}
         return write_official_layout(folder, games)
 
     # -- games ------------------------------------------------------------------------------

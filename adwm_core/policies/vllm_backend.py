@@ -11,8 +11,9 @@ AMX CPUs. Environment variables are only defaulted, so callers can override them
 
 vLLM keeps the state of a forward pass process-wide: two engines stepping at once from two
 threads (the stages of a cell run concurrently) break each other (an assertion, or a heap
-corruption that kills the process). Every engine call holds :data:`ENGINE_LOCK`, so the
-engines of one process take turns; the loader shares one engine per model between stages.
+corruption that kills the process). Every engine call and every engine start holds
+:data:`ENGINE_LOCK`, so the engines of one process take turns; engines are kept per (model,
+settings) for the process and shared by the stages' backends (each with its own tokenizer).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .hf_backend import default_device_and_dtype
 from .scoring import action_span, context_limit, fit_context
 
 ENGINE_LOCK = threading.Lock()
+_ENGINES: dict[tuple[str, str], object] = {}  # vllm.LLM by (model, settings), for the process
 GPU_MEMORY_SHARE = 0.9  # vLLM's default share of a GPU for one engine; a cell's engines split it
 CPU_ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -44,13 +46,23 @@ CPU_ENVIRONMENT = {
 
 def share_gpu_memory(specs: Iterable[tuple[str, PolicySpec]]) -> Callable[[PolicySpec], PolicySpec]:
     """A change of policy specs (``CellConfig.with_policies``) giving each vLLM engine of a cell
-    an equal share of the GPU, ``GPU_MEMORY_SHARE / n`` for ``n`` distinct engines, where its
-    options set none: every engine of a cell lives in one process (stages share them), and a
-    vLLM engine claims its whole share when it starts — at vLLM's default share of 0.9 the
-    second engine of a three-LLM pool would find no memory left."""
-    engines = {(spec.model, repr(sorted(dict(spec.options).items())))
-               for _, spec in specs if spec.backend == "vllm" and "gpu_memory_utilization" not in spec.options}
-    share = round(GPU_MEMORY_SHARE / max(len(engines), 1), 3)
+    whose options set no share an equal part of what the others leave of ``GPU_MEMORY_SHARE``:
+    every engine of a cell lives in one process (stages share them), and a vLLM engine claims
+    its whole share when it starts — at vLLM's default share of 0.9 the second engine of a
+    three-LLM pool would find no memory left. The share is not part of stage keys
+    (``specs.UNKEYED_OPTIONS``)."""
+    engines: dict[tuple[str, str], float | None] = {}
+    for _, spec in specs:
+        if spec.backend == "vllm":
+            options = {k: v for k, v in spec.options.items() if k != "gpu_memory_utilization"}
+            engines[(spec.model, repr(sorted(options.items())))] = spec.options.get("gpu_memory_utilization")
+    left = GPU_MEMORY_SHARE - sum(share for share in engines.values() if share is not None)
+    unset = sum(share is None for share in engines.values())
+    if unset and left <= 0:
+        raise ValueError(f"the vLLM engines of this cell that set options.gpu_memory_utilization claim "
+                         f"{GPU_MEMORY_SHARE - left:.2f} of the GPU, leaving nothing for the {unset} that set "
+                         "none: give every vLLM policy its share, summing to at most 0.9")
+    share = round(left / max(unset, 1), 3)
 
     def change(spec: PolicySpec) -> PolicySpec:
         if spec.backend != "vllm" or "gpu_memory_utilization" in spec.options:
@@ -93,13 +105,13 @@ class VLLMLM(LanguageModel):
         if not on_gpu:
             torch.cpu._init_amx()
             engine_options.setdefault("enforce_eager", True)
-        self.engine = LLM(
-            path,
-            dtype=dtype or default_device_and_dtype()[1],
-            max_model_len=engine_length,
-            seed=seed,
-            **engine_options,
-        )
+        settings = {"dtype": dtype or default_device_and_dtype()[1], "max_model_len": engine_length, "seed": seed,
+                    **engine_options}
+        key = (path, repr(sorted(settings.items())))
+        with ENGINE_LOCK:
+            if key not in _ENGINES:
+                _ENGINES[key] = LLM(path, **settings)
+            self.engine = _ENGINES[key]
 
     def _run(self, token_ids: Sequence[list[int]], **sampling) -> list:
         """One vLLM request per token-id sequence, outputs in input order."""
