@@ -24,7 +24,7 @@ from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
 
 LOCAL_PREFIX = "local:"
-_VARIABLE = re.compile(r"\$\{(\w+)\}")
+VARIABLE = re.compile(r"\$\{(\w+)\}")  # ${VAR} in a cell's strings
 
 
 class CellConfigError(ValueError):
@@ -142,13 +142,7 @@ class CellConfig(_Strict):
             "behaviour": {"logs": logs}, "evaluation": {"policies": [agent], "epsilons": list(epsilons)},
             "adwm": {"reading": "retrieval"}}
         for dotted, value in (overrides or {}).items():
-            *parents, leaf = dotted.split(".")
-            section = raw
-            for key in parents:
-                section = section.setdefault(key, {})
-                if not isinstance(section, dict):
-                    raise CellConfigError(f"override {dotted}: {key} is not a section")
-            section[leaf] = value
+            assign(raw, dotted, value)
         return cls.from_mapping(raw, source=f"the cell of logs {logs.path}")
 
     @classmethod
@@ -219,6 +213,17 @@ def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
     return settings
 
 
+def assign(raw: dict, dotted: str, value: Any) -> None:
+    """``raw[a][b] = value`` for the dotted key ``a.b`` of a raw cell mapping, sections made as needed."""
+    *parents, leaf = dotted.split(".")
+    section = raw
+    for key in parents:
+        section = section.setdefault(key, {})
+        if not isinstance(section, dict):
+            raise CellConfigError(f"setting {dotted}: {key} is not a section")
+    section[leaf] = value
+
+
 def logs_cell_name(path: str) -> str:
     """``logs-<file stem>`` in the characters a cell name allows."""
     stem = os.path.basename(path.rstrip("/")).split(".")[0]
@@ -233,7 +238,7 @@ def _substitute(value: Any, environ: Mapping[str, str], where: tuple) -> Any:
                 raise CellConfigError(f"{'.'.join(map(str, where))}: environment variable {match.group(1)} is not set; "
                                       f"export {match.group(1)}=… (it names a model or data path of this cell)")
             return environ[match.group(1)]
-        return _VARIABLE.sub(lookup, value)
+        return VARIABLE.sub(lookup, value)
     if isinstance(value, dict):
         return {k: _substitute(v, environ, (*where, k)) for k, v in value.items()}
     if isinstance(value, list):

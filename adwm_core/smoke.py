@@ -16,14 +16,13 @@ levels, the horizon — is the cell's, which is what a smoke run exists to exerc
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Any
 
 import yaml
 
-from .cell import CellConfig, CellConfigError
+from .cell import VARIABLE, CellConfig, CellConfigError, assign
 from .envs.registry import env_factory
 from .paths import local_cache_dir, write_whole
 from .specs import REMOTE_BACKENDS
@@ -50,7 +49,6 @@ SMOKE_SETTINGS: dict[str, Any] = {
 # on a GPU worker a vLLM stand-in takes a tenth of the card, so the smoke suite's cells fit side by side
 STAND_IN_OPTIONS = {"max_context": 1024}
 VLLM_STAND_IN_OPTIONS = {**STAND_IN_OPTIONS, "gpu_memory_utilization": 0.1}
-_VARIABLE = re.compile(r"^\$\{(\w+)\}$")
 
 
 def smoke_cell(path: str, stand_in: str, *, environ: Mapping[str, str] = os.environ,
@@ -66,8 +64,8 @@ def smoke_cell(path: str, stand_in: str, *, environ: Mapping[str, str] = os.envi
         raise CellConfigError(f"{path}: a cell needs an env section")
     if str(raw.get("name", "")).endswith(SMOKE_SUFFIX):
         raise CellConfigError(f"{path}: cell {raw['name']} is already a smoke cell")
-    overlay: dict[str, Any] = {"stand_in": stand_in, "stand_in_options": {"*": STAND_IN_OPTIONS, "vllm": VLLM_STAND_IN_OPTIONS}, "models": {},
-                               "data": {}, "settings": dict(SMOKE_SETTINGS)}
+    overlay: dict[str, Any] = {"stand_in": stand_in, "models": {}, "data": {}, "settings": dict(SMOKE_SETTINGS),
+                               "stand_in_options": {"*": STAND_IN_OPTIONS, "vllm": VLLM_STAND_IN_OPTIONS}}
     raw = {**raw, "name": f"{raw.get('name')}{SMOKE_SUFFIX}", "local_policies": None}
     for section, key in (("behaviour", "pool"), ("evaluation", "policies")):
         policies = (raw.get(section) or {}).get(key) or []
@@ -78,13 +76,15 @@ def smoke_cell(path: str, stand_in: str, *, environ: Mapping[str, str] = os.envi
     environ = dict(environ)
     options = dict(raw["env"].get("options") or {})
     for value in options.values():
-        unset = _VARIABLE.match(value) if isinstance(value, str) else None
+        unset = VARIABLE.fullmatch(value) if isinstance(value, str) else None
         if unset and unset.group(1) not in environ:
             folder = offline_data(raw["env"].get("name"), data_root)
             if folder is not None:
                 environ[unset.group(1)] = overlay["data"][unset.group(1)] = folder
     for dotted, value in SMOKE_SETTINGS.items():
-        _assign(raw, dotted, value)
+        section = dotted.split(".")[0]  # an optional section the cell leaves out or nulls (no ground truth) stays so
+        if raw.get(section) is not None or CellConfig.model_fields[section].default is not None:
+            assign(raw, dotted, value)
     if raw["behaviour"].get("logs") is not None:  # imported logs: no episodes to collect
         raw["behaviour"].pop("episodes")
     raw.setdefault("world_model", {}).pop("epochs", None)  # the smoke budget is in steps
@@ -119,15 +119,3 @@ def offline_data(env_name: Any, data_root: str | None = None) -> str | None:
     # per library version: a changed generator writes its data afresh
     return write_whole(os.path.join(data_root or local_cache_dir("smoke-data", f"v{version('adwm')}"), env_name),
                        write)
-
-
-def _assign(raw: dict, dotted: str, value: Any) -> None:
-    """``raw[a][b] = value`` for ``dotted`` ``a.b``; an optional section the cell leaves out or
-    sets to null (no ground truth) stays so."""
-    *parents, leaf = dotted.split(".")
-    if parents and raw.get(parents[0]) is None and CellConfig.model_fields[parents[0]].default is None:
-        return
-    section = raw
-    for key in parents:
-        section = section.setdefault(key, {})
-    section[leaf] = value

@@ -286,10 +286,8 @@ def write_official(catalogue: Catalogue, folder: str) -> None:
     } for p in catalogue.products]
     instructions: dict[str, list[dict]] = {}
     for goal in catalogue.goals:
-        clause = price_clause(goal.price_upper)
-        text = goal.instruction[: len(goal.instruction) - len(clause)] if clause else goal.instruction
         instructions.setdefault(goal.asin, []).append({
-            "instruction": text, "instruction_attributes": list(goal.attributes),
+            "instruction": goal.instruction.removesuffix(price_clause(goal.price_upper)), "instruction_attributes": list(goal.attributes),
             "instruction_options": list(goal.options)})
     files = {
         f"{PRODUCTS}.json": products,
