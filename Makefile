@@ -6,6 +6,9 @@ STAMP  := $(VENV)/.adwm-installed
 
 export ADWM_HOME ?= $(CURDIR)/.adwm
 export PREFECT_HOME ?= $(ADWM_HOME)/prefect
+# Prefect 3.7 keeps failed flows' results and its block memo under ~/.prefect whatever PREFECT_HOME says
+export PREFECT_RESULTS_LOCAL_STORAGE_PATH ?= $(PREFECT_HOME)/storage
+export PREFECT_MEMO_STORE_PATH ?= $(PREFECT_HOME)/memo_store.toml
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 

@@ -20,9 +20,10 @@ def artifact_path(*parts: str) -> str:
 
 def local_cache_dir(*parts: str) -> str:
     """A local folder for files engines must read from disk (compiled games, model copies):
-    under ``$ADWM_HOME`` when that is a local path, else under ``~/.cache/adwm``."""
+    under ``$ADWM_HOME`` when that is a local path, else under ``$ADWM_CACHE`` (default
+    ``~/.cache/adwm``)."""
     root = artifact_root()
-    base = root if "://" not in root else os.path.join(os.path.expanduser("~"), ".cache", "adwm")
+    base = root if "://" not in root else os.environ.get("ADWM_CACHE", os.path.expanduser("~/.cache/adwm"))
     path = os.path.join(base, *parts)
     os.makedirs(path, exist_ok=True)
     return path

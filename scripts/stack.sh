@@ -12,6 +12,9 @@ stack=$home/stack
 prefect_port=${PREFECT_PORT:-4200}
 mlflow_port=${MLFLOW_PORT:-5000}
 export PREFECT_HOME=${PREFECT_HOME:-$home/prefect}
+# Prefect 3.7 keeps failed flows' results and its block memo under ~/.prefect whatever PREFECT_HOME says
+export PREFECT_RESULTS_LOCAL_STORAGE_PATH=${PREFECT_RESULTS_LOCAL_STORAGE_PATH:-$PREFECT_HOME/storage}
+export PREFECT_MEMO_STORE_PATH=${PREFECT_MEMO_STORE_PATH:-$PREFECT_HOME/memo_store.toml}
 export PREFECT_API_URL=http://127.0.0.1:$prefect_port/api
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port

@@ -5,16 +5,44 @@ import tempfile
 import pytest
 
 # The tests keep out of the user's stores: every run gets its own Prefect home (its database and
-# the test server's), MLflow store and artifact root (``adwm_home``), all removed afterwards —
-# whatever `make`, `make up` or the shell exported (a Prefect server or MLflow server URL
-# included). Prefect reads these when it starts its test server; no telemetry (which otherwise
-# logs "database is locked" on SQLite), and room for a slow CI machine to start.
+# the test server's, the results of failed flows and the block memo — Prefect 3.7 puts those two
+# under ~/.prefect whatever PREFECT_HOME says, so they are set here too), MLflow store, artifact
+# root (``adwm_home``) and cache for remote roots, all removed afterwards — whatever `make`,
+# `make up` or the shell exported (a Prefect server or MLflow server URL included). Prefect reads
+# these when it starts its test server; no telemetry (which otherwise logs "database is locked"
+# on SQLite), and room for a slow CI machine to start. The last test checks that the suite left
+# the user's own folders (WATCHED) as they were.
 PRIVATE_PREFECT_HOME = tempfile.mkdtemp(prefix="adwm-test-prefect-")
 os.environ["PREFECT_HOME"] = PRIVATE_PREFECT_HOME
+os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = os.path.join(PRIVATE_PREFECT_HOME, "storage")
+os.environ["PREFECT_MEMO_STORE_PATH"] = os.path.join(PRIVATE_PREFECT_HOME, "memo_store.toml")
+os.environ["ADWM_CACHE"] = os.path.join(PRIVATE_PREFECT_HOME, "adwm-cache")
 for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):
     os.environ.pop(name, None)
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+WATCHED = [os.path.expanduser(p) for p in ("~/.prefect", "~/.cache/adwm", "~/mlruns")]
+HOME_CHECK = "test_home.py::test_the_suite_left_the_users_prefect_cache_and_mlflow_folders_as_they_were"
+
+
+def folder_state(path: str) -> dict[str, tuple[int, int]]:
+    """Every file under ``path``: (size, modification time in ns); empty where there is none."""
+    found = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(folder, name)
+            status = os.lstat(full)
+            found[full] = (status.st_size, status.st_mtime_ns)
+    return found if found or not os.path.isdir(path) else {path: (0, 0)}
+
+
+HOME_BEFORE = {path: folder_state(path) for path in WATCHED}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The check of the user's folders runs after every other test selected."""
+    items.sort(key=lambda item: item.nodeid.endswith(HOME_CHECK))
 
 
 def pytest_unconfigure(config):
