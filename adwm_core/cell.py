@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from typing_extensions import Self
 
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
-from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
+from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, Settings, TrainConfig
 
 LOCAL_PREFIX = "local:"
 VARIABLE = re.compile(r"\$\{(\w+)\}")  # ${VAR} in a cell's strings
@@ -31,11 +32,7 @@ class CellConfigError(ValueError):
     """A cell YAML that cannot run; the message names the file and every bad field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Behaviour(_Strict):
+class Behaviour(Settings):
     """Collected (``episodes`` of the ``pool`` × prompt ``variants``, run live) or imported
     (``logs``: the user's own trajectories; a ``pool`` then only names the models that logged
     them, for re-scoring their log-probs)."""
@@ -55,7 +52,7 @@ class Behaviour(_Strict):
         return self
 
 
-class Evaluation(_Strict):
+class Evaluation(Settings):
     """The π_e family: every policy at every ε. Several policies (e.g. HotpotQA-cross, DPO and
     PRM checkpoints) are ranked together over all (policy, ε) points."""
 
@@ -78,12 +75,12 @@ class Evaluation(_Strict):
         return value
 
 
-class GroundTruth(_Strict):
+class GroundTruth(Settings):
     episodes: int = Field(gt=0)
     seed: int = 42
 
 
-class LocalPolicies(_Strict):
+class LocalPolicies(Settings):
     """The cell's own tiny GPT-2 family, trained on gold trajectories (``train_tiny_policies``)."""
 
     checkpoints: dict[str, int] = Field(min_length=1)  # name → optimiser steps
@@ -91,7 +88,7 @@ class LocalPolicies(_Strict):
     context: int = Field(default=256, ge=64)  # tokens the family reads, answer included
 
 
-class CellConfig(_Strict):
+class CellConfig(Settings):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     env: EnvSpec
     behaviour: Behaviour
@@ -164,9 +161,7 @@ class CellConfig(_Strict):
         try:
             config = cls.model_validate(_substitute(raw, environ, ()))
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
-                                 for e in error.errors())
-            raise CellConfigError(f"{source}: {problems}") from None
+            raise CellConfigError(f"{source}: {_problems(error)}") from None
         config._check_policies(source)
         return config
 
@@ -181,12 +176,25 @@ class CellConfig(_Strict):
         return [(f"behaviour.pool[{i}]", p) for i, p in enumerate(self.behaviour.pool)] + [
             (f"evaluation.policies[{i}]", p) for i, p in enumerate(self.evaluation.policies)]
 
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` (sections or section copies made with their own ``replace``),
+        validated like a loaded cell: the one way to change a cell in code."""
+        source = f"cell {self.name} with {', '.join(changes)} changed"
+        try:
+            config = super().replace(**changes)
+        except ValidationError as error:
+            raise CellConfigError(f"{source}: {_problems(error)}") from None
+        config._check_policies(source)
+        return config
+
     def with_policies(self, change: Callable[[PolicySpec], PolicySpec]) -> "CellConfig":
         """The cell with ``change`` applied to every policy of the pool and of the π_e family."""
-        return self.model_copy(update={
-            "behaviour": self.behaviour.model_copy(update={"pool": tuple(map(change, self.behaviour.pool))}),
-            "evaluation": self.evaluation.model_copy(update={"policies": tuple(map(change, self.evaluation.policies))}),
-        })
+        return self.replace(behaviour=self.behaviour.replace(pool=tuple(map(change, self.behaviour.pool))),
+                            evaluation=self.evaluation.replace(policies=tuple(map(change, self.evaluation.policies))))
+
+    def with_evaluated(self, *policies: PolicySpec) -> "CellConfig":
+        """The cell with ``policies`` as its π_e family (evaluate-policy's new agent)."""
+        return self.replace(evaluation=self.evaluation.replace(policies=policies))
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():
@@ -199,6 +207,10 @@ class CellConfig(_Strict):
                 if self.local_policies is None or name not in self.local_policies.checkpoints:
                     raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
                                           "local_policies.checkpoints; add it there or give a model path")
+
+
+def _problems(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in error.errors())
 
 
 def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:

@@ -65,6 +65,18 @@ WORLD_MODEL_PRESETS = {
 EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
 
 
+def architecture_problems(action_input: str | None, word_match: bool | None, react_actions: bool) -> list[str]:
+    """What is inconsistent in a world model's action reading: the one statement of these rules,
+    for the training settings and for a saved model's config (model/world_model.py)."""
+    bad = []
+    if word_match and action_input != "text":
+        bad.append(f"word_match=True with action_input={action_input!r} (it marks the words of text actions)")
+    if react_actions and action_input == "text":
+        bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
+                   "the ReAct-type vocabulary is for action_input='ids')")
+    return bad
+
+
 class TrainConfig(Settings):
     """World-model training settings. Unset fields take the value of ``preset``
     (``WORLD_MODEL_PRESETS``); the budget is ``epochs`` or ``steps`` (optimiser steps), and
@@ -110,12 +122,7 @@ class TrainConfig(Settings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        bad = []
-        if self.word_match and self.action_input != "text":
-            bad.append(f"word_match=True with action_input={self.action_input!r} (it marks the words of text actions)")
-        if self.react_actions and self.action_input == "text":
-            bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
-                       "the ReAct-type vocabulary is for action_input='ids')")
+        bad = architecture_problems(self.action_input, self.word_match, self.react_actions)
         if bad:
             raise ValueError(f"world-model training config: {'; '.join(bad)}")
         return self

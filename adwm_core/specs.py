@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
 
 from .envs import make_env
+from .settings import Settings
 
 Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
 
@@ -13,21 +16,34 @@ EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 REMOTE_BACKENDS = frozenset({"openai"})  # backends that reach a model elsewhere: no weights on this machine
 # backend options that say where a model runs, not what it computes: left out of stage keys, so
 # a cell's artifacts are found whatever share of a GPU its engines got (vllm_backend.share_gpu_memory)
-UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization"})
+UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization", "concurrency"})
 
 
-@dataclass(frozen=True)
-class PolicySpec:
+class Spec(Settings):
+    """A name shared across ADWM, given with its leading fields in order (``PolicySpec(label,
+    model)``) or by keyword."""
+
+    _positional: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        if len(args) > len(self._positional):
+            raise TypeError(f"{type(self).__name__} takes at most {len(self._positional)} positional fields "
+                            f"{self._positional}, got {len(args)}")
+        super().__init__(**dict(zip(self._positional, args)), **fields)
+
+
+class PolicySpec(Spec):
     """A policy by name: a Hugging Face model folder (or hub name), a backend and a prompt variant."""
 
-    label: str
-    model: str
+    _positional = ("label", "model", "backend", "variant", "options")
+    label: str = Field(min_length=1)
+    model: str = Field(min_length=1)
     backend: str = "transformers"
     variant: str = "p0"
-    options: Mapping = field(default_factory=dict)  # backend options, e.g. {"batch_size": 32}
+    options: dict[str, Any] = {}  # backend options, e.g. {"batch_size": 32}
 
     def with_variant(self, variant: str) -> PolicySpec:
-        return replace(self, variant=variant)
+        return self.replace(variant=variant)
 
     @property
     def name(self) -> str:
@@ -35,8 +51,7 @@ class PolicySpec:
         return f"{self.label}@{self.variant}"
 
 
-@dataclass(frozen=True)
-class EnvSpec:
+class EnvSpec(Spec):
     """Where episodes come from: environment, its options, task type(s), split, horizon cap.
 
     ``task`` is one task type, several separated by commas, or ``*`` for every task type of
@@ -45,13 +60,14 @@ class EnvSpec:
     local policy was fine-tuned on when episodes are drawn from the same split;
     ``n_instances`` keeps only the first (task, variation) pairs, e.g. exactly those."""
 
+    _positional = ("name", "task", "options", "split")
     name: str
     task: str
-    options: Mapping = field(default_factory=dict)
+    options: dict[str, Any] = {}
     split: str = "test"
-    max_steps: int = 12
-    skip_variations: int = 0
-    n_instances: int | None = None
+    max_steps: int = Field(default=12, gt=0)
+    skip_variations: int = Field(default=0, ge=0)
+    n_instances: int | None = Field(default=None, gt=0)
 
     def instances(self) -> list[tuple[str, int]]:
         """(task, variation) pairs, task types interleaved so that any first n episodes cover them evenly."""
@@ -71,33 +87,32 @@ def check_epsilons(epsilons: Sequence[float]) -> None:
         raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
 
 
-LOG_FORMATS = ("parquet", "jsonl", "hf")
+LogFormat = Literal["parquet", "jsonl", "hf"]
 LOG_FIELDS = {"episode_id": "item_id", "conversations": "conversations", "role": "from", "text": "value",
               "reward": "reward", "success": "success", "logprob": "logprob"}
 
 
-@dataclass(frozen=True)
-class LogSource:
+class LogSource(Spec):
     """Where behaviour logs are and how to read them; ``fields`` renames the keys looked for
     (keys of :data:`LOG_FIELDS`); ``split``: the split of a dataset with several;
     ``preamble_turns``: turns opening every conversation that are no step (AgentTraj-L opens
     with the harness's instruction and the agent's "OK"); the first gives the task description
     where the episode names none."""
 
-    path: str
-    format: str | None = None  # inferred from the path's suffix where not given
-    fields: Mapping[str, str] = field(default_factory=dict)
+    _positional = ("path", "format")
+    path: str = Field(min_length=1)
+    format: LogFormat | None = None  # inferred from the path's suffix where not given
+    fields: dict[str, str] = {}
     split: str | None = None
-    preamble_turns: int = 0
+    preamble_turns: int = Field(default=0, ge=0)
 
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.fields) - set(LOG_FIELDS))
+    @field_validator("fields")
+    @classmethod
+    def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(LOG_FIELDS))
         if unknown:
-            raise ValueError(f"logs.fields: unknown key(s) {unknown}; known: {sorted(LOG_FIELDS)}")
-        if self.preamble_turns < 0:
-            raise ValueError(f"logs.preamble_turns must be 0 or more, got {self.preamble_turns}")
-        if self.format is not None and self.format not in LOG_FORMATS:
-            raise ValueError(f"logs.format: {self.format!r} is not one of {LOG_FORMATS}")
+            raise ValueError(f"unknown key(s) {unknown}; known: {sorted(LOG_FIELDS)}")
+        return value
 
     @property
     def resolved_format(self) -> str:

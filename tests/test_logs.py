@@ -124,7 +124,7 @@ def test_a_cell_imports_logs_instead_of_collecting(exported, tmp_path):
     assert config.behaviour.logs.resolved_format == "jsonl" and not config.runs_environment
     with pytest.raises(CellConfigError, match="either episodes .* or logs"):
         CellConfig.from_mapping({**raw, "behaviour": {"logs": {"path": exported}, "episodes": 4}})
-    with pytest.raises(CellConfigError, match=r"logs.fields: unknown key\(s\) \[.rewrd.\]"):
+    with pytest.raises(CellConfigError, match=r"logs.fields: Value error, unknown key\(s\) \[.rewrd.\]"):
         CellConfig.from_mapping({**raw, "behaviour": {"logs": {"path": exported, "fields": {"rewrd": "r"}}}})
     with pytest.raises(CellConfigError, match="does not expose the input embeddings"):
         CellConfig.from_mapping({**raw, "adwm": {"reading": "soft_tokens"}})

@@ -33,7 +33,7 @@ from ..data.hash_tokenizer import HashTokenizer
 from ..data.windows import RewardScale
 from ..diffusion.process import GaussianDiffusion
 from ..diffusion.schedule import SCHEDULES
-from ..settings import ActionInput, OutcomeInput, Prediction
+from ..settings import ActionInput, OutcomeInput, Prediction, TrainConfig, architecture_problems
 from .checkpoint import load_checkpoint, save_checkpoint
 from .encoders import WIDTH as HISTORY_WIDTH
 from .encoders import ActionEmbedding, ActionTextEncoder, HistoryEncoder, ObservationEncoder
@@ -81,11 +81,17 @@ class WorldModelConfig:
                               ("outcome_input", OUTCOME_INPUTS), ("schedule", tuple(SCHEDULES))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"world model: {name}={getattr(self, name)!r}; choose from {allowed}")
-        if self.word_match and self.action_input != "text":
-            raise ValueError("world model: word_match marks the words of text actions; it needs action_input='text'")
-        if self.action_input == "text" and self.actions.react:
-            raise ValueError("world model: text actions read whole action strings; the ReAct-type vocabulary "
-                             "(react_actions) belongs to action_input='ids'")
+        bad = architecture_problems(self.action_input, self.word_match, self.actions.react)
+        if bad:
+            raise ValueError(f"world model: {'; '.join(bad)}")
+
+    @classmethod
+    def from_training(cls, config: TrainConfig, actions: ActionVocabulary, reward: RewardScale,
+                      unknown_trained: bool) -> "WorldModelConfig":
+        """The architecture the training settings ``config`` call for, on the logged ``actions``."""
+        return cls(actions=actions, reward=reward, unknown_trained=unknown_trained, prediction=config.prediction,
+                   action_input=config.action_input, outcome_input=config.outcome_input,
+                   word_match=config.word_match)
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -18,7 +18,6 @@ settings) for the process and shared by the stages' backends (each with its own 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import threading
@@ -67,7 +66,7 @@ def share_gpu_memory(specs: Iterable[tuple[str, PolicySpec]]) -> Callable[[Polic
     def change(spec: PolicySpec) -> PolicySpec:
         if spec.backend != "vllm" or "gpu_memory_utilization" in spec.options:
             return spec
-        return dataclasses.replace(spec, options={**spec.options, "gpu_memory_utilization": share})
+        return spec.replace(options={**spec.options, "gpu_memory_utilization": share})
 
     return change
 

@@ -207,9 +207,7 @@ def train_world_model(
     window = min(config.window, int(data.lengths.max()))
 
     unknown_trained = bool((data.actions[train] == UNKNOWN).any())
-    model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, unknown_trained=unknown_trained,
-                                        prediction=config.prediction, action_input=config.action_input,
-                                        outcome_input=config.outcome_input, word_match=config.word_match))
+    model = WorldModel(WorldModelConfig.from_training(config, vocabulary, scale, unknown_trained))
     model = model.to(device).train()
     tokens = Tokenised(model, data.texts)
     encoder = model.observation_encoder
