@@ -37,9 +37,8 @@ from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
 from adwm_core.ope.state_bank import StateBank
-from common import RESULTS, latest_artifact, machine
-from flows.cells import cell_config_path, cell_names
-from tasks import behaviour, logprobs, world_model
+from common import RESULTS, artifact, load_cell, machine
+from flows.cells import cell_names
 
 N_STEPS = 512
 SEED = 0
@@ -112,12 +111,11 @@ def cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def measure(cell_name: str) -> dict:
-    cell = CellConfig.load(cell_config_path(cell_name))
-    label = cell.evaluation.policies[0].label
-    model = WorldModel.load(f"{latest_artifact(cell_name, world_model.STAGE)}/{world_model.FOLDER}")
-    table = behaviour_rows(read_table(f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}", TRAJECTORIES))
+    cell = load_cell(cell_name)
+    model = WorldModel.load(artifact(cell, "world-model").file("model"))
+    table = behaviour_rows(read_table(artifact(cell, "behaviour").file("trajectories"), TRAJECTORIES))
     steps = list(logged_steps(table))
-    scored = read_table(f"{latest_artifact(cell_name, logprobs.STAGE, label)}/{logprobs.FILE}", LOGPROBS)
+    scored = read_table(artifact(cell, "logprobs").file("logprobs"), LOGPROBS)
     greedy = [a for a in scored.column("greedy_action").to_pylist() if a is not None]
     return {"cell": cell_name, "coverage": coverage(model, steps, greedy), **sensitivity(cell, model, table, steps)}
 

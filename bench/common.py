@@ -1,5 +1,5 @@
-"""What the benchmarks share: the machine's description, the cached tiny policy family and
-where a cell's latest tracked run left a stage's artifact."""
+"""What the benchmarks share: the machine's description, the cached tiny policy family and a
+cell's finished stage artifacts (found through the stage registry, adwm_core/pipeline.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from pathlib import Path
 import mlflow
 import torch
 
-from adwm_core.specs import EnvSpec
+from adwm_core import pipeline
+from adwm_core.cell import CellConfig
+from adwm_core.specs import EnvSpec, PolicySpec
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.trainer import train_tiny_policies
-from tasks.common import Stage, use_tracking_store
+from flows.cells import cell_config_path
 
 RESULTS = Path(__file__).parent / "results"
 CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
@@ -49,18 +51,27 @@ def tiny_family() -> dict[str, str]:
     return paths
 
 
-def latest_artifact(cell: str, stage: Stage, label: str | None = None) -> str:
-    """The artifact folder of ``stage`` (of π_e ``label`` for a per-π_e stage) in the cell's latest
-    tracked flow run."""
-    stage = stage.run_name(label)
-    use_tracking_store()
-    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
-    runs = [] if experiment is None else mlflow.search_runs(
-        [experiment.experiment_id], filter_string=f"attributes.run_name = '{stage}'",
-        order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
-    if not runs:
-        raise SystemExit(f"no {stage} stage of {cell} in the tracking store: run bench/main_results.py {cell} first")
-    return runs[0].data.params["artifact"]
+def load_cell(cell: str) -> CellConfig:
+    return CellConfig.load(cell_config_path(cell))
+
+
+def evaluated(cell: CellConfig, label: str | None = None) -> PolicySpec:
+    """The cell's π_e labelled ``label`` (default: its first)."""
+    policies = cell.evaluation.policies
+    found = [p for p in policies if label in (None, p.label)]
+    if not found:
+        raise SystemExit(f"{cell.name} evaluates no policy labelled {label!r}: {[p.label for p in policies]}")
+    return found[0]
+
+
+def artifact(cell: CellConfig, stage: str, label: str | None = None) -> pipeline.Artifact:
+    """The finished artifact of ``stage`` for the cell as configured (of its π_e ``label``, default
+    its first, for a per-π_e stage)."""
+    policy = evaluated(cell, label) if pipeline.stage(stage).per_policy else None
+    try:
+        return pipeline.finished(cell, stage, policy)
+    except FileNotFoundError as error:
+        raise SystemExit(f"{error}\n(or run bench/main_results.py {cell.name})") from None
 
 
 def stage_timings(home: str, cell: str) -> tuple[float, list[dict]]:

@@ -1,8 +1,10 @@
 """World-model fidelity on the local cells, for the paper's recipe and the default one.
 
 For each cell (whose behaviour and ground-truth stages have run) and each world-model preset
-(``TrainConfig.preset``), a world model is trained on the cell's behaviour data (cached under
-``$ADWM_HOME/bench/fidelity``) and measured by the instruments of ``adwm_core.ope.fidelity``:
+(``TrainConfig.preset``), a world model is trained on the cell's behaviour data — the cell's
+world-model stage with those settings, through the stage registry, so the flow's own model is
+reused where the settings are the cell's — and measured by the instruments of
+``adwm_core.ope.fidelity``:
 
 - teacher-forced one-step fidelity on the held-out behaviour episodes (the training split),
   beside the trivial predictors;
@@ -25,16 +27,15 @@ run are kept. Usage: ``python bench/fidelity.py [CELL ...] [--presets paper defa
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 
-from adwm_core.cell import LOCAL_PREFIX, CellConfig, parse_assignments
+from adwm_core import pipeline
+from adwm_core.cell import CellConfig, parse_assignments
 from adwm_core.policies.loading import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.psi import PsiAdapter
@@ -43,14 +44,11 @@ from adwm_core.settings import ADWM_PRESETS, WORLD_MODEL_PRESETS, TrainConfig
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
-from adwm_core.stages.psi import run_psi
 from adwm_core.ope.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, environment_replay,
                                     logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement)
-from adwm_core.paths import local_cache_dir
-from adwm_core.training.world_model import HISTORY_FILE, split_indices, train_world_model
-from common import RESULTS, latest_artifact, machine
-from flows.cells import cell_config_path, cell_names
-from tasks import behaviour, ground_truth, policies, world_model
+from adwm_core.training.world_model import HISTORY_FILE, split_indices
+from common import RESULTS, artifact, evaluated, load_cell, machine
+from flows.cells import cell_names
 
 OUT = RESULTS / "fidelity"
 ESTIMATES = ("ADWM:reward_sum", "ADWM:success_similarity", "kNN-WM:reward_sum", "ADWM:reward_sum snapped")
@@ -71,55 +69,29 @@ def variant(preset: str, changes: dict) -> str:
     return preset + "".join(f"+{name}={value}" for name, value in sorted(changes.items()))
 
 
-def trained(cell: CellConfig, table, config: TrainConfig) -> tuple[WorldModel, dict, str]:
-    """The world model of ``config`` on the cell's behaviour data: the flow's own where the cell
-    trains exactly this one (its stage has run), else trained here once and cached."""
-    folder = flow_world_model(cell, config)
-    seconds = float("nan")  # the flow's: timed in its MLflow run
-    if folder is None:
-        key = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str).encode()).hexdigest()[:16]
-        folder = os.path.join(local_cache_dir("bench"), "fidelity", cell.name, f"{config.preset}-{key}")
-        timing = os.path.join(folder, "train_seconds.json")
-        if not os.path.exists(timing):
-            started = time.perf_counter()
-            train_world_model(table, folder, config, overwrite=True)
-            with open(timing, "w") as f:
-                json.dump(time.perf_counter() - started, f)
-        with open(timing) as f:
-            seconds = json.load(f)
+def trained(cell: CellConfig) -> tuple[WorldModel, dict, str]:
+    """The world model of the cell's world-model stage — computed here (timed) unless finished."""
+    computed = []
+    started = time.perf_counter()
+    model = pipeline.run(cell, "world-model", on_start=lambda _, reused: computed.append(not reused))
+    folder = model.file("model")
     with open(os.path.join(folder, HISTORY_FILE)) as f:
         saved = json.load(f)
     return WorldModel.load(folder), {"best_round": saved["best_epoch"], "rounds": len(saved["epochs"]),
-                                     "train_seconds": seconds}, folder
+                                     "train_seconds": time.perf_counter() - started if computed[0] else 0.0}, folder
 
 
-def flow_world_model(cell: CellConfig, config: TrainConfig) -> str | None:
-    """The folder of the world model the cell's latest flow run trained, if trained by ``config``."""
-    try:
-        folder = f"{latest_artifact(cell.name, world_model.STAGE)}/{world_model.FOLDER}"
-        with open(os.path.join(folder, HISTORY_FILE)) as f:
-            saved = json.load(f)
-    except (SystemExit, FileNotFoundError):
-        return None
-    mine = config.model_dump(mode="json")
-    return folder if saved["config"] == mine and saved["complete"] else None
-
-
-def evaluated_policy(cell: CellConfig, preset: str, model_folder: str, trajectories: str):
+def evaluated_policy(cell: CellConfig, preset: str):
     """(π_e as the cell's first evaluated policy, π_e with its ψ adapter under a soft-token
-    reading — trained here — else ``None``; the ADWM settings under ``preset``)."""
-    spec = cell.evaluation.policies[0]
-    if spec.model.startswith(LOCAL_PREFIX):
-        family = latest_artifact(cell.name, policies.STAGE)
-        spec = replace(spec, model=f"{family}/family/{spec.model[len(LOCAL_PREFIX):]}")
+    reading — the cell's ψ stage — else ``None``; the ADWM settings under ``preset``)."""
+    policy = evaluated(cell)
+    spec = pipeline.resolved(cell, policy)
     config = cell.adwm.replace(preset=preset, **dict.fromkeys(ADWM_PRESETS[preset]))
     llm = ModelCache().policy(spec, cell.env.name)
     soft = None
     if config.reading == "soft_tokens":
-        psi_folder = f"{model_folder}/psi"
-        if not os.path.exists(f"{psi_folder}/config.json"):
-            run_psi(trajectories, model_folder, spec, psi_folder, cell.psi, overwrite=True)
-        soft = SoftPromptPolicy(llm, PsiAdapter.load(psi_folder))
+        adapter = pipeline.run(cell, "psi", policy).file("adapter")
+        soft = SoftPromptPolicy(llm, PsiAdapter.load(adapter))
     return spec, llm, soft, config
 
 
@@ -149,14 +121,13 @@ def adwm_estimates(cell: CellConfig, evaluated: tuple, model_folder: str, trajec
 
 
 def measure(cell_name: str, preset: str, n_counterfactual: int, changes: dict | None = None) -> dict:
-    cell = CellConfig.load(cell_config_path(cell_name))
-    behaviour_file = f"{latest_artifact(cell_name, behaviour.STAGE)}/{behaviour.FILE}"
-    table = read_table(behaviour_file, TRAJECTORIES)
-    label = cell.evaluation.policies[0].label
-    truth = read_table(f"{latest_artifact(cell_name, ground_truth.STAGE, label)}/{ground_truth.EPISODES}",
-                       TRAJECTORIES)
+    cell = load_cell(cell_name)
     config = preset_config(cell, preset, changes)
-    model, training, folder = trained(cell, table, config)
+    cell = cell.replace(world_model=config)
+    behaviour_file = artifact(cell, "behaviour").file("trajectories")
+    table = read_table(behaviour_file, TRAJECTORIES)
+    truth = read_table(artifact(cell, "ground-truth").file("episodes"), TRAJECTORIES)
+    model, training, folder = trained(cell)
     n_episodes = len(set(table["episode"].to_pylist()))
     _, heldout = split_indices(n_episodes, config.heldout_fraction, config.seed)
     lam = cell.adwm.cfg_scale
@@ -169,11 +140,10 @@ def measure(cell_name: str, preset: str, n_counterfactual: int, changes: dict | 
            "replay_teacher_forced": open_loop_replay(model, table, truth, cfg_scale=lam, teacher_forced=True,
                                                      done_threshold=cell.adwm.done_threshold),
            "replay_environment": environment_replay(cell.env.name, dict(cell.env.options), truth, table)}
-    summary = read_table(f"{latest_artifact(cell_name, ground_truth.STAGE, label)}/{ground_truth.SUMMARY}",
-                         GROUND_TRUTH).to_pylist()
-    evaluated = evaluated_policy(cell, preset, folder, behaviour_file)
-    row["adwm"] = adwm_estimates(cell, evaluated, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})
-    _, llm, soft, _ = evaluated
+    summary = read_table(artifact(cell, "ground-truth").file("summary"), GROUND_TRUTH).to_pylist()
+    policy = evaluated_policy(cell, preset)
+    row["adwm"] = adwm_estimates(cell, policy, folder, behaviour_file, {r["epsilon"]: r["mean_return"] for r in summary})
+    _, llm, soft, _ = policy
     row["policy_agreement"] = policy_agreement(model, table, heldout, llm, soft_policy=soft, cfg_scale=lam)
     if n_counterfactual:
         outcomes = counterfactual_outcomes(cell.env.name, dict(cell.env.options), table, n_counterfactual)

@@ -20,15 +20,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from adwm_core.cell import CellConfig, parse_assignments
+from adwm_core.cell import parse_assignments
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import ImaginedRollouts
 from adwm_core.ope.state_bank import StateBank
-from common import latest_artifact
+from common import artifact, load_cell
 from fidelity import evaluated_policy
-from flows.cells import cell_config_path
-from tasks import behaviour, ground_truth, world_model
 
 WIDTH = 90
 
@@ -46,20 +44,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", dest="changes")
     args = parser.parse_args()
-    cell = CellConfig.load(cell_config_path(args.cell))
+    cell = load_cell(args.cell)
     changes = parse_assignments(args.changes)
-    trajectories = f"{latest_artifact(cell.name, behaviour.STAGE)}/{behaviour.FILE}"
-    folder = f"{latest_artifact(cell.name, world_model.STAGE)}/{world_model.FOLDER}"
-    model = WorldModel.load(folder)
-    spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset, folder, trajectories)
+    trajectories = artifact(cell, "behaviour").file("trajectories")
+    model = WorldModel.load(artifact(cell, "world-model").file("model"))
+    spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset)
     config = config.replace(**changes)
     bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
     imagination = ImaginedRollouts(model, bank, config)
     run = imagination.run(soft or llm, args.epsilon, args.seed)
 
-    label = cell.evaluation.policies[0].label
-    folder = latest_artifact(cell.name, ground_truth.STAGE, label)
-    real = read_table(f"{folder}/{ground_truth.EPISODES}", TRAJECTORIES).to_pylist()
+    real = read_table(artifact(cell, "ground-truth").file("episodes"), TRAJECTORIES).to_pylist()
     real_episodes: dict[float, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in sorted(real, key=lambda r: (r["epsilon"], r["episode"], r["t"])):
         real_episodes[row["epsilon"]][row["episode"]].append(row)

@@ -8,8 +8,8 @@ weak but not hopeless (the paper's π_b succeed on 3.5–12.5 %, appendix
 'Behavior-policy data') and π_e a later, stronger checkpoint, never in the pool. No
 estimator and no ground-truth ε curve enters the choice.
 
-For each cell: train the family once with a grid of checkpoints (cached under
-``$ADWM_HOME/bench/families``), then play every instance once per checkpoint greedily,
+For each cell: train the family once with a grid of checkpoints (the cell's policies stage
+with those checkpoints, kept under ``$ADWM_HOME/cells/<cell>/policies``), then play every instance once per checkpoint greedily,
 prompt variants cycling as in behaviour collection. Writes
 ``bench/results/local_families.{json,md}``.
 
@@ -23,8 +23,6 @@ Usage: ``python bench/local_families.py [CELL ...] [--steps 40,100,...] [--rende
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -34,12 +32,10 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from adwm_core import pipeline
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.specs import PolicySpec
 from adwm_core.stages.collection import collect_behavior
-from adwm_core.paths import local_cache_dir
-from adwm_core.policies.prompts import KEEP_OBSERVATION_START, MAX_LISTED_ACTIONS
-from adwm_core.policies.trainer import train_tiny_policies
 from common import RESULTS, machine
 
 DEPLOYMENTS = Path(__file__).parent.parent / "deployments"
@@ -59,19 +55,15 @@ def suggest(rows: list[dict]) -> dict:
 
 
 def family(cell: CellConfig, steps: list[int]) -> dict[int, str]:
-    """{steps: checkpoint folder} of the cell's family trained with every step count of the grid."""
-    family = cell.local_policies
-    layout = [MAX_LISTED_ACTIONS.get(cell.env.name), cell.env.name in KEEP_OBSERVATION_START]  # how prompts are cut
-    settings = json.dumps([dataclasses.asdict(cell.env), family.n_variations, family.context, steps, layout],
-                          sort_keys=True)
-    folder = os.path.join(local_cache_dir("bench", "families"), f"{cell.name}-{hashlib.sha256(settings.encode()).hexdigest()[:10]}")
+    """{steps: checkpoint folder} of the cell's family trained with every step count of the grid
+    (the cell's policies stage with those checkpoints, through the stage registry)."""
     names = {step: f"step{step}" for step in steps}
-    if not all(os.path.exists(os.path.join(folder, name, "config.json")) for name in names.values()):
-        start = time.perf_counter()
-        train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, folder, {n: s for s, n in names.items()},
-                            n_variations=family.n_variations, context=family.context)
-        print(f"{cell.name}: trained the family in {time.perf_counter() - start:.0f} s", flush=True)
-    return {step: os.path.join(folder, name) for step, name in names.items()}
+    grid = cell.replace(local_policies=cell.local_policies.replace(checkpoints={n: s for s, n in names.items()}))
+    start = time.perf_counter()
+    trained = pipeline.run(grid, "policies", on_start=lambda _, reused: reused or print(
+        f"{cell.name}: training the family", flush=True)).file("family")
+    print(f"{cell.name}: family ready in {time.perf_counter() - start:.0f} s", flush=True)
+    return {step: os.path.join(trained, name) for step, name in names.items()}
 
 
 def greedy_success(cell: CellConfig, step: int, path: str, n: int) -> dict:
@@ -114,7 +106,7 @@ def calibrate(name: str, steps: list[int]) -> dict:
     for step in grid:
         rows.append(greedy_success(cell, step, paths[step], n))
         print(name, rows[-1], flush=True)
-    return {"cell": name, "env": dataclasses.asdict(cell.env), "instances": n,
+    return {"cell": name, "env": cell.env.model_dump(), "instances": n,
             "rows": rows, "suggested": suggest(rows), **roles(cell)}
 
 

@@ -43,9 +43,8 @@ import mlflow
 import yaml
 
 from adwm_core.paths import local_cache_dir
-from common import RESULTS, latest_artifact, machine
+from common import RESULTS, artifact, load_cell, machine
 from flows.cells import cell_config_path, cell_names
-from tasks import report
 from tasks.common import SOURCE_TAG, source_version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +100,7 @@ def finished_cell(cell: str) -> dict:
     """The cell's latest finished flow run as it stands, nothing rerun: its report's rows and
     curves, its wall time and stages' times, and the code it ran (``tasks.common.source_version``;
     MLflow's commit tag for runs from before that tag)."""
-    folder, run = latest_artifact(cell, report.STAGE), latest_flow_run(cell)
+    folder, run = artifact(load_cell(cell), "report").path, latest_flow_run(cell)
     return {"cell": cell, "report": folder, "wall_s": (run.info.end_time - run.info.start_time) / 1000,
             "rows": json.load(open(f"{folder}/results.json")), "curves": json.load(open(f"{folder}/curves.json")),
             "stages": stage_times(cell), "measured": time.strftime("%Y-%m-%d", time.localtime(run.info.start_time / 1000)),

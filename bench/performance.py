@@ -10,8 +10,8 @@ each in its own process, whose peak resident memory is read from ``wait4`` (envi
 worker processes not included). The headline is their ratio. Then π_e's LLM on its own, in a
 third process: greedy generation and log-prob scoring of the first ``LLM_SAMPLE`` logged
 steps of the cell's behaviour data (the prompts π_e sees at those steps), in tokens/s. From the cell's run in
-``main_results.json``: world-model training time and transitions/s; from the MLflow run of the
-ADWM stage evaluate-policy ran: imagined steps/s and where its time went. The header names the device (the
+``main_results.json``: world-model training time and transitions/s; from the timings the ADWM
+stage evaluate-policy ran keeps in its artifact: imagined steps/s and where its time went. The header names the device (the
 GPU when one is present).
 
 Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
@@ -29,12 +29,8 @@ import sys
 import tempfile
 import time
 
-import mlflow
-
-from common import RESULTS, latest_artifact, machine
-from flows.cells import cell_config_path, cell_names
-from tasks import adwm as adwm_task, behaviour
-from tasks.common import use_tracking_store
+from common import RESULTS, artifact, evaluated, load_cell, machine
+from flows.cells import cell_names
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
@@ -55,24 +51,26 @@ def measure(kind: str, cell: str) -> dict:
 
 def child(kind: str, cell: str, facts_path: str) -> None:
     """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
-    from adwm_core.cell import CellConfig
+    from adwm_core import pipeline
     from adwm_core.stages.collection import ground_truth_rollouts
+    from flows.evaluate_logs import agent_spec
     from flows.evaluate_policy import evaluate_policy
-    from tasks.policies import prepare_policies
 
-    config = CellConfig.load(cell_config_path(cell))
+    config = load_cell(cell)
+    policy = evaluated(config)
     if kind == "evaluate":
         label = f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
-        evaluate_policy(cell, config.evaluation.policies[0].model, label=label)  # resolves local:<checkpoint> itself
-        facts = {"epsilons": list(config.evaluation.epsilons), "label": label}
+        evaluate_policy(cell, policy.model, label=label)  # resolves local:<checkpoint> itself
+        agent = agent_spec(policy.model, backend="transformers", label=label)
+        with open(pipeline.finished(config.with_evaluated(agent), "adwm", agent).file("timings")) as f:
+            facts = {"epsilons": list(config.evaluation.epsilons), "label": label, "adwm": json.load(f)}
     elif kind == "llm":
-        config, _ = prepare_policies.fn(config, None, train=False)
-        facts = llm_throughput(config, f"{latest_artifact(cell, behaviour.STAGE)}/{behaviour.FILE}")
+        facts = llm_throughput(config.env.name, pipeline.resolved(config, policy),
+                               artifact(config, "behaviour").file("trajectories"))
     else:
-        config, _ = prepare_policies.fn(config, None, train=False)  # local:<checkpoint> → the trained folder
         with tempfile.TemporaryDirectory() as scratch:
             seconds: dict[float, float] = {}
-            ground_truth_rollouts(config.env, config.evaluation.policies[0], config.ground_truth.episodes,
+            ground_truth_rollouts(config.env, pipeline.resolved(config, policy), config.ground_truth.episodes,
                                   f"{scratch}/episodes.parquet", f"{scratch}/summary.parquet", cell=cell,
                                   epsilons=config.evaluation.epsilons, seed=config.ground_truth.seed, timings=seconds)
         facts = {"episodes_per_epsilon": config.ground_truth.episodes, "seconds_per_epsilon": seconds}
@@ -80,7 +78,7 @@ def child(kind: str, cell: str, facts_path: str) -> None:
         json.dump(facts, f)
 
 
-def llm_throughput(config, trajectories: str) -> dict:
+def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
     """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
     generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
     from adwm_core.policies.loading import ModelCache
@@ -89,7 +87,7 @@ def llm_throughput(config, trajectories: str) -> dict:
 
     steps = list(logged_steps(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]
     histories, actions = [h for _, h in steps], [row["action"] for row, _ in steps]
-    policy = ModelCache().policy(config.evaluation.policies[0], config.env.name)
+    policy = ModelCache().policy(spec, env_name)
     tokenizer = policy.lm.tokenizer
 
     def count(texts: list[str]) -> int:
@@ -108,18 +106,13 @@ def llm_throughput(config, trajectories: str) -> dict:
             "scored_tokens_per_s": (count(prompts) + int(action_tokens.sum())) / score_s}
 
 
-def throughput(result: dict, cell: str, label: str) -> dict:
+def throughput(result: dict, adwm: dict) -> dict:
     """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
-    ADWM stage ``evaluate-policy`` just ran (its MLflow run, ``adwm [<label>]``)."""
+    ADWM stage ``evaluate-policy`` just ran (``adwm``: the timings it kept)."""
     model = next(s for s in result["stages"] if s["stage"] == "world-model")
-    use_tracking_store()
-    experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
-    (adwm,) = mlflow.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{adwm_task.STAGE.run_name(label)}'",
-                                 output_format="list")
-    seconds = (adwm.info.end_time - adwm.info.start_time) / 1000
     return {"world_model_s": model["seconds"], "transitions_per_s": model["metrics"].get("transitions_per_s"),
-            "imagined_steps": adwm.data.metrics["imagined_steps"], "imagined_steps_per_s": adwm.data.metrics["imagined_steps"] / seconds,
-            "adwm_seconds": {k: v for k, v in adwm.data.metrics.items() if k.endswith("_seconds")}}
+            "imagined_steps": adwm["imagined_steps"], "imagined_steps_per_s": adwm["imagined_steps"] / adwm["wall_seconds"],
+            "adwm_seconds": {k: v for k, v in adwm.items() if k.endswith("_seconds") and k != "wall_seconds"}}
 
 
 def main() -> None:
@@ -146,7 +139,7 @@ def main() -> None:
         evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
         rows.append({"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live,
                      "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
-                     **throughput(runs[cell], cell, evaluate["label"])})
+                     **throughput(runs[cell], evaluate["adwm"])})
         print(cell, json.dumps(rows[-1]), flush=True)
     order = {cell: i for i, cell in enumerate(cell_names())}
     rows.sort(key=lambda r: order.get(r["cell"], len(order)))

@@ -8,11 +8,13 @@ import mlflow
 from prefect import flow
 from prefect.runtime import flow_run
 
+from adwm_core import pipeline
 from adwm_core.cell import CellConfig
 from flows.cells import cell_config_path
 from flows.evaluate_logs import agent_spec
-from tasks import adwm, behaviour, policies, psi, world_model
 from tasks.common import cell_run
+from tasks.policies import prepare_policies
+from tasks.stages import call
 
 
 @flow(name="evaluate-policy", log_prints=True)
@@ -22,15 +24,15 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     the estimates Parquet's path."""
     config = CellConfig.load(cell_config_path(cell))
     agent = agent_spec(model, backend=backend, label=label, variant=variant)
-    config = config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"policies": (agent,)})})
+    config = config.with_evaluated(agent)
+    for stage in ("behaviour", "world-model"):
+        pipeline.finished(config, stage)  # names the flow that makes it, before any work
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
-        config, _ = policies.prepare_policies(config, parent, train=False)
-        agent = config.evaluation.policies[0]  # a local: checkpoint resolved to its folder
-        logged = behaviour.STAGE.finished(config)
-        trained = world_model.STAGE.finished(config, inputs=(logged,))
-        adapter = psi.psi(config, agent, logged, trained, parent) if config.adwm.reading == "soft_tokens" else None
-        estimates = adwm.adwm(config, agent, logged, trained, adapter, parent)
-    path = estimates.file(adwm.FILE)
+        config = prepare_policies(config, environment=False)
+        if config.adwm.reading == "soft_tokens":
+            call("psi", config, parent, agent)
+        estimates = call("adwm", config, parent, agent)
+    path = estimates.file("estimates")
     print(f"estimates of {agent.name}: {path}")
     return path

@@ -6,8 +6,10 @@
               └─> ground truth ──────────────────────────────────────────┘
 
 Stages right of behaviour and world model (and ground truth) run once per π_e of the cell.
-Behaviour data is collected live, or imported from the user's logs (``behaviour.logs``;
-flows/evaluate_logs.py builds such a cell from the command line).
+Each stage is declared in adwm_core/pipeline.py (settings, inputs, outputs, key) and reused
+where its artifact is complete; ``policies`` (a local cell's tiny family) runs where the cell
+trains one. Behaviour data is collected live, or imported from the user's logs
+(``behaviour.logs``; flows/evaluate_logs.py builds such a cell from the command line).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from adwm_core.policies.local_models import smollm2_dir
 from adwm_core.smoke import smoke_cell
 from flows.cells import cell_config_path
 from flows.runners import cell_task_runner
-from tasks import adwm, baselines, behaviour, ground_truth, logprobs, policies, psi, report, world_model
 from tasks.common import cell_run
+from tasks.policies import prepare_policies
+from tasks.report import closing_screen, publish
+from tasks.stages import submit
 
 
 @flow(name="ope-cell", log_prints=True, task_runner=cell_task_runner())
@@ -54,20 +58,23 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
         if smoke_overlay:
             mlflow.set_tag("smoke", "true")
             mlflow.log_dict(smoke_overlay, "smoke_overlay.json")
-        config, _ = policies.prepare_policies(config, parent)
+        config = prepare_policies(config)
+        family = submit("policies", config, parent) if config.local_policies else None
         targets = config.evaluation.policies
-        truths = [ground_truth.ground_truth.submit(config, p, parent) for p in targets] if config.ground_truth else []
-        logged = behaviour.behaviour_data(config, parent)
-        logps = [logprobs.logprobs.submit(config, p, logged, parent) for p in targets]
-        model = world_model.world_model(config, logged, parent)
+        truths = [submit("ground-truth", config, parent, p, [family]) for p in targets] if config.ground_truth else []
+        logged = submit("behaviour", config, parent, after=[family])
+        logps = [submit("logprobs", config, parent, p, [logged]) for p in targets]
+        model = submit("world-model", config, parent, after=[logged])
         soft = config.adwm.reading == "soft_tokens"
-        adapters = [psi.psi.submit(config, p, logged, model, parent) if soft else None for p in targets]
-        imagined = [adwm.adwm.submit(config, p, logged, model, a, parent) for p, a in zip(targets, adapters)]
-        classical = [baselines.baselines.submit(config, p, logged, lp, model, parent) for p, lp in zip(targets, logps)]
-        # .result() raises a failed stage's own error, after every branch was started
-        result = report.report(config, [t.result() for t in truths], [f.result() for f in imagined],
-                               [f.result() for f in classical], parent)
-    print(f"report: {result.file(report.REPORT)}")
+        adapters = [submit("psi", config, parent, p, [model]) if soft else None for p in targets]
+        imagined = [submit("adwm", config, parent, p, [model, a]) for p, a in zip(targets, adapters)]
+        classical = [submit("baselines", config, parent, p, [lp, model]) for p, lp in zip(targets, logps)]
+        for future in (family, logged, model, *truths, *logps, *adapters, *imagined, *classical):
+            if future is not None:
+                future.result()  # in the DAG's order: raises the first failed stage's own error
+        result = submit("report", config, parent, after=[*truths, *imagined, *classical]).result()
+        publish(config.name, result)
+    print(f"report: {result.file('report')}")
     return result.path
 
 
@@ -82,4 +89,4 @@ if __name__ == "__main__":
     if args.stand_in and not args.smoke:
         parser.error("--stand-in only applies with --smoke")
     state = ope_cell(args.cell, smoke=args.smoke, stand_in=args.stand_in, return_state=True)
-    print(report.closing_screen(state.result(), str(state.state_details.flow_run_id)))
+    print(closing_screen(state.result(), str(state.state_details.flow_run_id)))

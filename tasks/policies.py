@@ -1,47 +1,25 @@
-"""Policy preparation: train a local cell's tiny family, or check a seed cell's weights and GPU."""
+"""Before any stage: check that this machine can run the cell, and split a GPU among its engines."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch
 from prefect import task
 
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
-from adwm_core.policies.trainer import train_tiny_policies
 from adwm_core.policies.vllm_backend import share_gpu_memory
 from adwm_core.specs import REMOTE_BACKENDS
 
-from .common import Artifact, Stage
-
-STAGE = Stage("policies", lambda cell: {"env": cell.env, "local_policies": cell.local_policies})
-
 
 @task(name="prepare-policies")
-def prepare_policies(cell: CellConfig, parent_run: str | None, train: bool = True) -> tuple[CellConfig, Artifact | None]:
-    """The cell with every ``local:<checkpoint>`` replaced by the trained checkpoint's folder,
-    and the family's artifact (None for cells without local policies); ``train=False`` only
-    looks the family up (an error when the cell never trained it)."""
-    check_runnable(cell, environment=train)
+def prepare_policies(cell: CellConfig, environment: bool = True) -> CellConfig:
+    """The cell, checked (:func:`check_runnable`), with each vLLM engine's share of the GPU
+    where CUDA is present (not part of any stage key)."""
+    check_runnable(cell, environment=environment)
     if torch.cuda.is_available():
         cell = cell.with_policies(share_gpu_memory(cell.policies()))
-    if cell.local_policies is None:
-        return cell, None
-    family = cell.local_policies
-
-    def build(folder: str) -> None:
-        train_tiny_policies(cell.env.name, cell.env.options, cell.env.task, f"{folder}/family", family.checkpoints,
-                            n_variations=family.n_variations, context=family.context)
-
-    artifact = STAGE.run(cell, build, parent_run) if train else STAGE.finished(cell)
-
-    def resolve(spec):
-        if not spec.model.startswith(LOCAL_PREFIX):
-            return spec
-        return dataclasses.replace(spec, model=artifact.file(f"family/{spec.model[len(LOCAL_PREFIX):]}"))
-
-    return cell.with_policies(resolve), artifact
+    return cell
 
 
 def check_runnable(cell: CellConfig, environment: bool = True) -> None:

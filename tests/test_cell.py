@@ -148,6 +148,8 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
         by_flow.setdefault(flow, set()).add(deployment["name"])
         assert deployment.get("parameters", {}).get("cell", next(iter(cells))) in cells, deployment["name"]
         assert deployment["work_pool"]["name"] == "gpu"
+        if flow in ("ope_cell", "full_suite"):  # a second run of one cell (or suite) waits for the first
+            assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}, deployment["name"]
     assert by_flow["ope_cell"] == cells
     assert {"textworld-express", "scienceworld", "hotpotqa", "alfworld", "webshop"} <= by_flow["evaluate_policy"]
     assert {"nightly", "local", "smoke"} <= by_flow["full_suite"]

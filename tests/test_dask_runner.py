@@ -34,10 +34,9 @@ def test_ground_truth_rollouts_run_on_a_dask_worker(tmp_path, tiny_policies, mon
     from adwm_core.cell import CellConfig
     from adwm_core.data import GROUND_TRUTH, read_table
     from flows.runners import cell_task_runner
-    from tasks import ground_truth
+    from tasks.stages import submit
 
-    config = CellConfig.load(tiny_cell(tmp_path / "tiny-dask.yaml", tiny_policies)).model_copy(
-        update={"name": "tiny-dask"})
+    config = CellConfig.load(tiny_cell(tmp_path / "tiny-dask.yaml", tiny_policies)).replace(name="tiny-dask")
     # as README's `dask worker` line: non-daemonic workers, since a stage starts engine processes
     with dask.config.set({"distributed.worker.daemon": False}), LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client, prefect_test_harness(server_startup_timeout=120):
@@ -46,11 +45,11 @@ def test_ground_truth_rollouts_run_on_a_dask_worker(tmp_path, tiny_policies, mon
 
         @flow(task_runner=cell_task_runner())
         def rollouts():
-            return ground_truth.ground_truth.submit(config, config.evaluation.policies[0], None).result()
+            return submit("ground-truth", config, None, config.evaluation.policies[0]).result()
 
         with get_task_stream(client) as stream:
             artifact = rollouts()
     assert any(record["key"].startswith("ground_truth-") for record in stream.data), [r["key"] for r in stream.data]
-    summary = read_table(artifact.file(ground_truth.SUMMARY), GROUND_TRUTH)
+    summary = read_table(artifact.file("summary"), GROUND_TRUTH)
     assert sorted(summary.column("epsilon").to_pylist()) == [0.0, 0.5, 1.0]
     assert os.path.exists(os.path.join(artifact.path, "_COMPLETE"))

@@ -269,3 +269,111 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
     error = capsys.readouterr().err
     assert f"{broken}:2: conversations: empty episode" in error
     assert not os.path.exists(os.path.join(os.environ["ADWM_HOME"], "cells", "logs-broken", "world-model"))
+
+
+def stage_reuse(flow_run_id: str) -> dict[str, bool]:
+    """Stage run name → whether that stage was reused, in the flow run ``flow_run_id``'s MLflow runs."""
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    (parent,) = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                   filter_string=f"params.flow_run_id = '{flow_run_id}'")
+    children = mlflow.search_runs([parent.info.experiment_id], output_format="list",
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    return {r.info.run_name: r.data.params["reused"] == "True" for r in children}
+
+
+def finished_markers() -> dict[str, dict[str, int]]:
+    """Stage → {artifact folder: its completion marker's mtime} of the tiny cell."""
+    return {stage: {f: os.stat(os.path.join(f, "_COMPLETE")).st_mtime_ns for f in stage_folders(stage)}
+            for stage in STAGES}
+
+
+def test_a_copied_artifact_root_with_moved_models_reuses_every_stage(first_run, harness, tiny_policies, monkeypatch):
+    """Keys name what computed an artifact, not where it lies: the cell's artifacts copied to
+    another root, and its models to another folder, are all found again."""
+    from flows.ope_cell import ope_cell
+
+    cell, _, _ = first_run
+    copy = harness / "copied-root"
+    shutil.copytree(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"), copy / "cells" / "tiny-flow")
+    shutil.copytree(os.path.dirname(tiny_policies["late"]), copy / "models")
+    moved = yaml.safe_load(open(cell))
+    for spec in moved["behaviour"]["pool"] + moved["evaluation"]["policies"]:
+        spec["model"] = str(copy / "models" / os.path.basename(spec["model"]))
+    (harness / "tiny-flow-moved.yaml").write_text(yaml.safe_dump(moved))
+    monkeypatch.setenv("ADWM_HOME", str(copy))
+    state = ope_cell(str(harness / "tiny-flow-moved.yaml"), return_state=True)
+    assert state.is_completed()
+    reused = stage_reuse(str(state.state_details.flow_run_id))
+    per_policy = {"ground-truth", "logprobs", "psi", "adwm", "baselines"}
+    assert set(reused) == {f"{s} [late]" if s in per_policy else s for s in STAGES}
+    assert all(reused.values()), reused
+
+
+def test_a_change_to_an_estimators_code_recomputes_its_stage_and_the_report_and_nothing_else(first_run, harness):
+    """The repository copied with one line of code added to the estimators' module, and the cell
+    run from the copy: the baselines stage (whose code that is) and the report that reads it
+    are computed again; every other stage is reused."""
+    cell, _, _ = first_run
+    repo = harness / "changed-repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", ".venv", ".adwm", "__pycache__", ".pytest_cache"))
+    estimators = repo / "adwm_core" / "ope" / "estimators.py"
+    estimators.write_text(estimators.read_text() + "\nCHANGED_BY_A_TEST = True\n")
+    before = finished_markers()
+    log = harness / "changed-repo.log"
+    with open(log, "w") as output:
+        done = subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], cwd=repo, stdout=output,
+                              stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(repo)), timeout=900)
+    assert done.returncode == 0, log.read_text()[-3000:]
+    after = finished_markers()
+    added = {stage: sorted(set(after[stage]) - set(before[stage])) for stage in STAGES}
+    assert {stage for stage, folders in added.items() if folders} == {"baselines", "report"}, added
+    assert len(added["baselines"]) == 1 and len(added["report"]) == 1
+    for stage, folders in before.items():
+        assert {f: after[stage][f] for f in folders} == folders, f"{stage} was touched"
+
+
+def test_two_runs_of_one_cell_at_once_both_complete_and_compute_each_stage_once(harness, tiny_policies, tmp_path):
+    """Two processes run the same new cell side by side (each its own Prefect server and MLflow
+    store, one artifact root): both finish, every stage has one artifact, and across the two
+    runs each stage was computed by exactly one of them — the other waited for it (the stage's
+    file lock) or found it finished."""
+    config = yaml.safe_load(open(tiny_cell(tmp_path / "tiny-twice.yaml", tiny_policies)))
+    config["name"] = "tiny-twice"
+    config["adwm"].update(reading="retrieval", seeds=[0])
+    config["world_model"]["epochs"] = 20
+    (tmp_path / "tiny-twice.yaml").write_text(yaml.safe_dump(config))
+    runs = []
+    for n in (1, 2):
+        env = dict(os.environ, PREFECT_HOME=str(tmp_path / f"prefect-{n}"),
+                   PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(tmp_path / f"prefect-{n}" / "storage"),
+                   PREFECT_MEMO_STORE_PATH=str(tmp_path / f"prefect-{n}" / "memo_store.toml"),
+                   MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow-{n}.db")
+        output = open(tmp_path / f"run-{n}.log", "w")
+        runs.append((subprocess.Popen([sys.executable, "-m", "flows.ope_cell", str(tmp_path / "tiny-twice.yaml")],
+                                      cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                      start_new_session=True), output))
+    try:
+        for process, _ in runs:
+            process.wait(timeout=900)
+    finally:
+        for process, output in runs:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            output.close()
+    logs = [(tmp_path / f"run-{n}.log").read_text() for n in (1, 2)]
+    for (process, _), log in zip(runs, logs):
+        assert process.returncode == 0, log[-3000:]
+    cell = os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-twice")
+    computed: dict[str, int] = {}
+    for n in (1, 2):
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow-{n}.db")
+        for run in mlflow.search_runs(search_all_experiments=True, output_format="list"):
+            if "reused" in run.data.params:
+                computed[run.info.run_name] = computed.get(run.info.run_name, 0) + (run.data.params["reused"] == "False")
+    stages = ("behaviour", "ground-truth", "logprobs", "world-model", "adwm", "baselines", "report")
+    assert computed == {f"{s} [late]" if s in ("ground-truth", "logprobs", "adwm", "baselines") else s: 1
+                        for s in stages}, computed
+    for stage in stages:
+        (folder,) = glob.glob(os.path.join(cell, stage, "*"))
+        assert os.path.exists(os.path.join(folder, "_COMPLETE"))
+    assert any("another run is computing" in log for log in logs)  # started together, they met at a stage

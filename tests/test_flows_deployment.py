@@ -79,12 +79,16 @@ def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, ti
         "name": "adwm-test", "prefect-version": "3.7.7",
         "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": REPO}}],
         "deployments": [{"name": "tiny-flow", "entrypoint": "flows/ope_cell.py:ope_cell",
-                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"}},
+                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"},
+                         "concurrency_limit": {"limit": 1, "collision_strategy": "ENQUEUE"}},
                         {"name": "test", "entrypoint": "flows/full_suite.py:full_suite",
                          "parameters": {"cells": ["tiny-flow"]}, "work_pool": {"name": "gpu"}}],
     }
     (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(project))
     prefect(stack, "--no-prompt", "deploy", "--all", "--prefect-file", str(tmp_path / "prefect.yaml"))
+    registered = json.loads(prefect(stack, "deployment", "inspect", "ope-cell/tiny-flow", "-o", "json"))
+    assert registered["global_concurrency_limit"]["limit"] == 1  # prefect.yaml's one run at a time
+    assert registered["concurrency_options"]["collision_strategy"] == "ENQUEUE"
     output = prefect(stack, "deployment", "run", "full-suite/test", "--watch")
     assert "Flow run finished successfully in 'Completed'" in output, output[-3000:]
     suite_run = re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)

@@ -1,7 +1,6 @@
 """A seed cell on a machine without its GPU, weights or data fails at its first stage (policy
 preparation), saying what is missing and how to provide it."""
 
-import dataclasses
 import os
 import re
 
@@ -16,7 +15,7 @@ SCIENCEWORLD_VARIABLES = ("SCIENCEWORLD_SFT_MODEL", "SCIENCEWORLD_ETO_MODEL")
 
 def seed_cell(environ: dict, **update) -> CellConfig:
     config = CellConfig.load(os.path.join(DEPLOYMENTS, "scienceworld-eto.yaml"), environ=environ)
-    return config.model_copy(update=update)
+    return config.replace(**update)
 
 
 def test_without_a_gpu_the_cell_says_where_to_run():
@@ -63,7 +62,7 @@ def test_a_data_folder_with_the_wrong_layout_names_the_missing_file(cell, variab
         names = set(re.findall(r"\$\{(\w+)\}", f.read()))
     environ = {name: str(weights) for name in names} | {variable: str(tmp_path / "data")}
     (tmp_path / "data").mkdir()
-    config = CellConfig.load(path, environ=environ).model_copy(update={"needs_gpu": False})
+    config = CellConfig.load(path, environ=environ).replace(needs_gpu=False)
     with pytest.raises(EnvironmentUnavailable, match=missing):
         check_runnable(config)
 
@@ -81,21 +80,18 @@ def test_the_vllm_engines_of_a_cell_split_the_gpu_between_them():
     shares = [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()]
     assert shares == [round(GPU_MEMORY_SHARE / 4, 3)] * 4 and sum(shares) <= GPU_MEMORY_SHARE
     # a share the cell sets is kept and not counted; one model named twice is one engine
-    pinned = dataclasses.replace(config.evaluation.policies[0], options={"gpu_memory_utilization": 0.3})
-    twice = config.with_policies(lambda spec: dataclasses.replace(spec, model="/models/same"))
-    twice = twice.model_copy(update={"evaluation": twice.evaluation.model_copy(update={"policies": (pinned,)})})
+    pinned = config.evaluation.policies[0].replace(options={"gpu_memory_utilization": 0.3})
+    twice = config.with_policies(lambda spec: spec.replace(model="/models/same")).with_evaluated(pinned)
     shared = twice.with_policies(share_gpu_memory(twice.policies()))
     assert [spec.options["gpu_memory_utilization"] for _, spec in shared.policies()] == [0.6, 0.6, 0.6, 0.3]
-    greedy = dataclasses.replace(pinned, options={"gpu_memory_utilization": 0.9})
-    greedy = twice.model_copy(update={"evaluation": twice.evaluation.model_copy(update={"policies": (greedy,)})})
+    greedy = twice.with_evaluated(pinned.replace(options={"gpu_memory_utilization": 0.9}))
     with pytest.raises(ValueError, match="leaving nothing for the 1 that set none"):
         share_gpu_memory(greedy.policies())
     # the share says where an engine runs, not what it computes: stage keys ignore it, so
     # evaluate-policy (another engine count) finds the cell's behaviour data and per-π_e artifacts
-    from tasks import behaviour
-    from tasks.common import evaluation_slice, stage_key
+    from adwm_core import pipeline
 
     shared = config.with_policies(share_gpu_memory(config.policies()))
-    assert stage_key("behaviour", behaviour._settings(shared)) == stage_key("behaviour", behaviour._settings(config))
-    assert stage_key("logprobs", evaluation_slice(shared, shared.evaluation.policies[0])) == \
-        stage_key("logprobs", evaluation_slice(config, config.evaluation.policies[0]))
+    assert pipeline.locate(shared, "behaviour") == pipeline.locate(config, "behaviour")
+    assert pipeline.locate(shared, "logprobs", shared.evaluation.policies[0]) == \
+        pipeline.locate(config, "logprobs", config.evaluation.policies[0])

@@ -1,11 +1,15 @@
-"""Stage descriptors: each task module declares its stage once, and everything else finds the
-stage's artifacts through it."""
+"""The stage registry (adwm_core/pipeline.py): every stage declared once, keys that say what
+computed an artifact — settings, inputs, code — and never where it lay."""
+
+import os
+import shutil
 
 import pytest
 
+from adwm_core import pipeline
 from adwm_core.cell import CellConfig
+from adwm_core.fingerprints import code_closure, code_fingerprint, content_fingerprint
 from flows.cells import cell_config_path
-from tasks import adwm, behaviour, ground_truth, report, world_model
 
 
 @pytest.fixture(scope="module")
@@ -13,16 +17,110 @@ def cell():
     return CellConfig.load(cell_config_path("local-simonsays"))
 
 
+def keys(cell: CellConfig) -> dict[tuple[str, str | None], str]:
+    return {(name, p and p.label): pipeline.locate(cell, name, p).key for name in pipeline.stage_names(cell)
+            for p in (cell.evaluation.policies if pipeline.stage(name).per_policy else [None])}
+
+
 def test_a_stage_not_yet_run_is_named_with_the_command_that_runs_it(cell):
     with pytest.raises(FileNotFoundError, match="no finished behaviour stage.*python -m flows.ope_cell local-simonsays"):
-        behaviour.STAGE.finished(cell)
+        pipeline.finished(cell, "behaviour")
 
 
 def test_per_policy_stages_need_their_policy_and_the_others_refuse_one(cell):
     policy = cell.evaluation.policies[0]
     with pytest.raises(TypeError, match="'adwm' is per π_e: pass a policy"):
-        adwm.STAGE.finished(cell)
+        pipeline.locate(cell, "adwm")
     with pytest.raises(TypeError, match="'world-model' is not per π_e"):
-        world_model.STAGE.finished(cell, policy=policy)
-    assert ground_truth.STAGE.run_name(policy.label) == f"ground-truth [{policy.label}]"
-    assert report.STAGE.run_name() == "report"
+        pipeline.locate(cell, "world-model", policy)
+    with pytest.raises(KeyError, match="no stage 'imagination'"):
+        pipeline.stage("imagination")
+    assert pipeline.stage("ground-truth").run_name(policy.label) == f"ground-truth [{policy.label}]"
+    assert pipeline.stage("report").run_name() == "report"
+
+
+def test_keys_do_not_depend_on_the_artifact_root(cell, monkeypatch, tmp_path):
+    before = keys(cell)
+    monkeypatch.setenv("ADWM_HOME", str(tmp_path / "elsewhere"))
+    assert keys(cell) == before
+    assert pipeline.locate(cell, "behaviour").path.startswith(str(tmp_path / "elsewhere"))
+
+
+def test_a_local_model_is_keyed_by_its_family_and_a_change_reaches_every_stage_that_reads_it(cell):
+    """``local:<checkpoint>`` stands for the policies artifact's key: training the family longer
+    changes every stage that reads one of its models, and no other."""
+    before = keys(cell)
+    name = next(iter(cell.local_policies.checkpoints))
+    longer = cell.replace(local_policies=cell.local_policies.replace(
+        checkpoints={**cell.local_policies.checkpoints, name: cell.local_policies.checkpoints[name] + 1}))
+    changed = {k for k, v in keys(longer).items() if before[k] != v}
+    assert ("policies", None) in changed and ("behaviour", None) in changed  # the pool reads the family
+    assert ("world-model", None) in changed  # through the behaviour data it trains on
+    assert changed == set(before)  # every stage of this cell reads the family, directly or through its inputs
+
+
+def test_what_says_where_a_stage_runs_is_not_keyed(cell):
+    before = keys(cell)
+    elsewhere = cell.replace(world_model=cell.world_model.replace(device="cpu"), psi=cell.psi.replace(device="cpu"))
+    shared = elsewhere.with_policies(lambda spec: spec.replace(options={**spec.options, "concurrency": 3,
+                                                                        "gpu_memory_utilization": 0.2}))
+    assert keys(shared) == before
+    assert keys(cell.replace(world_model=cell.world_model.replace(seed=1)))[("world-model", None)] != \
+        before[("world-model", None)]
+
+
+def test_a_model_folder_is_keyed_by_its_content_not_its_place(cell, tmp_path):
+    folder = tmp_path / "a" / "sft"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"layers": 2}')
+    (folder / "model.safetensors").write_bytes(os.urandom(3 << 20))  # sampled at both ends
+    moved = tmp_path / "b" / "sft"
+    shutil.copytree(folder, moved)
+    at = {place: cell.with_policies(lambda spec: spec.replace(model=str(place))) for place in (folder, moved)}
+    assert keys(at[folder]) == keys(at[moved])
+    with open(moved / "model.safetensors", "r+b") as f:  # other weights: another model
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\0\1\2\3")
+    assert content_fingerprint(str(moved)) != content_fingerprint(str(folder))
+    assert keys(at[moved])[("world-model", None)] != keys(at[folder])[("world-model", None)]
+
+
+def test_the_code_of_a_stage_is_what_its_module_imports():
+    """An estimator's code belongs to the baselines stage alone; the world model's training to
+    its own stage (and through their artifacts to what reads them)."""
+    baselines = code_closure("adwm_core.stages.baselines")
+    assert {"adwm_core.ope.estimators", "adwm_core.ope.fqe", "adwm_core.stages.baselines"} <= set(baselines)
+    for name in ("adwm", "world_model", "behaviour", "ground_truth", "logprobs", "psi", "report", "policies"):
+        closure = code_closure(f"adwm_core.stages.{name}")
+        assert "adwm_core.ope.estimators" not in closure and "adwm_core.ope.fqe" not in closure, name
+        assert "adwm_core.pipeline" not in closure, name  # the registry's own changes do not recompute stages
+    assert "adwm_core.training.world_model" in code_closure("adwm_core.stages.world_model")
+    assert code_fingerprint("adwm_core.stages.adwm") != code_fingerprint("adwm_core.stages.baselines")
+    with pytest.raises(ValueError, match="no module"):
+        code_fingerprint("adwm_core.stages.nowhere")
+
+
+def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell, monkeypatch):
+    """The environment's module (loaded by name through the registry, so no import reaches it)
+    is part of the code of the stages that run it or prompt an LLM in it, not of the others."""
+    from adwm_core.envs.registry import env_module
+
+    real, calls = pipeline.code_fingerprint, []
+    monkeypatch.setattr(pipeline, "code_fingerprint", lambda *modules: calls.append(modules) or real(*modules))
+    policy = cell.evaluation.policies[0]
+    for name in pipeline.stage_names(cell):
+        pipeline.stage_key(cell, name, policy if pipeline.stage(name).per_policy else None)
+        own = calls[-1]  # inputs' keys come first
+        assert own[0] == pipeline.stage(name).module
+        expected = name in ("policies", "behaviour", "ground-truth", "logprobs", "psi", "adwm")
+        assert (env_module(cell.env.name) in own) == expected, name
+
+
+def test_cells_are_changed_in_code_only_through_validation(cell):
+    from adwm_core.cell import CellConfigError
+
+    with pytest.raises(CellConfigError, match="world_model.steps"):
+        cell.replace(world_model={"steps": -1})
+    with pytest.raises(CellConfigError, match="names no checkpoint of local_policies"):
+        cell.with_evaluated(cell.evaluation.policies[0].replace(model="local:never-trained"))
+    assert cell.with_evaluated(cell.behaviour.pool[0]).evaluation.policies == (cell.behaviour.pool[0],)

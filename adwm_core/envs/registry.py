@@ -44,6 +44,14 @@ def env_factory(name: str) -> Callable[..., TextEnv]:
     return getattr(import_module(module), attr)
 
 
+def env_module(name: str) -> str | None:
+    """The module of the environment registered as ``name`` (None for a registered factory)."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown environment {name!r}; known environments: {', '.join(env_names())}")
+    target = _REGISTRY[name]
+    return None if callable(target) else target.partition(":")[0]
+
+
 def uses_react_actions(name: str) -> bool:
     """Whether the environment registered as ``name`` declares ReAct actions (a factory
     that is not a :class:`TextEnv` class declares nothing)."""

@@ -3,12 +3,16 @@ estimates Parquet (ope/evaluate.py scores; ope/adwm.py imagines)."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from ..data import ESTIMATES, check_output, write_table
+from ..data.io import atomic_open
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from ..settings import AdwmConfig
@@ -16,6 +20,9 @@ from ..ope.evaluate import evaluate_policy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..specs import EPSILONS, PolicySpec, Progress, check_epsilons
+
+if TYPE_CHECKING:
+    from ..pipeline import StageRun
 
 
 def run_adwm(
@@ -55,3 +62,19 @@ def run_adwm(
         for part in runs[0].seconds:
             timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)
+
+
+def compute(run: StageRun) -> None:
+    """The stage of a cell: imagined steps and where the time went (``wall_seconds``: the whole
+    stage) kept as ``timings`` and reported as metrics."""
+    cell, policy, timings = run.cell, run.resolved(run.policy), {}
+    started = time.perf_counter()
+    with run.tracker.progress(f"imagined rollouts [{policy.label}], seeds") as progress:
+        run_adwm(run.input("behaviour", "trajectories"), run.input("world-model", "model"), policy, cell.env.name,
+                 run.output("estimates"), cell=cell.name,
+                 psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
+                 epsilons=cell.evaluation.epsilons, config=cell.adwm, timings=timings, progress=progress)
+    timings["wall_seconds"] = time.perf_counter() - started
+    with atomic_open(run.output("timings"), "w") as f:
+        json.dump(timings, f, indent=2)
+    run.tracker.metrics(timings)

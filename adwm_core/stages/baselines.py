@@ -4,6 +4,7 @@ estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -14,6 +15,9 @@ from ..ope.baselines import USES_Q, fitted_q, logged_steps
 from ..settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, LoggedTrajectories
 from ..ope.intervals import estimates_row
+
+if TYPE_CHECKING:
+    from ..pipeline import StageRun
 
 
 def run_baselines(
@@ -58,3 +62,9 @@ def run_baselines(
         with atomic_open(not_applicable_out, "w") as f:
             json.dump(not_applicable, f, indent=2, ensure_ascii=False)
     return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)
+
+
+def compute(run: StageRun) -> None:
+    run_baselines(run.input("behaviour", "trajectories"), run.input("logprobs", "logprobs"),
+                  run.input("world-model", "model"), run.output("estimates"), cell=run.cell.name,
+                  policy=run.policy.name, config=run.cell.baselines, not_applicable_out=run.output("not_applicable"))

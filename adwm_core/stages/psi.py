@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..data import TRAJECTORIES, check_output, read_table
 from ..model.world_model import WorldModel
 from ..policies.loading import load_language_model
@@ -9,6 +11,9 @@ from ..specs import PolicySpec
 from ..settings import PsiConfig
 from ..training.psi import PsiResult, observation_texts, train_psi_adapter
 from ..training.world_model import EpochCallback
+
+if TYPE_CHECKING:
+    from ..pipeline import StageRun
 
 
 def run_psi(trajectories: str, world_model: str, policy: PolicySpec, out_dir: str, config: PsiConfig = PsiConfig(), *,
@@ -22,3 +27,9 @@ def run_psi(trajectories: str, world_model: str, policy: PolicySpec, out_dir: st
     options = dict(policy.options) if policy.backend == "transformers" else {}
     targets = load_language_model(policy.model, "transformers", **options).mean_input_embeddings(texts)
     return train_psi_adapter(model, texts, targets, out_dir, config, on_epoch=on_epoch, overwrite=overwrite)
+
+
+def compute(run: StageRun) -> None:
+    run_psi(run.input("behaviour", "trajectories"), run.input("world-model", "model"), run.resolved(run.policy),
+            run.output("adapter"), run.cell.psi,
+            on_epoch=lambda epoch, metrics: run.tracker.metrics({f"psi_{k}": v for k, v in metrics.items()}, step=epoch))

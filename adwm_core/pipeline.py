@@ -1,0 +1,398 @@
+"""The stages of a cell, declared once: name, settings slice, input stages, output files, the
+function that computes them (``compute(run)`` in ``adwm_core/stages/``) and the key that names
+what computed them. Everything that runs or reads a stage — the Prefect tasks, evaluate-policy,
+``adwm evaluate``, the benches — goes through :func:`run`, :func:`locate` and :func:`finished`.
+
+What a stage's key hashes (and the one rule of what stays out):
+
+- the stage's name and its settings slice, where a policy is its identity, not its location:
+  ``local:<checkpoint>`` by the key of the policies artifact that holds it; a model folder (or
+  any file or folder a setting names: a data set, a log file) by its name and content
+  (:func:`~adwm_core.fingerprints.content_fingerprint`); a hub model by its name and the
+  revision in this machine's Hugging Face cache; an endpoint model by its name and URL;
+- the keys of its input stages;
+- the code that computes it: :func:`~adwm_core.fingerprints.code_fingerprint` of its module
+  (and of its cell's environment module, for a stage that runs the environment or prompts an
+  LLM in it).
+
+Left out of keys, because they say where or how fast a stage runs, not what it computes:
+the device (``device`` fields), the GPU share and request concurrency of a policy
+(:data:`~adwm_core.specs.UNKEYED_OPTIONS`), progress reporting, the artifact root and the
+versions of third-party packages.
+
+A stage's artifacts go to ``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/``; a ``_COMPLETE``
+marker is written after ``compute`` returned. A run that finds the marker reuses the folder;
+one that finds another process computing the same key (a file lock under
+``$ADWM_HOME/locks``, released by the kernel if that process dies) waits, then reuses it; a
+killed run's leftovers are removed before computing again. On an fsspec URL root (``s3://…``)
+no lock holds: two runs reaching one stage at once both compute it, and the second to finish
+overwrites the first's files with its own (same key, same settings) — the deployments' per-cell
+concurrency limit keeps two runs of one cell apart (prefect.yaml).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+import fsspec
+from filelock import FileLock, Timeout
+from pydantic import BaseModel
+
+from .cell import LOCAL_PREFIX, CellConfig
+from .envs.registry import env_module
+from .fingerprints import code_fingerprint, content_fingerprint
+from .paths import artifact_path
+from .specs import REMOTE_BACKENDS, UNKEYED_OPTIONS, PolicySpec, Progress
+
+MARKER = "_COMPLETE"
+UNKEYED_SETTINGS = frozenset({"device"})  # fields of any settings section left out of keys
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A stage's output folder, the key that names it and its files by role."""
+
+    path: str
+    key: str
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def file(self, role: str) -> str:
+        """The path of the output ``role`` (e.g. ``"trajectories"``)."""
+        if role not in self.files:
+            raise KeyError(f"{self.path} has no output {role!r}; it has {sorted(self.files)}")
+        return f"{self.path}/{self.files[role]}"
+
+
+class Tracker:
+    """What a stage reports while it computes; this one keeps nothing (tasks/ sends it to MLflow
+    and Prefect)."""
+
+    def metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        """Numbers of the stage (per ``step``: a training round)."""
+
+    def keep(self, local_path: str, name: str | None = None) -> None:
+        """A local file or folder worth keeping with the stage's tracked run."""
+
+    @contextlib.contextmanager
+    def progress(self, what: str) -> Iterator[Progress | None]:
+        """``update(done, total)`` for a long loop over ``what``, or None."""
+        yield None
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What ``compute`` gets: the cell, its π_e (per-π_e stages), the folder to fill, the
+    finished input artifacts by stage name (one per π_e for a cell-wide stage reading a per-π_e
+    one) and a tracker."""
+
+    cell: CellConfig
+    policy: PolicySpec | None
+    artifact: Artifact
+    inputs: Mapping[str, tuple[Artifact, ...]]
+    tracker: Tracker = Tracker()
+
+    def output(self, role: str) -> str:
+        return self.artifact.file(role)
+
+    def input(self, stage: str, role: str) -> str:
+        """The file ``role`` of the one artifact of input ``stage``."""
+        (artifact,) = self.inputs[stage]
+        return artifact.file(role)
+
+    def each_input(self, stage: str, role: str) -> list[str]:
+        """The file ``role`` of every artifact of input ``stage`` (one per π_e)."""
+        return [artifact.file(role) for artifact in self.inputs.get(stage, ())]
+
+    def resolved(self, spec: PolicySpec) -> PolicySpec:
+        """``spec`` with a ``local:<checkpoint>`` model replaced by its folder in the policies artifact."""
+        return _in_family(spec, lambda: self.input("policies", "family"))
+
+
+def _in_family(spec: PolicySpec, family: Callable[[], str]) -> PolicySpec:
+    if not spec.model.startswith(LOCAL_PREFIX):
+        return spec
+    return spec.replace(model=f"{family()}/{spec.model[len(LOCAL_PREFIX):]}")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a cell (see the module docstring). ``settings(cell)`` — or
+    ``settings(cell, policy)`` for a per-π_e stage — is the slice of the cell its key hashes;
+    ``inputs(cell)`` the stages it reads; ``module`` holds its ``compute(run: StageRun)``;
+    ``environment``: it runs the cell's environment or prompts an LLM in it; ``gpu`` and
+    ``retries`` tell the orchestrator where to run it and how often to retry it."""
+
+    name: str
+    settings: Callable[..., Any]
+    outputs: Mapping[str, str]
+    module: str
+    inputs: Callable[[CellConfig], tuple[str, ...]] = lambda cell: ()
+    per_policy: bool = False
+    environment: bool = False
+    gpu: bool = False
+    retries: int = 0
+
+    def run_name(self, label: str | None = None) -> str:
+        """The stage's tracked run: ``"<name> [<π_e label>]"`` per π_e."""
+        return self.name if label is None else f"{self.name} [{label}]"
+
+    def compute(self, run: StageRun) -> None:
+        import_module(self.module).compute(run)
+
+    def check(self, run: StageRun) -> None:
+        """The module's ``check(run)``, where it has one: refuses inputs it cannot use before
+        any folder is made."""
+        check = getattr(import_module(self.module), "check", None)
+        if check is not None:
+            check(run)
+
+
+def _evaluation(cell: CellConfig, policy: PolicySpec) -> dict:
+    """The settings a per-π_e stage depends on: that policy and the ε levels (not the other π_e)."""
+    return {"policy": policy, "epsilons": cell.evaluation.epsilons}
+
+
+def _behaviour(cell: CellConfig) -> dict:
+    section: dict[str, Any] = {"env": cell.env, "behaviour": cell.behaviour}
+    if cell.behaviour.logs is not None:
+        from .stages.logs import fingerprint
+
+        section["logs_sha256"] = fingerprint(cell.behaviour.logs)
+    return section
+
+
+def _maybe(condition: bool, *names: str) -> tuple[str, ...]:
+    return names if condition else ()
+
+
+STAGES: dict[str, Stage] = {stage.name: stage for stage in (
+    Stage("policies", lambda cell: {"env": cell.env, "local_policies": cell.local_policies},
+          {"family": "family"}, "adwm_core.stages.policies", environment=True),
+    Stage("behaviour", _behaviour, {"trajectories": "trajectories.parquet"}, "adwm_core.stages.behaviour",
+          environment=True, retries=2),
+    Stage("ground-truth", lambda cell, policy: {"env": cell.env, "evaluation": _evaluation(cell, policy),
+                                                "ground_truth": cell.ground_truth},
+          {"episodes": "episodes.parquet", "summary": "summary.parquet"}, "adwm_core.stages.ground_truth",
+          per_policy=True, environment=True, retries=2),
+    Stage("logprobs", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
+          {"logprobs": "logprobs.parquet"}, "adwm_core.stages.logprobs", inputs=lambda cell: ("behaviour",),
+          per_policy=True, environment=True, gpu=True, retries=1),
+    Stage("world-model", lambda cell: cell.world_model, {"model": "model"}, "adwm_core.stages.world_model",
+          inputs=lambda cell: ("behaviour",), gpu=True),
+    Stage("psi", lambda cell, policy: {"psi": cell.psi, "policy": policy}, {"adapter": "adapter"},
+          "adwm_core.stages.psi", inputs=lambda cell: ("behaviour", "world-model"), per_policy=True,
+          environment=True, gpu=True),
+    Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": _evaluation(cell, policy)},
+          {"estimates": "estimates.parquet", "timings": "timings.json"}, "adwm_core.stages.adwm",
+          inputs=lambda cell: ("behaviour", "world-model", *_maybe(cell.adwm.reading == "soft_tokens", "psi")),
+          per_policy=True, environment=True, gpu=True),
+    Stage("baselines", lambda cell, policy: {"baselines": cell.baselines, "policy": policy.name},
+          {"estimates": "estimates.parquet", "not_applicable": "not_applicable.json"}, "adwm_core.stages.baselines",
+          inputs=lambda cell: ("behaviour", "logprobs", "world-model"), per_policy=True),
+    Stage("report", lambda cell: {"cell": cell.name},
+          {"report": "report.md", "results": "results.json", "curves": "curves.json",
+           "plot": "estimates_vs_truth.png", "estimates": "estimates.parquet"}, "adwm_core.stages.report",
+          inputs=lambda cell: (*_maybe(cell.ground_truth is not None, "ground-truth"), "adwm", "baselines")),
+)}
+
+
+def stage(name: str) -> Stage:
+    if name not in STAGES:
+        raise KeyError(f"no stage {name!r}; the stages are {list(STAGES)}")
+    return STAGES[name]
+
+
+def stage_names(cell: CellConfig) -> list[str]:
+    """The stages ``cell`` runs, in an order where inputs come first."""
+    return [name for name in STAGES if name != "policies" or cell.local_policies is not None]
+
+
+# ------------------------------------------------------------------------------------------ keys
+
+def _check_policy(stage: Stage, policy: PolicySpec | None) -> None:
+    if stage.per_policy != (policy is not None):
+        raise TypeError(f"stage {stage.name!r} is {'' if stage.per_policy else 'not '}per π_e: "
+                        f"{'pass' if stage.per_policy else 'do not pass'} a policy")
+
+
+def _input_artifacts(cell: CellConfig, stage: Stage, policy: PolicySpec | None,
+                     uses_family: bool) -> dict[str, tuple[Artifact, ...]]:
+    names = ("policies",) * uses_family + stage.inputs(cell)
+    inputs = {}
+    for name in names:
+        upstream = STAGES[name]
+        if not upstream.per_policy:
+            inputs[name] = (locate(cell, name),)
+        elif policy is not None:
+            inputs[name] = (locate(cell, name, policy),)
+        else:
+            inputs[name] = tuple(locate(cell, name, p) for p in cell.evaluation.policies)
+    return inputs
+
+
+def _model_identity(spec: PolicySpec, family: Callable[[], str]) -> dict:
+    if spec.model.startswith(LOCAL_PREFIX):
+        return {"family": family(), "checkpoint": spec.model[len(LOCAL_PREFIX):]}
+    if spec.backend in REMOTE_BACKENDS:
+        return {"name": spec.model, "endpoint": spec.options.get("base_url")}
+    if _names_local_path(spec.model):
+        return _path_identity(spec.model)
+    if os.path.isabs(os.path.expanduser(spec.model)) or spec.model.startswith("."):
+        return {"name": spec.model, "content": None}  # a folder not on this machine: nothing to key but its name
+    return {"name": spec.model, "revision": _hub_revision(spec.model)}
+
+
+def _names_local_path(value: str) -> bool:
+    path = os.path.expanduser(value)
+    return "://" not in value and (os.sep in path or path.startswith(".")) and os.path.exists(path)
+
+
+def _path_identity(value: str) -> dict:
+    return {"name": os.path.basename(os.path.normpath(os.path.expanduser(value))), "content": content_fingerprint(value)}
+
+
+def _hub_revision(name: str) -> str | None:
+    """The commit of ``name`` in this machine's Hugging Face cache (None where not cached)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(name, "config.json")
+    return os.path.basename(os.path.dirname(found)) if isinstance(found, str) else None
+
+
+def _key_form(value: Any, family: Callable[[], str], uses_family: list[bool]) -> Any:
+    """``value`` as a key hashes it (see the module docstring); ``uses_family`` is set where a
+    ``local:`` model is met."""
+    def form(item: Any) -> Any:
+        return _key_form(item, family, uses_family)
+
+    if isinstance(value, PolicySpec):
+        uses_family[0] |= value.model.startswith(LOCAL_PREFIX)
+        options = {k: v for k, v in value.options.items() if k not in UNKEYED_OPTIONS and k != "base_url"}
+        return {"label": value.label, "backend": value.backend, "variant": value.variant, "options": form(options),
+                "model": _model_identity(value, family)}
+    if isinstance(value, BaseModel):
+        return {name: form(getattr(value, name)) for name in type(value).model_fields
+                if name not in UNKEYED_SETTINGS and getattr(value, name) is not None}
+    if dataclasses.is_dataclass(value):
+        return form({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if isinstance(value, Mapping):
+        return {str(k): form(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [form(v) for v in value]
+    if isinstance(value, str) and _names_local_path(value):
+        return _path_identity(value)
+    return value
+
+
+def stage_key(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> tuple[str, dict[str, tuple[Artifact, ...]]]:
+    """The key of stage ``name`` of ``cell`` (for π_e ``policy``), and its input artifacts."""
+    stage_ = stage(name)
+    _check_policy(stage_, policy)
+    uses_family = [False]
+    settings = stage_.settings(cell, policy) if stage_.per_policy else stage_.settings(cell)
+    settings = _key_form(settings, lambda: locate(cell, "policies").key, uses_family)
+    inputs = _input_artifacts(cell, stage_, policy, uses_family[0])
+    modules = (stage_.module, *([env_module(cell.env.name)] if stage_.environment and env_module(cell.env.name) else []))
+    payload = json.dumps({"stage": name, "settings": settings, "code": code_fingerprint(*modules),
+                          "inputs": {k: [a.key for a in v] for k, v in inputs.items()}}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest(), inputs
+
+
+def locate(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> Artifact:
+    """Where stage ``name``'s artifact for ``cell`` (and π_e ``policy``) lives, finished or not."""
+    return _artifact(cell, name, stage_key(cell, name, policy)[0])
+
+
+def _artifact(cell: CellConfig, name: str, key: str) -> Artifact:
+    return Artifact(artifact_path("cells", cell.name, name, key[:16]), key, dict(stage(name).outputs))
+
+
+def is_finished(artifact: Artifact) -> bool:
+    fs, root = fsspec.core.url_to_fs(artifact.path)
+    return fs.exists(f"{root}/{MARKER}")
+
+
+def finished(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> Artifact:
+    """The complete artifact of stage ``name`` for ``cell`` (and ``policy``), or an error saying
+    which flow produces it."""
+    artifact = locate(cell, name, policy)
+    if not is_finished(artifact):
+        raise FileNotFoundError(f"cell {cell.name} has no finished {name} stage for its current config and code "
+                                f"(looked for {artifact.path}): run the cell first, `prefect deployment run "
+                                f"ope-cell/{cell.name}` or `python -m flows.ope_cell {cell.name}`")
+    return artifact
+
+
+def resolved(cell: CellConfig, spec: PolicySpec) -> PolicySpec:
+    """``spec`` with a ``local:<checkpoint>`` model replaced by its folder in the cell's finished
+    policies artifact (for work outside a stage: the benches)."""
+    return _in_family(spec, lambda: finished(cell, "policies").file("family"))
+
+
+# ------------------------------------------------------------------------------------------- run
+
+@contextlib.contextmanager
+def _claim(artifact: Artifact, log: Callable[[str], None]) -> Iterator[None]:
+    """Hold the file lock of ``artifact`` (local roots; none on fsspec URLs, see the module docstring)."""
+    if "://" in artifact.path:
+        yield
+        return
+    parts = os.path.relpath(artifact.path, artifact_path()).split(os.sep)
+    lock_file = artifact_path("locks", *parts[:-1], parts[-1] + ".lock")
+    os.makedirs(os.path.dirname(lock_file), exist_ok=True)
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"another run is computing {artifact.path}; waiting for it")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def run(cell: CellConfig, name: str, policy: PolicySpec | None = None, *, tracker: Tracker = Tracker(),
+        log: Callable[[str], None] = print, on_start: Callable[[Artifact, bool], None] | None = None) -> Artifact:
+    """Stage ``name`` of ``cell`` (for π_e ``policy``): its finished artifact, computed here unless
+    complete already or computed meanwhile by another run. Every input must be finished.
+    ``on_start(artifact, reused)`` is told, before any work, what happens."""
+    key, inputs = stage_key(cell, name, policy)
+    artifact = _artifact(cell, name, key)
+    unfinished = [a.path for group in inputs.values() for a in group if not is_finished(a)]
+    if unfinished:
+        raise RuntimeError(f"stage {name} of {cell.name} reads unfinished artifacts {unfinished}: run its inputs first")
+    if is_finished(artifact):
+        return _reused(artifact, name, log, on_start)
+    work = StageRun(cell, policy, artifact, inputs, tracker)
+    stage(name).check(work)
+    with _claim(artifact, log):
+        if is_finished(artifact):  # computed by the run that held the lock
+            return _reused(artifact, name, log, on_start)
+        if on_start is not None:
+            on_start(artifact, False)
+        fs, root = fsspec.core.url_to_fs(artifact.path)
+        if fs.exists(root):  # a killed run's leftovers, half-written files included
+            log(f"{name}: {artifact.path} was left unfinished; computing it again from scratch")
+            fs.rm(root, recursive=True)
+        fs.makedirs(root, exist_ok=True)
+        stage(name).compute(work)
+        with fs.open(f"{root}/{MARKER}", "w") as f:
+            f.write(artifact.key)
+    return artifact
+
+
+def _reused(artifact: Artifact, name: str, log: Callable[[str], None],
+            on_start: Callable[[Artifact, bool], None] | None) -> Artifact:
+    log(f"{name}: reusing {artifact.path} (same settings, inputs and code)")
+    if on_start is not None:
+        on_start(artifact, True)
+    return artifact

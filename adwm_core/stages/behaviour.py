@@ -1,0 +1,25 @@
+"""The behaviour stage: π_b's pool × prompt variants run in the environment, or the user's logs
+imported (stages/logs.py) — one trajectories file either way."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .collection import collect_behavior
+from .logs import import_logs
+
+if TYPE_CHECKING:
+    from ..pipeline import StageRun
+
+
+def compute(run: StageRun) -> None:
+    cell, out = run.cell, run.output("trajectories")
+    if cell.behaviour.logs is not None:
+        table = import_logs(cell.behaviour.logs, out, cell=cell.name)
+        print(f"imported {table.num_rows} steps of {len(set(table['episode'].to_pylist()))} episodes "
+              f"from {cell.behaviour.logs.path}")
+        return
+    pool = [run.resolved(spec) for spec in cell.behaviour.pool]
+    with run.tracker.progress("behaviour episodes") as progress:
+        collect_behavior(cell.env, pool, cell.behaviour.episodes, out, cell=cell.name,
+                         variants=cell.behaviour.variants, progress=progress)

@@ -1,0 +1,17 @@
+"""The log-prob stage: log π_b and log π_e^ε of every logged action, for one π_e."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .collection import extract_logprobs
+
+if TYPE_CHECKING:
+    from ..pipeline import StageRun
+
+
+def compute(run: StageRun) -> None:
+    cell = run.cell
+    extract_logprobs(run.input("behaviour", "trajectories"), cell.env.name,
+                     [run.resolved(spec) for spec in cell.behaviour.pool], run.resolved(run.policy),
+                     run.output("logprobs"), epsilons=cell.evaluation.epsilons)
