@@ -70,7 +70,8 @@ def architecture_problems(action_input: str | None, word_match: bool | None, rea
     for the training settings and for a saved model's config (model/world_model.py)."""
     bad = []
     if word_match and action_input != "text":
-        bad.append(f"word_match=True with action_input={action_input!r} (it marks the words of text actions)")
+        bad.append(f"word_match=True needs action_input='text' (it marks the words of text actions), "
+                   f"got action_input={action_input!r}")
     if react_actions and action_input == "text":
         bad.append("react_actions=True with action_input='text' (text actions read whole action strings; "
                    "the ReAct-type vocabulary is for action_input='ids')")

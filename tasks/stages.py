@@ -54,8 +54,12 @@ def _run_stage(name: str, cell: CellConfig, policy: PolicySpec | None, parent_ru
 
 
 def _task(stage: pipeline.Stage) -> Task:
+    def run(name: str, cell: CellConfig, policy: PolicySpec | None, parent_run: str | None) -> Artifact:
+        return _run_stage(name, cell, policy, parent_run)
+
+    run.__name__ = run.__qualname__ = stage.name.replace("-", "_")  # what Dask and Prefect call it
     # the registry is the cache: Prefect keeps no result of its own (NO_CACHE, nothing persisted)
-    return task(_run_stage, name=stage.name, task_run_name=stage.name + " [{policy.label}]" * stage.per_policy,
+    return task(run, name=stage.name, task_run_name=stage.name + " [{policy.label}]" * stage.per_policy,
                 tags=["gpu"] if stage.gpu else [], retries=stage.retries,
                 retry_delay_seconds=exponential_backoff(10) if stage.retries else 0, cache_policy=NO_CACHE,
                 persist_result=False)
