@@ -1,5 +1,6 @@
 """The public names of adwm_core.ope, loaded on first use, and the settings that load without torch."""
 
+import os
 import subprocess
 import sys
 
@@ -29,3 +30,14 @@ def test_every_stage_setting_loads_without_torch():
             "s.AdwmConfig)]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_stage_registry_locates_artifacts_without_torch_prefect_or_mlflow():
+    """Finding a cell's artifacts (benches, a notebook) costs no heavy import: each stage's
+    compute module loads only when the stage runs."""
+    code = ("import sys; from adwm_core import pipeline; from adwm_core.cell import CellConfig; "
+            "c = CellConfig.load('deployments/local-simonsays.yaml'); pipeline.locate(c, 'report'); "
+            "print(sorted(m for m in ('torch', 'prefect', 'mlflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.strip() == "[]"
