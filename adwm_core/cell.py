@@ -22,7 +22,8 @@ from typing_extensions import Self
 
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
-from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, Settings, TrainConfig
+from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
+from .validated import Settings
 
 LOCAL_PREFIX = "local:"
 VARIABLE = re.compile(r"\$\{(\w+)\}")  # ${VAR} in a cell's strings

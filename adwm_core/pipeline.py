@@ -9,16 +9,18 @@ What a stage's key hashes (and the one rule of what stays out):
   ``local:<checkpoint>`` by the key of the policies artifact that holds it; a model folder (or
   any file or folder a setting names: a data set, a log file) by its name and content
   (:func:`~adwm_core.fingerprints.content_fingerprint`); a hub model by its name and the
-  revision in this machine's Hugging Face cache; an endpoint model by its name and URL;
+  revision this machine's Hugging Face cache holds, read once per process (so a model the run
+  itself downloads keeps the key it started with); an endpoint model by its name and URL;
 - the keys of its input stages;
 - the code that computes it: :func:`~adwm_core.fingerprints.code_fingerprint` of its module
-  (and of its cell's environment module, for a stage that runs the environment or prompts an
-  LLM in it).
+  (and, for a stage that runs the environment or prompts an LLM in it, of its cell's environment
+  module where that is part of ``adwm_core``, with the package's environment data files).
 
 Left out of keys, because they say where or how fast a stage runs, not what it computes:
-the device (``device`` fields), the GPU share and request concurrency of a policy
-(:data:`~adwm_core.specs.UNKEYED_OPTIONS`), progress reporting, the artifact root and the
-versions of third-party packages.
+the device (``device`` fields and options), a policy's GPU share, request concurrency,
+timeouts, retries and credentials (:data:`~adwm_core.specs.UNKEYED_OPTIONS`), progress
+reporting, the artifact root and the versions of third-party packages. (The Python version is
+in, through the syntax trees the code fingerprint hashes.)
 
 A stage's artifacts go to ``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/``; a ``_COMPLETE``
 marker is written after ``compute`` returned. A run that finds the marker reuses the folder;
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -48,11 +51,12 @@ from pydantic import BaseModel
 
 from .cell import LOCAL_PREFIX, CellConfig
 from .envs.registry import env_module
-from .fingerprints import code_fingerprint, content_fingerprint
+from .fingerprints import code_fingerprint, content_fingerprint, module_file
 from .paths import artifact_path
 from .specs import REMOTE_BACKENDS, UNKEYED_OPTIONS, PolicySpec, Progress
 
 MARKER = "_COMPLETE"
+ENVIRONMENT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envs", "data")  # read by the adapters
 UNKEYED_SETTINGS = frozenset({"device"})  # fields of any settings section left out of keys
 
 
@@ -112,8 +116,12 @@ class StageRun:
         return [artifact.file(role) for artifact in self.inputs.get(stage, ())]
 
     def resolved(self, spec: PolicySpec) -> PolicySpec:
-        """``spec`` with a ``local:<checkpoint>`` model replaced by its folder in the policies artifact."""
-        return _in_family(spec, lambda: self.input("policies", "family"))
+        """``spec`` with a ``local:<checkpoint>`` model replaced by its folder in the policies artifact
+        (an input where the stage's settings name the family; else a pool model the stage reads
+        through another input's data, e.g. log-probs re-scoring the behaviour pool)."""
+        if "policies" in self.inputs:
+            return _in_family(spec, lambda: self.input("policies", "family"))
+        return resolved(self.cell, spec)
 
 
 def _in_family(spec: PolicySpec, family: Callable[[], str]) -> PolicySpec:
@@ -211,7 +219,8 @@ def stage(name: str) -> Stage:
 
 
 def stage_names(cell: CellConfig) -> list[str]:
-    """The stages ``cell`` runs, in an order where inputs come first."""
+    """The stages of ``cell``, inputs first: every stage but ``policies`` where the cell trains no
+    family (the flow skips ``psi`` and ``ground-truth`` where the cell reads or grades none)."""
     return [name for name in STAGES if name != "policies" or cell.local_policies is not None]
 
 
@@ -223,19 +232,28 @@ def _check_policy(stage: Stage, policy: PolicySpec | None) -> None:
                         f"{'pass' if stage.per_policy else 'do not pass'} a policy")
 
 
-def _input_artifacts(cell: CellConfig, stage: Stage, policy: PolicySpec | None,
-                     uses_family: bool) -> dict[str, tuple[Artifact, ...]]:
-    names = ("policies",) * uses_family + stage.inputs(cell)
+def _input_artifacts(cell: CellConfig, stage: Stage, policy: PolicySpec | None, uses_family: bool,
+                     memo: dict) -> dict[str, tuple[Artifact, ...]]:
+    names = stage.inputs(cell)
+    if uses_family:
+        names = ("policies", *names)
     inputs = {}
     for name in names:
         upstream = STAGES[name]
         if not upstream.per_policy:
-            inputs[name] = (locate(cell, name),)
+            inputs[name] = (_located(cell, name, None, memo),)
         elif policy is not None:
-            inputs[name] = (locate(cell, name, policy),)
+            inputs[name] = (_located(cell, name, policy, memo),)
         else:
-            inputs[name] = tuple(locate(cell, name, p) for p in cell.evaluation.policies)
+            inputs[name] = tuple(_located(cell, name, p, memo) for p in cell.evaluation.policies)
     return inputs
+
+
+def _code_modules(cell: CellConfig, stage: Stage) -> tuple[str, ...]:
+    """The stage's module, and its cell's environment module where the stage runs the environment
+    (an environment registered from outside ``adwm_core`` is not fingerprinted)."""
+    environment = env_module(cell.env.name) if stage.environment else None
+    return (stage.module, *([environment] if environment and module_file(environment) else []))
 
 
 def _model_identity(spec: PolicySpec, family: Callable[[], str]) -> dict:
@@ -243,7 +261,7 @@ def _model_identity(spec: PolicySpec, family: Callable[[], str]) -> dict:
         return {"family": family(), "checkpoint": spec.model[len(LOCAL_PREFIX):]}
     if spec.backend in REMOTE_BACKENDS:
         return {"name": spec.model, "endpoint": spec.options.get("base_url")}
-    if _names_local_path(spec.model):
+    if os.path.exists(os.path.expanduser(spec.model)):  # a folder is loaded before a hub name of the same spelling
         return _path_identity(spec.model)
     if os.path.isabs(os.path.expanduser(spec.model)) or spec.model.startswith("."):
         return {"name": spec.model, "content": None}  # a folder not on this machine: nothing to key but its name
@@ -255,16 +273,20 @@ def _names_local_path(value: str) -> bool:
     return "://" not in value and (os.sep in path or path.startswith(".")) and os.path.exists(path)
 
 
-def _path_identity(value: str) -> dict:
-    return {"name": os.path.basename(os.path.normpath(os.path.expanduser(value))), "content": content_fingerprint(value)}
-
-
+@functools.lru_cache(maxsize=None)
 def _hub_revision(name: str) -> str | None:
-    """The commit of ``name`` in this machine's Hugging Face cache (None where not cached)."""
+    """The commit of hub model ``name`` in this machine's Hugging Face cache (None where not cached)."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(name, "config.json")
+    try:
+        found = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a valid hub name either
+        return None
     return os.path.basename(os.path.dirname(found)) if isinstance(found, str) else None
+
+
+def _path_identity(value: str) -> dict:
+    return {"name": os.path.basename(os.path.normpath(os.path.expanduser(value))), "content": content_fingerprint(value)}
 
 
 def _key_form(value: Any, family: Callable[[], str], uses_family: list[bool]) -> Any:
@@ -292,23 +314,34 @@ def _key_form(value: Any, family: Callable[[], str], uses_family: list[bool]) ->
     return value
 
 
-def stage_key(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> tuple[str, dict[str, tuple[Artifact, ...]]]:
-    """The key of stage ``name`` of ``cell`` (for π_e ``policy``), and its input artifacts."""
-    stage_ = stage(name)
+def stage_key(cell: CellConfig, name: str, policy: PolicySpec | None = None,
+              memo: dict | None = None) -> tuple[str, dict[str, tuple[Artifact, ...]]]:
+    """The key of stage ``name`` of ``cell`` (for π_e ``policy``), and its input artifacts
+    (``memo``: keys already computed in this call, by stage and π_e)."""
+    stage_, memo = stage(name), {} if memo is None else memo
     _check_policy(stage_, policy)
     uses_family = [False]
     settings = stage_.settings(cell, policy) if stage_.per_policy else stage_.settings(cell)
-    settings = _key_form(settings, lambda: locate(cell, "policies").key, uses_family)
-    inputs = _input_artifacts(cell, stage_, policy, uses_family[0])
-    modules = (stage_.module, *([env_module(cell.env.name)] if stage_.environment and env_module(cell.env.name) else []))
-    payload = json.dumps({"stage": name, "settings": settings, "code": code_fingerprint(*modules),
+    settings = _key_form(settings, lambda: _located(cell, "policies", None, memo).key, uses_family)
+    inputs = _input_artifacts(cell, stage_, policy, uses_family[0], memo)
+    code = code_fingerprint(*_code_modules(cell, stage_))
+    if stage_.environment:
+        code += content_fingerprint(ENVIRONMENT_DATA)
+    payload = json.dumps({"stage": name, "settings": settings, "code": code,
                           "inputs": {k: [a.key for a in v] for k, v in inputs.items()}}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest(), inputs
 
 
+def _located(cell: CellConfig, name: str, policy: PolicySpec | None, memo: dict) -> Artifact:
+    index = (name, None if policy is None else policy.name)
+    if index not in memo:
+        memo[index] = _artifact(cell, name, stage_key(cell, name, policy, memo)[0])
+    return memo[index]
+
+
 def locate(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> Artifact:
     """Where stage ``name``'s artifact for ``cell`` (and π_e ``policy``) lives, finished or not."""
-    return _artifact(cell, name, stage_key(cell, name, policy)[0])
+    return _located(cell, name, policy, {})
 
 
 def _artifact(cell: CellConfig, name: str, key: str) -> Artifact:
@@ -327,7 +360,8 @@ def finished(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> A
     if not is_finished(artifact):
         raise FileNotFoundError(f"cell {cell.name} has no finished {name} stage for its current config and code "
                                 f"(looked for {artifact.path}): run the cell first, `prefect deployment run "
-                                f"ope-cell/{cell.name}` or `python -m flows.ope_cell {cell.name}`")
+                                f"ope-cell/{cell.name}` or `python -m flows.ope_cell {cell.name}` (or the "
+                                "command that built this cell)")
     return artifact
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from typing_extensions import Self
 
 from .data import behaviour_rows
+from .validated import Settings
 
 Prediction = Literal["eps", "z0"]  # the score network's output: ε (the paper) or z_0
 ActionInput = Literal["ids", "text"]  # e(a) from an id table (the paper) or from the action's text
@@ -24,16 +25,6 @@ Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: succes
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
 
-
-
-class Settings(BaseModel):
-    """Frozen, and a field it does not know is an error, not a silent default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def replace(self, **changes: Any) -> Self:
-        """A copy with ``changes``, validated (and filled from the preset) like a new one."""
-        return type(self).model_validate({**self.model_dump(), **changes})
 
 
 def _filled(data: Any, presets: dict[str, dict[str, Any]], what: str, skip: tuple[str, ...] = ()) -> Any:

@@ -8,15 +8,17 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from .envs import make_env
-from .settings import Settings
+from .validated import Settings
 
 Progress = Callable[[int, int], None]  # (episodes done, episodes in the stage)
 
 EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 REMOTE_BACKENDS = frozenset({"openai"})  # backends that reach a model elsewhere: no weights on this machine
-# backend options that say where a model runs, not what it computes: left out of stage keys, so
-# a cell's artifacts are found whatever share of a GPU its engines got (vllm_backend.share_gpu_memory)
-UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization", "concurrency"})
+# backend options that say where or how fast a model runs, not what it computes: left out of stage
+# keys, so a cell's artifacts are found whatever share of a GPU its engines got
+# (vllm_backend.share_gpu_memory), however many requests an endpoint takes at once, or whose key
+UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization", "concurrency", "device", "timeout", "max_retries",
+                             "api_key_env"})
 
 
 class Spec(Settings):

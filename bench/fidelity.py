@@ -78,7 +78,7 @@ def trained(cell: CellConfig) -> tuple[WorldModel, dict, str]:
     with open(os.path.join(folder, HISTORY_FILE)) as f:
         saved = json.load(f)
     return WorldModel.load(folder), {"best_round": saved["best_epoch"], "rounds": len(saved["epochs"]),
-                                     "train_seconds": time.perf_counter() - started if computed[0] else 0.0}, folder
+                                     "train_seconds": time.perf_counter() - started if computed[0] else float("nan")}, folder
 
 
 def evaluated_policy(cell: CellConfig, preset: str):
@@ -242,10 +242,10 @@ def render(rows: list[dict]) -> str:
                      + " | ".join(" ".join(f"{x:.2f}" for x in curve)
                                   for curve in (a["truth"], s_["estimate"], k_.get("estimate", []),
                                                 n_.get("estimate", []))) + " |")
-    lines += ["", "## Training", "", "| cell | preset | rounds | best round | seconds (0: cached) |", "|---|---|---|---|---|"]
+    lines += ["", "## Training", "", "| cell | preset | rounds | best round | seconds (–: trained earlier) |", "|---|---|---|---|---|"]
     for r in rows:
         t = r["training"]
-        lines.append(f"| {r['cell']} | {r['preset']} | {t['rounds']} | {t['best_round']} | {t['train_seconds']:.0f} |")
+        lines.append(f"| {r['cell']} | {r['preset']} | {t['rounds']} | {t['best_round']} | {fmt(t['train_seconds'])} |")
     return "\n".join(lines) + "\n"
 
 

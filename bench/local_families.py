@@ -58,7 +58,8 @@ def family(cell: CellConfig, steps: list[int]) -> dict[int, str]:
     """{steps: checkpoint folder} of the cell's family trained with every step count of the grid
     (the cell's policies stage with those checkpoints, through the stage registry)."""
     names = {step: f"step{step}" for step in steps}
-    grid = cell.replace(local_policies=cell.local_policies.replace(checkpoints={n: s for s, n in names.items()}))
+    grid = cell.replace(local_policies=cell.local_policies.replace(  # the cell's own checkpoints stay: its policies name them
+        checkpoints={**cell.local_policies.checkpoints, **{n: s for s, n in names.items()}}))
     start = time.perf_counter()
     trained = pipeline.run(grid, "policies", on_start=lambda _, reused: reused or print(
         f"{cell.name}: training the family", flush=True)).file("family")

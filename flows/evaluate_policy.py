@@ -30,6 +30,7 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
         config = prepare_policies(config, environment=False)
+        agent = config.evaluation.policies[0]  # with its GPU share on a GPU worker
         if config.adwm.reading == "soft_tokens":
             call("psi", config, parent, agent)
         estimates = call("adwm", config, parent, agent)

@@ -7,7 +7,8 @@ objects: ``after`` only orders the tasks (and draws the DAG in the Prefect UI)."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 
 import mlflow
 from prefect import get_run_logger, task
@@ -38,7 +39,7 @@ class MlflowTracker(Tracker):
             return
         (mlflow.log_artifacts if os.path.isdir(local_path) else mlflow.log_artifact)(local_path, name)
 
-    def progress(self, what: str) -> Iterator:
+    def progress(self, what: str) -> AbstractContextManager:
         return stage_progress(self.cell, what)
 
 

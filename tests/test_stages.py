@@ -124,3 +124,21 @@ def test_cells_are_changed_in_code_only_through_validation(cell):
     with pytest.raises(CellConfigError, match="names no checkpoint of local_policies"):
         cell.with_evaluated(cell.evaluation.policies[0].replace(model="local:never-trained"))
     assert cell.with_evaluated(cell.behaviour.pool[0]).evaluation.policies == (cell.behaviour.pool[0],)
+
+
+def test_an_environment_registered_from_outside_adwm_core_is_keyed_without_its_code(cell, monkeypatch):
+    from adwm_core.envs import registry
+
+    monkeypatch.setitem(registry._REGISTRY, cell.env.name, "mypackage.envs:MyEnv")  # a user's own adapter
+    assert pipeline.locate(cell, "behaviour").key  # keyed (by settings and the stage's own code), not refused
+
+
+def test_a_model_folder_named_without_a_slash_is_keyed_by_content(cell, tmp_path, monkeypatch):
+    """``--model my_finetune`` from the folder holding it: loaded from disk, so keyed by content."""
+    (tmp_path / "my_finetune").mkdir()
+    (tmp_path / "my_finetune" / "config.json").write_text('{"layers": 2}')
+    monkeypatch.chdir(tmp_path)
+    agent = cell.evaluation.policies[0].replace(model="my_finetune")
+    before = pipeline.locate(cell.with_evaluated(agent), "adwm", agent).key
+    (tmp_path / "my_finetune" / "config.json").write_text('{"layers": 3}')
+    assert pipeline.locate(cell.with_evaluated(agent), "adwm", agent).key != before

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def compute(run: StageRun) -> None:
-    """``ground-truth`` absent from the inputs: a cell without ground truth, reported ungraded."""
+    """The cell's report; without a ``ground-truth`` input (a cell that cannot be run) it is ungraded."""
     cell = run.cell.name
     estimates = pa.concat_tables([read_table(path, ESTIMATES) for stage in ("adwm", "baselines")
                                   for path in run.each_input(stage, "estimates")])
