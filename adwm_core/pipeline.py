@@ -35,7 +35,6 @@ concurrency limit keeps two runs of one cell apart (prefect.yaml).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -303,8 +302,6 @@ def _key_form(value: Any, family: Callable[[], str], uses_family: list[bool]) ->
     if isinstance(value, BaseModel):
         return {name: form(getattr(value, name)) for name in type(value).model_fields
                 if name not in UNKEYED_SETTINGS and getattr(value, name) is not None}
-    if dataclasses.is_dataclass(value):
-        return form({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     if isinstance(value, Mapping):
         return {str(k): form(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):

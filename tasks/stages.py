@@ -55,8 +55,8 @@ def _run_stage(name: str, cell: CellConfig, policy: PolicySpec | None, parent_ru
 
 
 def _task(stage: pipeline.Stage) -> Task:
-    def run(name: str, cell: CellConfig, policy: PolicySpec | None, parent_run: str | None) -> Artifact:
-        return _run_stage(name, cell, policy, parent_run)
+    def run(cell: CellConfig, policy: PolicySpec | None, parent_run: str | None) -> Artifact:
+        return _run_stage(stage.name, cell, policy, parent_run)
 
     run.__name__ = run.__qualname__ = stage.name.replace("-", "_")  # what Dask and Prefect call it
     # the registry is the cache: Prefect keeps no result of its own (NO_CACHE, nothing persisted)
@@ -73,9 +73,9 @@ def submit(name: str, cell: CellConfig, parent_run: str | None, policy: PolicySp
            after: Iterable[PrefectFuture | None] = ()) -> PrefectFuture:
     """Stage ``name`` of ``cell`` (for π_e ``policy``) submitted to the flow's task runner, to
     start once the futures ``after`` finished."""
-    return TASKS[name].submit(name, cell, policy, parent_run, wait_for=[f for f in after if f is not None])
+    return TASKS[name].submit(cell, policy, parent_run, wait_for=[f for f in after if f is not None])
 
 
 def call(name: str, cell: CellConfig, parent_run: str | None, policy: PolicySpec | None = None) -> Artifact:
     """Stage ``name`` of ``cell`` (for π_e ``policy``) run now, in the calling flow."""
-    return TASKS[name](name, cell, policy, parent_run)
+    return TASKS[name](cell, policy, parent_run)
