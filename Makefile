@@ -12,7 +12,7 @@ export PREFECT_MEMO_STORE_PATH ?= $(PREFECT_HOME)/memo_store.toml
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo up down bench results clean
+.PHONY: install test test-all demo up down bench results admit heldout clean
 
 install: $(STAMP)
 
@@ -48,6 +48,16 @@ results: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) bench/main_results.py
 	$(PY) bench/performance.py
+
+# deployments/TEST_CELLS.md: the test cells' ground truth alone, and the rule that admits them
+admit: install
+	mkdir -p $(PREFECT_HOME)
+	$(PY) bench/heldout.py --admit
+
+# every development and admitted test cell run (finished stages reused), then the held-out table
+heldout: install
+	mkdir -p $(PREFECT_HOME)
+	$(PY) bench/heldout.py --run
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache

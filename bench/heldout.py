@@ -1,0 +1,207 @@
+"""The held-out measuring stick: which declared test cells are admitted, and how every estimator
+ranks π_e on the development and the admitted test cells.
+
+``--admit`` runs only the ``policies`` and ``ground-truth`` stages of every declared test cell
+(``deployments/test-*.yaml``, in the order of deployments/TEST_CELLS.md) and applies the rule
+stated there on ground truth alone:
+
+    admitted  ⇔  max_p J_p − min_p J_p ≥ 4 · max_p SE_p   over the cell's points p = (π_e, ε)
+
+It writes ``bench/results/admission.{md,json}``; no estimator runs.
+
+Without ``--admit`` it reads the finished report stage of every development cell
+(``local-*``) and every admitted test cell — as their configs stand, so a cell whose stages
+are stale under today's code shows as not measured (``--run`` runs its flow first, reusing
+every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
+NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, the mean over each
+group of cells with a percentile-bootstrap interval over cells, and the paired difference
+ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
+
+Usage: ``python bench/heldout.py --admit [CELL ...]``; ``python bench/heldout.py [--run]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from adwm_core import pipeline
+from adwm_core.ope.intervals import percentile_bootstrap
+from common import RESULTS, load_cell, machine
+from flows.cells import cell_names
+
+SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
+DEVELOPMENT, TEST = "local-", "test-"
+ADWM = "ADWM:reward_sum"
+SHOWN = (ADWM, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
+
+
+def test_cells() -> list[str]:
+    """Every declared test cell."""
+    return [name for name in cell_names() if name.startswith(TEST)]
+
+
+def ground_truth(cell: str) -> list[dict]:
+    """The cell's ground-truth points (policy, epsilon, mean_return, stderr, n_episodes),
+    computing the ``policies`` and ``ground-truth`` stages where they are not finished."""
+    config = load_cell(cell)
+    if config.local_policies:
+        pipeline.run(config, "policies")
+    points = []
+    for policy in config.evaluation.policies:
+        summary = pipeline.run(config, "ground-truth", policy).file("summary")
+        points += pq.read_table(summary, columns=["policy", "epsilon", "mean_return", "stderr",
+                                                  "n_episodes"]).to_pylist()
+    return points
+
+
+def admission(points: list[dict]) -> dict:
+    """The rule of TEST_CELLS.md on one cell's points."""
+    values = [p["mean_return"] for p in points]
+    spread, largest_se = max(values) - min(values), max(p["stderr"] for p in points)
+    return {"n": len(points), "range": spread, "max_stderr": largest_se,
+            "admitted": len(points) == 10 and spread >= SPREAD_FACTOR * largest_se}
+
+
+def write_admission(cells: list[str]) -> dict:
+    """Admission of ``cells`` → bench/results/admission.{md,json} (earlier verdicts of other cells kept)."""
+    path = RESULTS / "admission.json"
+    verdicts = json.loads(path.read_text())["cells"] if path.exists() else {}
+    for cell in cells:
+        started = time.perf_counter()
+        points = ground_truth(cell)
+        verdicts[cell] = {**admission(points), "points": points, "date": time.strftime("%Y-%m-%d"),
+                          "seconds": round(time.perf_counter() - started)}
+        print(f"{cell}: range {verdicts[cell]['range']:.3f}, largest stderr {verdicts[cell]['max_stderr']:.3f} "
+              f"→ {'admitted' if verdicts[cell]['admitted'] else 'not admitted'}", flush=True)
+    order = [c for c in test_cells() if c in verdicts]
+    report = {"rule": f"range of J over the 10 points >= {SPREAD_FACTOR:g} x the largest stderr of a point",
+              "machine": machine(), "cells": {c: verdicts[c] for c in order}}
+    path.write_text(json.dumps(report, indent=2))
+    lines = ["# Admission of the test cells (deployments/TEST_CELLS.md)", "",
+             f"`python bench/heldout.py --admit`: ground truth only (the `policies` and `ground-truth` stages), "
+             f"no estimator. Rule: {report['rule']}.", "",
+             "| cell | n | J min | J max | range | largest stderr | range / stderr | admitted | measured |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cell in order:
+        v = verdicts[cell]
+        values = [p["mean_return"] for p in v["points"]]
+        lines.append(f"| {cell} | {v['n']} | {min(values):.3f} | {max(values):.3f} | {v['range']:.3f} | "
+                     f"{v['max_stderr']:.3f} | {v['range'] / max(v['max_stderr'], 1e-12):.1f} | "
+                     f"{'yes' if v['admitted'] else '**no**'} | {v['date']} |")
+    admitted = [c for c in order if verdicts[c]["admitted"]]
+    lines += ["", f"Admitted: {len(admitted)} of {len(order)} "
+                  f"({', '.join(admitted) if admitted else 'none'}).", "",
+              f"Machine: `{json.dumps(report['machine'])}`"]
+    (RESULTS / "admission.md").write_text("\n".join(lines) + "\n")
+    return report
+
+
+def admitted_cells() -> list[str]:
+    """The test cells the rule admitted (bench/results/admission.json)."""
+    path = RESULTS / "admission.json"
+    if not path.exists():
+        raise SystemExit("no admission yet: run python bench/heldout.py --admit")
+    return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
+
+
+def measured(cell: str, run: bool) -> dict[str, dict] | None:
+    """``{estimator: {"rho", "nmae"}}`` of the cell's finished report (its flow run first with
+    ``run``), or None where the report is not finished under today's code and config."""
+    config = load_cell(cell)
+    if run:
+        subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
+    try:
+        report = pipeline.finished(config, "report")
+    except FileNotFoundError:
+        return None
+    with open(report.file("results")) as f:
+        return {r["estimator"]: {"rho": r["rho"], "nmae": r["nmae"]} for r in json.load(f)}
+
+
+def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """Mean over cells and its 95 % percentile-bootstrap interval over cells."""
+    x = np.asarray(values, float)
+    low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x), n_resamples=2000,
+                                     confidence=0.95, seed=seed)
+    return float(x.mean()), float(low), float(high)
+
+
+def _cell_table(title: str, results: dict[str, dict | None]) -> list[str]:
+    lines = [f"**{title}** (ρ / NMAE)", "", "| cell | " + " | ".join(SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
+    for cell, by_estimator in results.items():
+        if by_estimator is None:
+            lines.append(f"| {cell} | " + " | ".join("not measured" for _ in SHOWN) + " |")
+            continue
+        cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g}" if e in by_estimator else "–"
+                 for e in SHOWN]
+        lines.append(f"| {cell} | " + " | ".join(cells) + " |")
+    done = [r for r in results.values() if r is not None]
+    if done:
+        row = []
+        for e in SHOWN:
+            rhos = [r[e]["rho"] for r in done if e in r and np.isfinite(r[e]["rho"])]
+            row.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
+        lines.append(f"| **mean ρ [CI95 over cells]** ({len(done)} cells) | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def write_table(run: bool) -> dict:
+    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    test = admitted_cells()
+    results = {cell: measured(cell, run) for cell in development + test}
+    lines = ["# The held-out measuring stick", "",
+             "`python bench/heldout.py`: every development cell (`local-*`, tuned on) and every test cell "
+             "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
+             "today's code and config; `not measured`: the cell's stages are not all finished under them. "
+             "ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; NMAE: mean "
+             "|Ĵ − J| / range of J.", ""]
+    lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development})
+    lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test})
+    measured_test = {c: r for c, r in results.items() if c in test and r is not None}
+    others = [e for e in SHOWN if e != ADWM]
+    if measured_test:
+        def test_mean(e: str) -> float:
+            rhos = [r[e]["rho"] for r in measured_test.values() if e in r and np.isfinite(r[e]["rho"])]
+            return float(np.mean(rhos)) if rhos else -np.inf
+
+        rival = max(others, key=test_mean)
+        pairs = {c: r[ADWM]["rho"] - r[rival]["rho"] for c, r in measured_test.items() if ADWM in r and rival in r}
+        lines += [f"**Paired ρ difference on the test cells: {ADWM} − {rival}** (the other estimator with the "
+                  "highest mean test ρ)", "", "| cell | Δρ |", "|---|---|"]
+        lines += [f"| {c} | {d:+.2f} |" for c, d in pairs.items()]
+        if pairs:
+            lines.append("| **mean [CI95 over cells]** | {:+.2f} [{:+.2f}, {:+.2f}] |".format(
+                *mean_with_interval(list(pairs.values()))))
+        lines.append("")
+    lines.append(f"Machine: `{json.dumps(machine())}`")
+    (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
+    report = {"machine": machine(), "development": development, "test": test, "results": results}
+    (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
+    print("\n".join(lines))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cells", nargs="*", help="test cells (default: every declared test-* cell)")
+    parser.add_argument("--admit", action="store_true", help="run ground truth only and apply the admission rule")
+    parser.add_argument("--run", action="store_true", help="run each cell's flow first (finished stages are reused)")
+    args = parser.parse_args()
+    unknown = sorted(set(args.cells) - set(test_cells()))
+    if unknown:
+        raise SystemExit(f"not declared test cells: {unknown}; declared: {test_cells()}")
+    if args.admit:
+        write_admission(args.cells or test_cells())
+    else:
+        write_table(args.run)
+
+
+if __name__ == "__main__":
+    main()
