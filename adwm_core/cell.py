@@ -22,7 +22,8 @@ from typing_extensions import Self
 
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
-from .settings import WORLD_MODEL_PRESETS, AdwmConfig, BaselineConfig, PsiConfig, TrainConfig
+from .settings import WORLD_MODEL_PRESETS, PsiConfig, TrainConfig
+from .ope.settings import AdwmConfig, BaselineConfig
 from .validated import Settings
 
 LOCAL_PREFIX = "local:"

@@ -35,7 +35,7 @@ from adwm_core.stages.collection import logged_steps
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm import DiffusionTransition
 from adwm_core.ope.state_bank import StateBank
 from common import RESULTS, artifact, load_cell, machine
 from flows.cells import cell_names
@@ -59,10 +59,10 @@ def coverage(model: WorldModel, steps: list, greedy: list[str]) -> dict:
 def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict:
     """Cosines and reward/termination differences under the logged vs another admissible action."""
     rng = np.random.default_rng(SEED)
-    imagination = ImaginedRollouts(model, StateBank.from_trajectories(table, model), cell.adwm)
+    sampler = DiffusionTransition(model, StateBank.from_trajectories(table, model), cell.adwm)
 
-    def ids(actions: list[str]) -> list[int]:  # as imagination conditions on them
-        return imagination.action_ids(actions).tolist()
+    def ids(actions: list[str]) -> list[int]:  # as the diffusion transition conditions on them
+        return sampler.action_ids(actions).tolist()
 
     chosen = []  # (logged row, its history, the id of another admissible action)
     for row, history in steps:
@@ -85,13 +85,13 @@ def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict
         for j, (_, history, _) in enumerate(group):
             previous[j, 1:] = torch.as_tensor(ids([a for _, a in history.steps]), dtype=torch.long)
         h = model.history(z, previous)[:, -1]
-        noise = torch.randn((imagination.diffusion.n_steps + 1, len(group), model.config.d_z),
+        noise = torch.randn((sampler.diffusion.n_steps + 1, len(group), model.config.d_z),
                             generator=torch.Generator().manual_seed(SEED + t))
         observed = [history.observation for _, history, _ in group]
         for out, conditions, action_ids in ((z_logged, c_logged, ids([row["action"] for row, *_ in group])),
                                             (z_other, c_other, [o for *_, o in group])):
             conditions.append(model.conditions(torch.as_tensor(action_ids), observed))
-            out.append(imagination.transition(h, conditions[-1], noise))
+            out.append(sampler.sample(h, conditions[-1], noise))
         histories.append(h)
     z_logged, z_other, h = torch.cat(z_logged), torch.cat(z_other), torch.cat(histories)
     c_logged, c_other = torch.cat(c_logged), torch.cat(c_other)

@@ -37,8 +37,9 @@ from adwm_core.data.actions import NULL
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import ImaginedRollouts
-from adwm_core.settings import AdwmConfig
+from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
+from adwm_core.ope.rollouts import ImaginedRollouts
+from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
@@ -87,7 +88,7 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
     """The world model's one-step outcome on every logged behaviour transition, given the real
     history and action (CFG as in ADWM, no continuation guidance): does the sampled next latent
     read as the logged reward's sign and the logged termination?"""
-    imagination = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", guidance="none"))
+    sampler = DiffusionTransition(model, bank, AdwmConfig(reading="retrieval", guidance="none"))
     data = episode_arrays(behaviour_rows(table), model.config.actions, model.config.reward)
     generator = torch.Generator().manual_seed(0)
     reward, logged_reward, done, logged_done = [], [], [], []
@@ -96,9 +97,9 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
         actions = torch.as_tensor(data.actions[e, :length])
         previous = torch.cat([torch.tensor([NULL]), actions[:-1]])
         h = model.history(z[None], previous[None])[0]
-        noise = torch.randn((imagination.diffusion.n_steps + 1, length, model.config.d_z), generator=generator)
+        noise = torch.randn((sampler.diffusion.n_steps + 1, length, model.config.d_z), generator=generator)
         conditions = model.conditions(actions, [data.texts[i] for i in data.observations[e, :length]])
-        z_next = imagination.transition(h, conditions, noise)
+        z_next = sampler.sample(h, conditions, noise)
         reward.append(model.config.reward.decode(model.predicted_reward(z_next, h, conditions)).numpy())
         done.append(model.done_probability(z_next, h, conditions).numpy() >= 0.5)
         logged_reward.append(model.config.reward.decode(data.reward_targets[e, :length]))
@@ -115,7 +116,8 @@ def cell_seed_cost(model, bank, reader, config: AdwmConfig, n_epsilons: int, n_r
     """One seed with termination disabled: every rollout takes ``horizon`` steps."""
     config = config.replace(n_rollouts=n_rollouts, horizon=horizon, done_threshold=1 - 1e-12)
     started = time.perf_counter()
-    run = ImaginedRollouts(model, bank, config).run(reader, EPSILONS[:n_epsilons], seed=0)
+    run = ImaginedRollouts(bank, config, model.diffusion.n_steps).run(reader, adwm_transition(model, bank, config),
+                                                                  EPSILONS[:n_epsilons], seed=0)
     seconds = time.perf_counter() - started
     steps = int(run.lengths.sum())
     return {"wall_s": seconds, "imagined_steps": steps, "steps_per_s": steps / seconds, "split_s": run.seconds,

@@ -40,7 +40,8 @@ from adwm_core.policies.loading import ModelCache
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
-from adwm_core.settings import ADWM_PRESETS, WORLD_MODEL_PRESETS, TrainConfig
+from adwm_core.settings import WORLD_MODEL_PRESETS, TrainConfig
+from adwm_core.ope.settings import ADWM_PRESETS
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
@@ -224,7 +225,7 @@ def render(rows: list[dict]) -> str:
             lines.append(f"| {r['cell']} | {r['preset']} | {int(p['n'])} | {fmt(p['retrieval'])} | "
                          f"{fmt(p.get('soft_tokens'))} | {fmt(p['chance'])} |")
     lines += ["", "## ADWM under the same preset (π_e's ε family; Ĵ averaged over the cell's seeds)", "",
-              "kNN-WM: the logged-successor reference world model (adwm_core/ope/reference.py) through the same "
+              "kNN-WM: the logged-successor reference world model (adwm_core/ope/transitions.py) through the same "
               "rollouts and reading.", "",
               "| cell | preset | reading | reward_sum ρ | success_similarity ρ | reward_sum |Ĵ−J|/range | "
               "kNN-WM ρ | kNN-WM |Ĵ−J|/range | snapped ρ | snapped |Ĵ−J|/range | mean imagined length | "

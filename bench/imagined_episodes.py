@@ -23,7 +23,8 @@ import numpy as np
 from adwm_core.cell import parse_assignments
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm import adwm_transition
+from adwm_core.ope.rollouts import ImaginedRollouts
 from adwm_core.ope.state_bank import StateBank
 from common import artifact, load_cell
 from fidelity import evaluated_policy
@@ -51,8 +52,8 @@ def main() -> None:
     spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset)
     config = config.replace(**changes)
     bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
-    imagination = ImaginedRollouts(model, bank, config)
-    run = imagination.run(soft or llm, args.epsilon, args.seed)
+    imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
+    run = imagination.run(soft or llm, adwm_transition(model, bank, config), args.epsilon, args.seed)
 
     real = read_table(artifact(cell, "ground-truth").file("episodes"), TRAJECTORIES).to_pylist()
     real_episodes: dict[float, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))

@@ -16,7 +16,9 @@ from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
-from adwm_core.ope.adwm import ImaginedRollouts
+from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
+from adwm_core.ope.rollouts import ImaginedRollouts
+from adwm_core.ope.transitions import LoggedSuccessors, Query
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.logged import LoggedTransitions
@@ -26,7 +28,8 @@ from adwm_core.ope.fidelity import (environment_replay, logged_coverage, one_ste
                                     policy_agreement)
 from adwm_core.ope.metrics import spearman
 from adwm_core.policies.prompts import History
-from adwm_core.settings import AdwmConfig, TrainConfig
+from adwm_core.settings import TrainConfig
+from adwm_core.ope.settings import AdwmConfig
 from adwm_core.training.world_model import train_world_model
 
 LENGTH, HORIZON = 4, 8
@@ -91,7 +94,7 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
         # 64 rollouts per level: MC s.e. ≤ 0.06
         np.testing.assert_allclose(curve(f"{estimator}:reward_sum"), TRUTH, atol=0.1, err_msg=estimator)
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
-    assert runs[0].seconds["world_model"] > 0 and runs[0].lengths.max() <= HORIZON
+    assert runs[0].seconds["transition"] > 0 and runs[0].lengths.max() <= HORIZON
 
 
 def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_model(corridor):
@@ -102,25 +105,25 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
     actions = ["go east", "Go  East", "jump", "jump"]  # the log holds (start, go east), never jump
     assert (int(read[0]), "go east") in logged.pairs and not any(a == "jump" for a in logged.actions)
     histories = [History(bank.task_descriptions[i], (), bank.texts[i], bank.admissible[i]) for i in read]
-    past, previous = bank.latents[read][:, None], torch.full((4, 1), NULL)
     noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
-    hybrid = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
-    diffusion_only = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0,
-                                                              logged_successors=False))
-    assert hybrid.config.logged_successors and not AdwmConfig(preset="paper").logged_successors
-    ids = hybrid.action_ids(actions)
+    query = Query(East(), histories, actions, read, bank.latents[read][:, None], noise)
+    diffusion = DiffusionTransition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
+    hybrid = adwm_transition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
+    diffusion_only = adwm_transition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0,
+                                                             logged_successors=False))
+    assert isinstance(hybrid, LoggedSuccessors) and isinstance(diffusion_only, DiffusionTransition)
+    assert not AdwmConfig(preset="paper").logged_successors
     with torch.no_grad():
-        z, reward, done, answered = hybrid.advance(East(), histories, actions, ids, read, past, previous, noise, {})
-        asked = hybrid.off_log(East(), histories[2:], actions[2:], ids[2:], read[2:], past[2:], previous[2:],
-                               noise[:, 2:], {})
-        every = diffusion_only.advance(East(), histories, actions, ids, read, past, previous, noise, {})
+        answer, asked, every = hybrid(query), diffusion(query.subset(np.arange(2, 4))), diffusion_only(query)
+    z, reward, done = answer.z_next, answer.reward, answer.done
     for j in (0, 1):
         answers = [i for i in logged.pairs[int(read[0]), "go east"] if torch.equal(z[j], logged.next_latents[i])]
         assert answers and reward[j] == logged.rewards[answers[0]] and done[j] == logged.done[answers[0]]
-    assert torch.equal(z[2:], asked[0]) and np.array_equal(reward[2:], asked[1]) and np.array_equal(done[2:], asked[2])
-    assert answered.tolist() == [True, True, False, False] and not every[3].any()
-    torch.testing.assert_close(every[0][2:], asked[0])  # the same noise, in a batch of another size
-    assert not any(torch.equal(every[0][0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
+    assert torch.equal(z[2:], asked.z_next) and np.array_equal(reward[2:], asked.reward)
+    assert np.array_equal(done[2:], asked.done)
+    assert answer.logged.tolist() == [True, True, False, False] and not every.logged.any()
+    torch.testing.assert_close(every.z_next[2:], asked.z_next)  # the same noise, in a batch of another size
+    assert not any(torch.equal(every.z_next[0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
 
 
 def test_a_logged_successor_is_drawn_at_the_same_step_where_the_log_holds_one():
@@ -138,8 +141,10 @@ def test_a_logged_successor_is_drawn_at_the_same_step_where_the_log_holds_one():
 def test_a_seed_fixes_every_draw(corridor):
     trajectories, model = corridor
     bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
-    imagination = ImaginedRollouts(model, bank, AdwmConfig(reading="retrieval", n_rollouts=8, horizon=HORIZON))
-    first, again, other = (imagination.run(East(), (0.0, 1.0), seed) for seed in (3, 3, 4))
+    config = AdwmConfig(reading="retrieval", n_rollouts=8, horizon=HORIZON)
+    imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
+    transition = adwm_transition(model, bank, config)
+    first, again, other = (imagination.run(East(), transition, (0.0, 1.0), seed) for seed in (3, 3, 4))
     assert np.array_equal(first.reward_sum, again.reward_sum) and np.array_equal(first.lengths, again.lengths)
     assert np.array_equal(first.success_similarity, again.success_similarity)
     assert not np.array_equal(first.success_similarity, other.success_similarity)
@@ -155,7 +160,7 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
     plain = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0)
     with torch.no_grad():
-        ours = ImaginedRollouts(model, bank, plain).transition(h, actions, noise)
+        ours = DiffusionTransition(model, bank, plain).sample(h, actions, noise)
         reference = diffusion.sample(lambda z, k: model.eps(z, k, h, actions), (4, model.config.d_z), noise=noise,
                                      project=on_latent_manifold)
     assert torch.equal(ours, reference)
@@ -171,11 +176,11 @@ def test_an_action_outside_the_vocabulary_is_imagined_as_the_unconditional_trans
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
     noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
     config = AdwmConfig(reading="retrieval", eta_max=0.0)
-    default, as_unk = (ImaginedRollouts(model, bank, c) for c in (config, config.replace(unknown_actions="unk")))
+    default, as_unk = (DiffusionTransition(model, bank, c) for c in (config, config.replace(unknown_actions="unk")))
     with torch.no_grad():
-        unknown = default.transition(h, default.action_ids(["jump"] * 4), noise)
-        null = default.transition(h, torch.full((4,), NULL), noise)
-        untrained = as_unk.transition(h, as_unk.action_ids(["jump"] * 4), noise)
+        unknown = default.sample(h, default.action_ids(["jump"] * 4), noise)
+        null = default.sample(h, torch.full((4,), NULL), noise)
+        untrained = as_unk.sample(h, as_unk.action_ids(["jump"] * 4), noise)
     assert torch.equal(unknown, null) and not torch.equal(untrained, null)
 
 
@@ -206,8 +211,8 @@ def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_
     failures = table.filter(pa.compute.invert(table["success"]))
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, seeds=(0,), n_bootstrap=50)
     assert config.guidance == "auto" and AdwmConfig(preset="paper").guidance == "success_bank"
-    guided = ImaginedRollouts(model, StateBank.from_trajectories(table, model), config)
-    unguided = ImaginedRollouts(model, StateBank.from_trajectories(failures, model), config)
+    guided = DiffusionTransition(model, StateBank.from_trajectories(table, model), config)
+    unguided = DiffusionTransition(model, StateBank.from_trajectories(failures, model), config)
     assert (guided.config.guidance, unguided.config.guidance) == ("success_bank", "none")
     assert guided.success_guidance is not None and not unguided.guided
     path = trajectories.replace("trajectories.parquet", "failures.parquet")
@@ -227,13 +232,13 @@ def test_bad_settings_are_named(corridor):
     with pytest.raises(ValueError, match=r"unknown_actions\n  Input should be 'null' or 'unk'"):
         AdwmConfig(unknown_actions="drop")
     with pytest.raises(ValueError, match="history length"):
-        ImaginedRollouts(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
-                         AdwmConfig(horizon=model.config.max_steps + 1))
+        DiffusionTransition(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
+                            AdwmConfig(horizon=model.config.max_steps + 1))
     table = read_table(trajectories, TRAJECTORIES)
     failures = table.filter(pa.compute.invert(table["success"]))
     paper_guidance = AdwmConfig(guidance="success_bank")
     with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
-        ImaginedRollouts(model, StateBank.from_trajectories(failures, model), paper_guidance)
+        DiffusionTransition(model, StateBank.from_trajectories(failures, model), paper_guidance)
     with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/local_families.py"):
         paper_guidance.check_behaviour(failures)  # the world-model stage asks this before training
     for config in (AdwmConfig(guidance="none"), AdwmConfig()):  # the default, auto, needs no success
@@ -293,12 +298,13 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
     reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), PsiAdapter.load(tiny_psi))
     bank = StateBank.from_trajectories(read_table(tiny_behaviour, TRAJECTORIES), model)
     guided = AdwmConfig(reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
-    first, again = (ImaginedRollouts(model, bank, guided).run(reader, (0.0,), seed=5) for _ in range(2))
-    plain = ImaginedRollouts(model, bank, guided.replace(guidance="none")).run(reader, (0.0,), seed=5)
+    imagination = ImaginedRollouts(bank, guided, model.diffusion.n_steps)
+    first, again = (imagination.run(reader, adwm_transition(model, bank, guided), (0.0,), seed=5) for _ in range(2))
+    plain = imagination.run(reader, adwm_transition(model, bank, guided.replace(guidance="none")), (0.0,), seed=5)
     assert np.array_equal(first.success_similarity, again.success_similarity)
     assert np.array_equal(first.reward_sum, again.reward_sum)
     assert not np.array_equal(first.success_similarity, plain.success_similarity)
-    assert first.seconds["guidance"] > 0 and plain.seconds["guidance"] == 0
+    assert first.seconds["guidance"] > 0 and "guidance" not in plain.seconds
 
 
 def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corridor):

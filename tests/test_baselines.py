@@ -10,7 +10,7 @@ from adwm_core.stages.collection import extract_logprobs
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
 from adwm_core.stages.baselines import run_baselines
 from adwm_core.ope.estimators import ESTIMATORS
-from adwm_core.settings import BaselineConfig, FQEConfig
+from adwm_core.ope.settings import BaselineConfig, FQEConfig
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.world_model import WorldModel
 from adwm_core.specs import LogSource

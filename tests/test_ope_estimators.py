@@ -209,7 +209,7 @@ def test_spearman_bootstrap_ci_and_p_values():
 
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():
     from adwm_core.ope.fqe import FittedQEvaluation, Transitions
-    from adwm_core.settings import FQEConfig
+    from adwm_core.ope.settings import FQEConfig
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)

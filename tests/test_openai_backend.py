@@ -12,7 +12,7 @@ from adwm_core.data import ESTIMATES, GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.policies.base import LLMPolicy, LogprobsUnavailable
 from adwm_core.policies.loading import load_language_model
 from adwm_core.policies.local_models import smollm2_dir
-from adwm_core.settings import AdwmConfig
+from adwm_core.ope.settings import AdwmConfig
 from adwm_core.specs import PolicySpec
 from adwm_core.stages.adwm import run_adwm
 from adwm_core.stages.collection import ground_truth_rollouts

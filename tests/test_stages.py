@@ -100,6 +100,16 @@ def test_the_code_of_a_stage_is_what_its_module_imports():
         code_fingerprint("adwm_core.stages.nowhere")
 
 
+def test_an_estimator_only_change_retrains_no_world_model():
+    """The estimators' settings and rollout code sit outside the training stages' code, so a
+    change to how π_e is scored reruns the estimator stages (and the report) alone."""
+    scoring = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.transitions", "adwm_core.ope.adwm"}
+    for name in ("world_model", "psi", "behaviour", "ground_truth", "logprobs", "policies"):
+        assert not scoring & set(code_closure(f"adwm_core.stages.{name}")), name
+    assert scoring <= set(code_closure("adwm_core.stages.adwm"))
+    assert "adwm_core.ope.settings" in code_closure("adwm_core.stages.baselines")
+
+
 def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell, monkeypatch):
     """The environment's module (loaded by name through the registry, so no import reaches it)
     is part of the code of the stages that run it or prompt an LLM in it, not of the others."""

@@ -1,7 +1,7 @@
 """Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments.
 
 The public names load on first use (PEP 562), so importing a light module of this package
-(``adwm_core.settings``) does not load torch::
+(``adwm_core.ope.settings``) does not load torch::
 
     from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, evaluate_policy, spearman
 """
@@ -9,14 +9,15 @@ The public names load on first use (PEP 562), so importing a light module of thi
 from importlib import import_module
 
 _EXPORTS = {
-    "adwm": ("ImaginedRollouts", "Rollouts"),
-    ".settings": ("AdwmConfig", "BaselineConfig", "FQEConfig"),
+    "adwm": ("DiffusionTransition", "adwm_transition", "reference_transition"),
+    "rollouts": ("ImaginedRollouts", "Rollouts"),
+    "transitions": ("Transition", "LoggedSuccessors", "NearestLogged"),
+    "settings": ("AdwmConfig", "BaselineConfig", "FQEConfig"),
     "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
                    "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
                    "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),
     "evaluate": ("evaluate_policy",),
     "metrics": ("spearman", "kendall", "regret_at_1", "normalised_absolute_error"),
-    "reference": ("ReferenceRollouts",),
     "state_bank": ("StateBank",),
 }
 _SHORT = {"DM": "DirectMethod", "FQE": "FittedQ", "IS": "ImportanceSampling", "PDIS": "PerDecisionImportanceSampling",

@@ -33,7 +33,7 @@ from ..data.actions import NULL
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
-from ..settings import BaselineConfig
+from .settings import BaselineConfig
 from .fqe import FittedQEvaluation, Transitions
 
 USES_Q = ("FQE", "DR", "WDR")

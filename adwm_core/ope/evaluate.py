@@ -2,8 +2,8 @@
 stages/adwm.py).
 
 Beside ADWM's rows (``ADWM:<value estimate>``), ``AdwmConfig.reference`` adds those of the
-non-parametric reference world model (``kNN-WM:<value estimate>``, ope/reference.py) under the
-same rollouts, reading and seeds.
+non-parametric reference world model (``kNN-WM:<value estimate>``): the same rollout loop,
+reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ import pyarrow as pa
 from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
-from ..settings import VALUE_ESTIMATES, AdwmConfig
+from .settings import VALUE_ESTIMATES, AdwmConfig
 from ..specs import Progress, check_epsilons
-from .adwm import ImaginedRollouts, Policy, Rollouts
+from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
 from .intervals import estimates_row, percentile_bootstrap
-from .reference import ESTIMATOR as REFERENCE, ReferenceRollouts
+from .rollouts import ImaginedRollouts, Rollouts
 from .signed_log import SignedLog
 from .state_bank import StateBank
-
-ESTIMATOR = "ADWM"
+from .transitions import Policy
 
 
 def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig,
@@ -66,15 +65,16 @@ def evaluate_policy(
     table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
              else read_table(trajectories, TRAJECTORIES))
     bank = StateBank.from_trajectories(table, model)
-    imaginations = {ESTIMATOR: ImaginedRollouts(model, bank, config)}
+    imagination = ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
+    imagination.check_policy(policy)
+    transitions = {ESTIMATOR: adwm_transition(model, bank, config)}
     if config.reference:
-        imaginations[REFERENCE] = ReferenceRollouts(model, bank, config)
-    imaginations[ESTIMATOR].check_policy(policy)
-    runs: dict[str, list[Rollouts]] = {name: [] for name in imaginations}
-    total = len(imaginations) * len(config.seeds)
-    for name, imagination in imaginations.items():
+        transitions[REFERENCE] = reference_transition(bank)
+    runs: dict[str, list[Rollouts]] = {name: [] for name in transitions}
+    total = len(transitions) * len(config.seeds)
+    for name, transition in transitions.items():
         for seed in config.seeds:
-            runs[name].append(imagination.run(policy, epsilons, seed))
+            runs[name].append(imagination.run(policy, transition, epsilons, seed))
             if progress is not None:
                 progress(sum(map(len, runs.values())), total)
     rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)

@@ -45,16 +45,16 @@ from ..envs import make_env
 from ..data.windows import RewardScale
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
-from .adwm import ImaginedRollouts
-from ..settings import AdwmConfig
+from .adwm import DiffusionTransition
+from .settings import AdwmConfig
 from .state_bank import StateBank
 
 TOP_K = 5
 
 
-def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float) -> ImaginedRollouts:
-    return ImaginedRollouts(model, StateBank.from_trajectories(table, model),
-                            AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale))
+def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float) -> DiffusionTransition:
+    return DiffusionTransition(model, StateBank.from_trajectories(table, model),
+                               AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale))
 
 
 def _histories(model: WorldModel, data: EpisodeArrays, latents: torch.Tensor, episodes: np.ndarray):
@@ -117,7 +117,7 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
     true_done, scored = data.done[e, t], data.reward_mask[e, t]
     successors = _successors(data)
 
-    imagination = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale)
     generator = torch.Generator().manual_seed(seed)
     n, d = len(e), model.config.d_z
 
@@ -125,7 +125,7 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
         out = []
         for _ in range(n_samples):
             noise = torch.randn((model.diffusion.n_steps + 1, n, d), generator=generator)
-            out.append(imagination.transition(h, conditioned_on, noise))
+            out.append(sampler.sample(h, conditioned_on, noise))
         return torch.stack(out, 1)  # (N, S, d)
 
     def scores(z_next: torch.Tensor, read_actions: torch.Tensor) -> dict[str, float]:
@@ -228,7 +228,7 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
     observed = [data.texts[i] for i in data.observations[e, t]]
     logged = model.conditions(torch.as_tensor(data.actions[e, t]), observed)
     other = model.conditions(model.action_ids([o["other_action"] for o in outcomes]), observed)
-    imagination = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale)
     generator = torch.Generator().manual_seed(seed)
     n, d = len(pick), model.config.d_z
     logged_reward = model.config.reward.decode(torch.as_tensor(data.reward_targets[e, t])).numpy()
@@ -240,7 +240,7 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
         rewards, dones = [], []
         for _ in range(n_samples):
             noise = torch.randn((model.diffusion.n_steps + 1, n, d), generator=generator)
-            reward, done_p = _outcomes(model, imagination.transition(h, actions, noise), h, actions)
+            reward, done_p = _outcomes(model, sampler.sample(h, actions, noise), h, actions)
             rewards.append(reward.numpy())
             dones.append(done_p.numpy())
         return np.stack(rewards, 1), np.stack(dones, 1)
@@ -285,7 +285,7 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
     if horizon > model.config.max_steps:
         raise ValueError(f"ground-truth episodes of {horizon} steps exceed the world model's history length "
                          f"{model.config.max_steps}")
-    imagination = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale)
     lengths_real = np.array([len(episodes[k]) for k in keys])
     return_real = np.array([sum(r["reward"] for r in episodes[k]) for k in keys])
     actions = [[r["action"] for r in episodes[k]] + [""] * (horizon - len(episodes[k])) for k in keys]
@@ -305,16 +305,16 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
         if teacher_forced or t == 0:
             observed = [episodes[keys[r]][t]["observation"] for r in rows_alive]
         else:  # the behaviour observation nearest to the imagined state, as ADWM reads it
-            observed = [imagination.bank.texts[i] for i in imagination.bank.nearest(z[rows_alive, t])]
+            observed = [sampler.bank.texts[i] for i in sampler.bank.nearest(z[rows_alive, t])]
         conditions = model.conditions(ids, observed)
         h = model.history(z[rows_alive, : t + 1], previous[rows_alive, : t + 1])[:, -1]
         noise = torch.randn((model.diffusion.n_steps + 1, len(rows_alive), d), generator=generator)
-        z_next = imagination.transition(h, conditions, noise)
+        z_next = sampler.sample(h, conditions, noise)
         reward, done_p = _outcomes(model, z_next, h, conditions)
         if teacher_forced:
             z_next = model.encode_texts([episodes[keys[r]][t]["next_observation"] for r in rows_alive])
         elif snap:
-            z_next = imagination.bank.latents[imagination.bank.nearest(z_next)]
+            z_next = sampler.bank.latents[sampler.bank.nearest(z_next)]
         done = done_p.numpy() >= done_threshold
         counted = done if scale.terminal_only else np.ones(len(rows_alive), bool)
         imagined_return[rows_alive] += np.where(counted, reward.numpy(), 0.0)
@@ -421,11 +421,11 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
     e, t = steps[:, 0], steps[:, 1]
     now = data.observations[e, t]
     conditions = model.conditions(torch.as_tensor(data.actions[e, t]), [data.texts[i] for i in now])
-    imagination = _sampler(model, trajectories, cfg_scale)
-    bank = imagination.bank
+    sampler = _sampler(model, trajectories, cfg_scale)
+    bank = sampler.bank
     noise = torch.randn((model.diffusion.n_steps + 1, len(e), model.config.d_z),
                         generator=torch.Generator().manual_seed(seed))
-    z_next = imagination.transition(h, conditions, noise)
+    z_next = sampler.sample(h, conditions, noise)
     read = bank.nearest(z_next)
     random_rows = rng.integers(len(bank.texts), size=len(e))
 

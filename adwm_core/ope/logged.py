@@ -3,7 +3,7 @@
 Imagination asks them what an action did where the log saw it: ADWM with
 ``AdwmConfig.logged_successors`` answers a logged (state, action) pair by one of its logged
 successors — the empirical transition P̂(o' | o, a), unbiased where the pair was logged — and
-asks the diffusion model only off the log; the kNN-WM reference (reference.py) answers every
+asks the diffusion model only off the log; the kNN-WM reference (transitions.py) answers every
 pair by the nearest logged one.
 """
 

@@ -15,7 +15,7 @@ from ..data import ESTIMATES, check_output, write_table
 from ..data.io import atomic_open
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
-from ..settings import AdwmConfig
+from ..ope.settings import AdwmConfig
 from ..ope.evaluate import evaluate_policy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
@@ -43,7 +43,7 @@ def run_adwm(
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
     given) receives the imagined steps of all seeds, the share of them answered by a logged
-    successor and the seconds spent in the world model, the guidance and π_e; ``progress(done,
+    transition and the seconds spent in the transition (the guidance among them) and π_e; ``progress(done,
     total)`` of finished seeds."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
@@ -59,8 +59,8 @@ def run_adwm(
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
-        for part in runs[0].seconds:
-            timings[f"{part}_seconds"] = sum(run.seconds[part] for run in runs)
+        for part in sorted({part for run in runs for part in run.seconds}):
+            timings[f"{part}_seconds"] = sum(run.seconds.get(part, 0.0) for run in runs)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)
 
 

@@ -12,7 +12,7 @@ from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, 
 from ..data.io import atomic_open
 from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps
-from ..settings import BaselineConfig
+from ..ope.settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, LoggedTrajectories
 from ..ope.intervals import estimates_row
 

@@ -1,0 +1,104 @@
+"""The estimators' settings: ADWM (:class:`AdwmConfig`) and the COBS baselines
+(:class:`BaselineConfig`, :class:`FQEConfig`), in the style of adwm_core/settings.py. Apart
+from the training settings so that the world-model stage's code fingerprint does not read
+them: an estimator-only change reruns the estimator stages alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field, model_validator
+from typing_extensions import Self
+
+from ..data import behaviour_rows
+from ..validated import Settings, filled_from_preset
+
+Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
+Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
+UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
+EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
+
+
+class FQEConfig(Settings):
+    """app:fqe-correction's hyper-parameters."""
+
+    hidden: int = Field(default=128, gt=0)
+    lr: float = Field(default=3e-4, gt=0)
+    batch_size: int = Field(default=64, gt=0)
+    epochs: int = Field(default=20, gt=0)
+    polyak: float = Field(default=0.99, ge=0, lt=1)
+
+
+class BaselineConfig(Settings):
+    estimators: tuple[EstimatorName, ...] = Field(default=("DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"),
+                                                  min_length=1)
+    seeds: tuple[int, ...] = Field(default=(0,), min_length=1)  # each seed refits FQE and redraws the bootstrap
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    n_bootstrap: int = Field(default=1000, ge=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    fqe: FQEConfig = FQEConfig()
+
+
+ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False},
+                "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True}}
+VALUE_ESTIMATES = ("reward_sum", "success_similarity")
+
+
+class AdwmConfig(Settings):
+    """Inference settings; defaults from app:ope-rollout, except where ``preset`` fills a field
+    left unset (``ADWM_PRESETS``): the ``default`` preset reads imagined states by ``retrieval``
+    — π_e reads the behaviour observation the world model judges its action against (a world
+    model with text actions reads a_t in that observation) — the ``paper`` preset by ψ's soft
+    tokens. Guidance: the paper's success bank; the default's ``auto`` is the success bank where
+    a behaviour episode succeeded and no continuation guidance where none did (logs of agents
+    that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
+    default answers a (state, action) pair the log holds by a logged successor
+    (``logged_successors``), the paper always by the diffusion model."""
+
+    preset: Literal["paper", "default"] = "default"
+    reading: Reading | None = None
+    guidance: Guidance | None = None
+    logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
+    n_rollouts: int = Field(default=32, ge=1)
+    horizon: int = Field(default=30, ge=1)  # H_max
+    cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
+    alpha: float = Field(default=1.0, ge=0)
+    eta_max: float = Field(default=0.5, ge=0)
+    lookahead: int = Field(default=2, ge=1)  # h, look-ahead steps of the likelihood guidance
+    lookahead_denoise: int = Field(default=5, ge=1)  # DDIM levels of each look-ahead transition
+    guided_steps: int | None = Field(default=None, ge=0)  # guidance on the last this-many denoising steps (None: all)
+    unknown_actions: UnknownActions = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
+    gamma: float = Field(default=1.0, gt=0, le=1)  # discount of reward_sum (1: on the scale of undiscounted returns)
+    snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
+    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
+    done_threshold: float = Field(default=0.5, gt=0, lt=1)
+    seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
+    n_bootstrap: int = Field(default=1000, ge=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        return filled_from_preset(data, ADWM_PRESETS, "ADWM config")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.guidance == "likelihood" and self.reading != "soft_tokens":
+            raise ValueError(f"ADWM config: guidance='likelihood' with reading={self.reading!r} (the gradient of "
+                             "log π_e flows through ψ's soft tokens: use reading='soft_tokens' or "
+                             "guidance='success_bank')")
+        return self
+
+    def check_behaviour(self, trajectories: pa.Table) -> None:
+        """Success-bank guidance (set explicitly; ``auto`` does without) reads the last observations
+        of successful behaviour episodes: refuse a pool without one before the world model is
+        trained on it."""
+        steps = behaviour_rows(trajectories)
+        if self.guidance == "success_bank" and not any(steps["success"].to_pylist()):
+            episodes = len(set(steps["episode"].to_pylist()))
+            raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
+                             "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
+                             "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
+                             "or set adwm.guidance to 'auto' (unguided where no episode succeeded) or 'none'")

@@ -1,0 +1,127 @@
+"""What answers π_e's action in an imagined rollout: the ``Transition`` protocol and the
+transitions that need no trained network.
+
+One imagined step of the alive rollouts is a :class:`Query` (what π_e read and did, the latents
+so far, the rollout's noise) and its answer an :class:`Outcome` (z_{t+1}, r̂_t on the
+environment's scale, whether the episode ends, whether the log answered). The rollout loop
+(rollouts.py) is the same for every estimator row; two rows differ only in their transition:
+
+- :class:`LoggedSuccessors` — where the behaviour log took a_t in the observation π_e reads, one
+  of those logged transitions, drawn uniformly (the empirical P̂(o' | o, a), ope/logged.py);
+  elsewhere the transition it wraps answers;
+- :class:`NearestLogged` — the logged transition of the most similar (state, action), the
+  kNN-WM reference;
+- ``DiffusionTransition`` (adwm.py) — the guided reverse process of the world model and its heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ..envs.runner import Decision
+from ..policies.prompts import History
+from .state_bank import StateBank
+
+
+class Policy(Protocol):
+    def act(self, histories: Sequence[History]) -> list[Decision]: ...
+
+
+@dataclass
+class Query:
+    """One imagined step of B alive rollouts at step t."""
+
+    policy: object  # π_e (the likelihood guidance differentiates through it)
+    histories: list[History]  # what π_e read, its own earlier turns included
+    actions: list[str]  # a_t
+    read: np.ndarray  # (B,) the bank row π_e read
+    past: torch.Tensor  # (B, t+1, d_z) z_0..z_t
+    noise: torch.Tensor  # (K+1, B, d_z) the rollouts' diffusion noise (common across ε levels)
+    seconds: dict[str, float] = field(default_factory=dict)  # time spent, by part
+
+    @property
+    def t(self) -> int:
+        return self.past.shape[1] - 1
+
+    def uniforms(self) -> np.ndarray:
+        """One uniform draw in [0, 1) per rollout, Φ of its first diffusion noise: shared across
+        ε levels, as every draw of the rollouts is."""
+        return torch.special.ndtr(self.noise[0, :, 0]).numpy()
+
+    def subset(self, rows: np.ndarray) -> "Query":
+        return Query(self.policy, [self.histories[j] for j in rows], [self.actions[j] for j in rows],
+                     self.read[rows], self.past[rows], self.noise[:, rows], self.seconds)
+
+
+@dataclass
+class Outcome:
+    """The answer to a :class:`Query`, per rollout."""
+
+    z_next: torch.Tensor  # (B, d_z)
+    reward: np.ndarray  # (B,) r̂_t on the environment's scale
+    done: np.ndarray  # (B,) bool
+    logged: np.ndarray  # (B,) bool: a logged transition of the very (state, action) answered
+
+    @classmethod
+    def empty(cls, size: int, d_z: int) -> "Outcome":
+        return cls(torch.empty(size, d_z), np.zeros(size), np.zeros(size, bool), np.zeros(size, bool))
+
+    def fill(self, rows: np.ndarray, other: "Outcome") -> None:
+        self.z_next[rows], self.reward[rows] = other.z_next, other.reward
+        self.done[rows], self.logged[rows] = other.done, other.logged
+
+
+class Transition(Protocol):
+    def __call__(self, query: Query) -> Outcome: ...
+
+
+class LoggedSuccessors:
+    """The log's own successors where it took a_t in the observation π_e reads; ``off_log``
+    answers the rest."""
+
+    def __init__(self, bank: StateBank, off_log: Transition) -> None:
+        self.bank, self.off_log = bank, off_log
+
+    def __call__(self, query: Query) -> Outcome:
+        logged = self.bank.transitions
+        chosen = logged.draw(query.read, query.actions, query.t, query.uniforms())
+        on = chosen >= 0
+        outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
+        outcome.fill(np.flatnonzero(on), Outcome(logged.next_latents[chosen[on]], logged.rewards[chosen[on]],
+                                                 logged.done[chosen[on]], np.ones(int(on.sum()), bool)))
+        off = np.flatnonzero(~on)
+        if len(off):
+            outcome.fill(off, self.off_log(query.subset(off)))
+        return outcome
+
+
+class NearestLogged:
+    """The kNN-WM reference: every logged transition (o, a, r, o', done) is scored
+
+        sim = cos(z_{s_t}, z_o) + match(a_t, a),   match = 1 for the same action text, else the
+                                                   Jaccard overlap of their words,
+
+    and one of the best-scoring transitions is drawn uniformly: z_{t+1} = f_θ(o'), r̂_t = r and
+    the episode ends where the logged step ended it. No diffusion, no guidance, no heads."""
+
+    def __init__(self, bank: StateBank) -> None:
+        self.bank = bank
+        self._units = torch.nn.functional.normalize(bank.latents, dim=-1)
+        self._logged_units = self._units[bank.transitions.observations]  # (N, d_z) of each transition's o
+
+    def __call__(self, query: Query) -> Outcome:
+        logged = self.bank.transitions
+        scores = (self._units[torch.as_tensor(query.read)] @ self._logged_units.T
+                  + torch.stack([logged.action_match(a) for a in query.actions]))  # (B, N)
+        draws = query.uniforms()
+        chosen = np.empty(len(query.actions), np.int64)
+        for j, score in enumerate(scores):
+            best = torch.nonzero(score >= score.max() - 1e-6).flatten().numpy()
+            chosen[j] = best[min(int(draws[j] * len(best)), len(best) - 1)]
+        return Outcome(logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen],
+                       np.zeros(len(chosen), bool))
