@@ -70,9 +70,11 @@ def admission(points: list[dict]) -> dict:
 
 
 def write_admission(cells: list[str]) -> dict:
-    """Admission of ``cells`` → bench/results/admission.{md,json} (earlier verdicts of other cells kept)."""
+    """Admission of ``cells`` → bench/results/admission.{md,json}, rewritten after each cell (a
+    killed run keeps the verdicts it reached; verdicts of other cells are kept)."""
     path = RESULTS / "admission.json"
     verdicts = json.loads(path.read_text())["cells"] if path.exists() else {}
+    report = {}
     for cell in cells:
         started = time.perf_counter()
         points = ground_truth(cell)
@@ -80,10 +82,15 @@ def write_admission(cells: list[str]) -> dict:
                           "seconds": round(time.perf_counter() - started)}
         print(f"{cell}: range {verdicts[cell]['range']:.3f}, largest stderr {verdicts[cell]['max_stderr']:.3f} "
               f"→ {'admitted' if verdicts[cell]['admitted'] else 'not admitted'}", flush=True)
+        report = _write_verdicts(verdicts)
+    return report
+
+
+def _write_verdicts(verdicts: dict) -> dict:
     order = [c for c in test_cells() if c in verdicts]
     report = {"rule": f"range of J over the 10 points >= {SPREAD_FACTOR:g} x the largest stderr of a point",
               "machine": machine(), "cells": {c: verdicts[c] for c in order}}
-    path.write_text(json.dumps(report, indent=2))
+    (RESULTS / "admission.json").write_text(json.dumps(report, indent=2))
     lines = ["# Admission of the test cells (deployments/TEST_CELLS.md)", "",
              f"`python bench/heldout.py --admit`: ground truth only (the `policies` and `ground-truth` stages), "
              f"no estimator. Rule: {report['rule']}.", "",
@@ -96,7 +103,7 @@ def write_admission(cells: list[str]) -> dict:
                      f"{v['max_stderr']:.3f} | {v['range'] / max(v['max_stderr'], 1e-12):.1f} | "
                      f"{'yes' if v['admitted'] else '**no**'} | {v['date']} |")
     admitted = [c for c in order if verdicts[c]["admitted"]]
-    lines += ["", f"Admitted: {len(admitted)} of {len(order)} "
+    lines += ["", f"Admitted: {len(admitted)} of {len(order)} judged, {len(test_cells())} declared "
                   f"({', '.join(admitted) if admitted else 'none'}).", "",
               f"Machine: `{json.dumps(report['machine'])}`"]
     (RESULTS / "admission.md").write_text("\n".join(lines) + "\n")
