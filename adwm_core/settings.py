@@ -13,13 +13,22 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from typing_extensions import Self
 
-from .validated import Settings, filled_from_preset
+from .validated import Settings
 
 Prediction = Literal["eps", "z0"]  # the score network's output: ε (the paper) or z_0
 ActionInput = Literal["ids", "text"]  # e(a) from an id table (the paper) or from the action's text
 OutcomeInput = Literal["next_latent", "action"]  # reward/termination heads on (z_{t+1}, h̄_t) or (e(a_t), h̄_t)
 Selection = Literal["heads_on_true", "fidelity"]  # the held-out key the kept checkpoint minimises
 
+
+def filled_from_preset(data: Any, presets: dict[str, dict[str, Any]], what: str, skip: tuple[str, ...] = ()) -> Any:
+    """Raw settings with every field left unset (or ``None``) taken from their ``preset``."""
+    if not isinstance(data, dict):
+        return data
+    name = data.get("preset", "default")
+    if name not in presets:
+        raise ValueError(f"{what}: preset={name!r}; choose from {tuple(presets)}")
+    return {**data, **{k: v for k, v in presets[name].items() if data.get(k) is None and k not in skip}}
 
 
 class LossWeights(Settings):

@@ -18,13 +18,3 @@ class Settings(BaseModel):
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes``, validated (and filled from the preset) like a new one."""
         return type(self).model_validate({**self.model_dump(), **changes})
-
-
-def filled_from_preset(data: Any, presets: dict[str, dict[str, Any]], what: str, skip: tuple[str, ...] = ()) -> Any:
-    """Raw settings with every field left unset (or ``None``) taken from their ``preset``."""
-    if not isinstance(data, dict):
-        return data
-    name = data.get("preset", "default")
-    if name not in presets:
-        raise ValueError(f"{what}: preset={name!r}; choose from {tuple(presets)}")
-    return {**data, **{k: v for k, v in presets[name].items() if data.get(k) is None and k not in skip}}

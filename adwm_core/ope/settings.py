@@ -13,7 +13,8 @@ from pydantic import Field, model_validator
 from typing_extensions import Self
 
 from ..data import behaviour_rows
-from ..validated import Settings, filled_from_preset
+from ..settings import filled_from_preset
+from ..validated import Settings
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
