@@ -124,7 +124,7 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     source = parents[0].data.tags.get("adwm.source")  # the code the run ran, ahead of its commit or not
     assert source == (None if head.returncode else head.stdout.strip() + ("+changes" if changed else ""))
     adwm = children["adwm [late]"].data.metrics  # the performance report reads these
-    assert adwm["imagined_steps"] > 0 and adwm["world_model_seconds"] > 0 and adwm["policy_seconds"] > 0
+    assert adwm["imagined_steps"] > 0 and adwm["transition_seconds"] > 0 and adwm["policy_seconds"] > 0
     truth = [r for r in runs if r.info.run_name == "ground-truth [late]" and r.data.params["reused"] == "False"]
     assert truth and {"seconds_eps_0", "seconds_eps_0.5", "seconds_eps_1"} <= set(truth[0].data.metrics)
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(children["report"].info.run_id)}
