@@ -91,8 +91,10 @@ class DiffusionTransition:
 
     def previous_ids(self, query: Query) -> torch.Tensor:
         """(B, t+1) a_{−1..t−1}: ∅ beside z_0, then each rollout's own earlier actions."""
-        return torch.stack([torch.cat([torch.tensor([NULL]), self.action_ids([a for _, a in h.steps])])
-                            for h in query.histories]) if query.t else torch.full((len(query.actions), 1), NULL)
+        earlier = torch.full((len(query.actions), query.t + 1), NULL, dtype=torch.long)
+        if query.t:  # one vocabulary lookup for every rollout's turns
+            earlier[:, 1:] = self.action_ids([a for h in query.histories for _, a in h.steps]).view(-1, query.t)
+        return earlier
 
     def eps_model(self, h: torch.Tensor, actions: torch.Tensor):
         """ε̂(z_k, k) of the world model given (h̄, a) — ``actions`` as ids or conditions
