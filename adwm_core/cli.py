@@ -18,7 +18,8 @@ from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent
 from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
-from .envs.runner import EpisodeRunner, EpisodeSpec
+from .envs.episodes import EpisodeSpec
+from .envs.runner import EpisodeRunner
 from .paths import artifact_path
 from .stages.logs import export_jsonl
 

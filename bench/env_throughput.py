@@ -20,7 +20,8 @@ import numpy as np
 
 from adwm_core.envs import make_env
 from adwm_core.envs.agents import EpsilonGoldAgent
-from adwm_core.envs.runner import EpisodeRunner, EpisodeSpec
+from adwm_core.envs.episodes import EpisodeSpec
+from adwm_core.envs.runner import EpisodeRunner
 from common import RESULTS
 from common import machine as host
 

@@ -13,7 +13,8 @@ from adwm_core.diffusion.guidance import eta_schedule, nearest_cosine, success_b
 from adwm_core.diffusion.process import GaussianDiffusion
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
-from adwm_core.envs.runner import Decision, EpisodeRunner, EpisodeSpec, episodes_table
+from adwm_core.envs.episodes import Decision, EpisodeSpec, episodes_table
+from adwm_core.envs.runner import EpisodeRunner
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import DiffusionTransition, adwm_transition

@@ -3,7 +3,8 @@ import pytest
 
 from adwm_core.data import TRAJECTORIES, read_table, write_table
 from adwm_core.envs.agents import EpsilonGoldAgent
-from adwm_core.envs.runner import EpisodeRunner, EpisodeSpec, episodes_table
+from adwm_core.envs.episodes import EpisodeSpec, episodes_table
+from adwm_core.envs.runner import EpisodeRunner
 
 ENV_KWARGS = {"game_params": {"coin": "numLocations=6,includeDoors=1"}}
 SPECS = [EpisodeSpec(episode=100 + i, task="coin", variation=i, seed=i) for i in range(6)]

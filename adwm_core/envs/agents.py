@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .runner import Decision, EpisodeState
+from .episodes import Decision, EpisodeState
 
 
 class EpsilonGoldAgent:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..diffusion.guidance import nearest_cosine
+from ..policies.base import epsilon_mixed
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
 from .settings import AdwmConfig
@@ -140,18 +141,12 @@ class ImaginedRollouts:
     @staticmethod
     def _act(policy: Policy | SoftPromptPolicy, histories: list[History], latents: torch.Tensor,
              explore: np.ndarray, picks: np.ndarray) -> list[str]:
-        """π_e^ε's actions: ε-exploration from the histories' admissible lists, else π_e's own."""
-        actions: list[str | None] = [None] * len(histories)
-        ask = []
-        for j, history in enumerate(histories):
-            if explore[j] and history.admissible:
-                actions[j] = history.admissible[int(picks[j] * len(history.admissible))]
-            else:
-                ask.append(j)
-        if ask:
+        """π_e^ε's actions (``epsilon_mixed``, as in the environment) from this step's draws:
+        exploration from the histories' admissible lists, else π_e's own."""
+        def decide(ask: list[int]):
             asked = [histories[j] for j in ask]
-            decisions = (policy.act(asked, latents[ask]) if isinstance(policy, SoftPromptPolicy)
-                         else policy.act(asked))
-            for j, decision in zip(ask, decisions):
-                actions[j] = decision.action
-        return actions
+            return policy.act(asked, latents[ask]) if isinstance(policy, SoftPromptPolicy) else policy.act(asked)
+
+        decisions = epsilon_mixed([h.admissible for h in histories], explore=lambda j: bool(explore[j]),
+                                  pick=lambda j, n: int(picks[j] * n), decide=decide)
+        return [decision.action for decision in decisions]

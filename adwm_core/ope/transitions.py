@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..envs.runner import Decision
+from ..envs.episodes import Decision
 from ..policies.prompts import History
 from .state_bank import StateBank
 

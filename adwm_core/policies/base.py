@@ -11,11 +11,11 @@ runs a policy, ε-mixed (Eq. eps-mix), inside the episode runner.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..envs.runner import Decision, EpisodeState
+from ..envs.episodes import Decision, EpisodeState
 from .parsing import map_to_admissible, parse_action
 from .prompts import MAX_NEW_TOKENS, History, PromptTemplate, action_continuation
 
@@ -98,6 +98,30 @@ def history_of(state: EpisodeState) -> History:
     return History(state.task_description, steps, state.observation, state.admissible)
 
 
+def epsilon_mixed(
+    admissible: Sequence[Sequence[str] | None],
+    explore: Callable[[int], bool],
+    pick: Callable[[int, int], int],
+    decide: Callable[[list[int]], Sequence[Decision]],
+) -> list[Decision]:
+    """π^ε (Eq. eps-mix) over a batch: where ``explore(i)`` and item i has an admissible list,
+    its ``pick(i, n)``-th of n admissible actions; every other item gets π's decision, from one
+    ``decide(indices)`` call. The draws are the caller's, so the environment (each episode's
+    generator) and imagination (common random numbers) mix ε by the same rule."""
+    decisions: list[Decision | None] = [None] * len(admissible)
+    ask: list[int] = []
+    for i, actions in enumerate(admissible):
+        if explore(i) and actions:
+            action = actions[pick(i, len(actions))]
+            decisions[i] = Decision(action, action)
+        else:
+            ask.append(i)
+    if ask:
+        for i, decision in zip(ask, decide(ask)):
+            decisions[i] = decision
+    return decisions
+
+
 class PolicyAgent:
     """π^ε for the episode runner: one Bernoulli(ε) flip per step from the episode's
     generator; heads → a uniformly random admissible action, tails → the LLM's action
@@ -113,15 +137,10 @@ class PolicyAgent:
         self.epsilon = epsilon
 
     def act(self, states: Sequence[EpisodeState]) -> list[Decision]:
-        decisions: list[Decision | None] = [None] * len(states)
-        ask: list[int] = []
-        for i, state in enumerate(states):
-            explore = state.rng.random() < self.epsilon  # drawn at every ε, so runs at different ε share flips
-            if explore and state.admissible:
-                action = state.admissible[int(state.rng.integers(len(state.admissible)))]
-                decisions[i] = Decision(action, action)
-            else:
-                ask.append(i)
-        for i, decision in zip(ask, self.policy.act([history_of(states[i]) for i in ask])):
-            decisions[i] = decision
-        return decisions
+        return epsilon_mixed(
+            [state.admissible for state in states],
+            # drawn at every ε, so runs at different ε share flips
+            explore=lambda i: states[i].rng.random() < self.epsilon,
+            pick=lambda i, n: int(states[i].rng.integers(n)),
+            decide=lambda ask: self.policy.act([history_of(states[i]) for i in ask]),
+        )

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import torch
 
-from ..envs.runner import Decision
+from ..envs.episodes import Decision
 from .base import LLMPolicy
 from .parsing import map_to_admissible, parse_action
 from .prompts import History, action_continuation

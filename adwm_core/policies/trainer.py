@@ -30,7 +30,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from ..envs.agents import EpsilonGoldAgent
-from ..envs.runner import Episode, EpisodeRunner, EpisodeSpec
+from ..envs.episodes import Episode, EpisodeSpec
+from ..envs.runner import EpisodeRunner
 from ..specs import EnvSpec
 from .local_models import save_model_dir
 from .prompts import (

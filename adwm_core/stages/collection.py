@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
-from ..envs.runner import Agent, EpisodeRunner, EpisodeSpec, episodes_table
+from ..envs.episodes import Agent, EpisodeSpec, episodes_table
+from ..envs.runner import EpisodeRunner
 from ..policies.base import PolicyAgent
 from ..policies.loading import ModelCache
 from ..policies.prompts import VARIANTS, History, episode_histories
