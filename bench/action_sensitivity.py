@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from adwm_core.cell import CellConfig
-from adwm_core.stages.collection import logged_steps
+from adwm_core.stages.collection import logged_histories
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
@@ -114,7 +114,7 @@ def measure(cell_name: str) -> dict:
     cell = load_cell(cell_name)
     model = WorldModel.load(artifact(cell, "world-model").file("model"))
     table = behaviour_rows(read_table(artifact(cell, "behaviour").file("trajectories"), TRAJECTORIES))
-    steps = list(logged_steps(table))
+    steps = list(logged_histories(table))
     scored = read_table(artifact(cell, "logprobs").file("logprobs"), LOGPROBS)
     greedy = [a for a in scored.column("greedy_action").to_pylist() if a is not None]
     return {"cell": cell_name, "coverage": coverage(model, steps, greedy), **sensitivity(cell, model, table, steps)}

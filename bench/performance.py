@@ -82,10 +82,10 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
     """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
     generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
     from adwm_core.policies.loading import ModelCache
-    from adwm_core.stages.collection import logged_steps
+    from adwm_core.stages.collection import logged_histories
     from adwm_core.data import TRAJECTORIES, read_table
 
-    steps = list(logged_steps(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]
+    steps = list(logged_histories(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]
     histories, actions = [h for _, h in steps], [row["action"] for row, _ in steps]
     policy = ModelCache().policy(spec, env_name)
     tokenizer = policy.lm.tokenizer

@@ -5,7 +5,7 @@ import pyarrow.compute as pc
 import pytest
 
 from adwm_core.specs import EnvSpec, PolicySpec
-from adwm_core.stages.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_steps
+from adwm_core.stages.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_histories
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
 from adwm_core.policies.base import LLMPolicy
 from adwm_core.policies.loading import load_language_model
@@ -71,7 +71,7 @@ def test_logprobs_rescore_with_the_producing_policy_and_mix_per_epsilon(behaviou
     eval_spec = pool[1]
     extract_logprobs(behaviour, NAME, pool, eval_spec, out, epsilons=(0.0, 0.5, 1.0))
     logp = read_table(out, LOGPROBS)
-    steps = list(logged_steps(read_table(behaviour, TRAJECTORIES)))
+    steps = list(logged_histories(read_table(behaviour, TRAJECTORIES)))
     assert logp.num_rows == 4 * len(steps)
     rows = {(r["policy"], r["epsilon"], r["episode"], r["t"]): r for r in logp.to_pylist()}
     # behaviour log-probs: the producing member (model and prompt variant) re-scores its own steps

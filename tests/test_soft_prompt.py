@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from adwm_core.stages.collection import logged_steps
+from adwm_core.stages.collection import logged_histories
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.diffusion.guidance import eta_schedule, gradient_guidance
 from adwm_core.diffusion.process import GaussianDiffusion
@@ -25,7 +25,7 @@ def policy(tiny_policies):
 @pytest.fixture(scope="module")
 def logged(tiny_behaviour):
     """(action, history) of logged steps of the tiny cell."""
-    return [(row["action"], history) for row, history in logged_steps(read_table(tiny_behaviour, TRAJECTORIES))]
+    return [(row["action"], history) for row, history in logged_histories(read_table(tiny_behaviour, TRAJECTORIES))]
 
 
 def own_embeddings(reader: SoftPromptPolicy, history) -> list[torch.Tensor]:

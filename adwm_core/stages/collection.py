@@ -177,7 +177,7 @@ def _summarise(cell: str, policy: str, epsilon: float, returns: Sequence[float],
     }
 
 
-def logged_steps(table: pa.Table) -> Iterator[tuple[dict, History]]:
+def logged_histories(table: pa.Table) -> Iterator[tuple[dict, History]]:
     """Each logged step (as a row dict) with the history the policy saw before acting."""
     rows = sorted(table.to_pylist(), key=lambda r: (r["episode"], r["t"]))
     for _, group in itertools.groupby(rows, key=lambda r: r["episode"]):
@@ -206,7 +206,7 @@ def extract_logprobs(
     check_epsilons(epsilons)
     table = read_table(trajectories, TRAJECTORIES)
     members = {spec.with_variant(v).name: spec.with_variant(v) for spec in pool for v in VARIANTS}
-    steps = list(logged_steps(table))
+    steps = list(logged_histories(table))
     recorded = np.array([np.nan if row["behavior_logprob"] is None else row["behavior_logprob"] for row, _ in steps])
     to_score = sorted({row["policy"] for row, _ in steps if row["behavior_logprob"] is None})
     unknown = sorted(set(to_score) - set(members))
