@@ -68,6 +68,27 @@ def test_step_guidance_and_cfg_match_hand_computation():
     torch.testing.assert_close(guided, zk)
 
 
+def test_the_process_owns_the_parametrisation_its_loss_and_the_conversion_to_eps():
+    alpha_bar = np.array([0.9, 0.5, 0.1])
+    eps_process, z0_process = GaussianDiffusion(alpha_bar), GaussianDiffusion(alpha_bar, prediction="z0")
+    z0 = torch.tensor([[0.3, -0.7], [1.0, 0.0]], dtype=torch.float64)
+    noise = torch.tensor([[0.5, 0.25], [-1.0, 2.0]], dtype=torch.float64)
+    k = torch.tensor([1, 2])
+    z_k = eps_process.q_sample(z0, k, noise)
+    # a perfect network has zero loss and gives back the true noise under either parametrisation
+    torch.testing.assert_close(eps_process.to_eps(z_k, k, noise), noise)
+    torch.testing.assert_close(z0_process.to_eps(z_k, k, z0), noise)
+    assert eps_process.denoising_loss(noise, z0, noise, k).abs().max() == 0
+    assert z0_process.denoising_loss(z0, z0, noise, k).abs().max() == 0
+    # ε-prediction weighs level k by 1 − ᾱ_k; z_0-prediction weighs every level alike
+    off = torch.ones_like(z0)
+    torch.testing.assert_close(eps_process.denoising_loss(noise + off, z0, noise, k),
+                               torch.tensor([1 - 0.5, 1 - 0.1], dtype=torch.float64))
+    torch.testing.assert_close(z0_process.denoising_loss(z0 + off, z0, noise, k), torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="prediction='v'"):
+        GaussianDiffusion(alpha_bar, prediction="v")
+
+
 def test_a_trained_model_samples_a_2d_mixture_back():
     generator = torch.Generator().manual_seed(0)
     torch.manual_seed(0)

@@ -1,7 +1,15 @@
 """The Gaussian diffusion process over latents, independent of any network.
 
-The noise-prediction model is passed in as a function ``eps(z_k, k) -> ε̂``;
-nothing is clipped (latents are not images in [−1, 1]).
+The sampler takes the noise prediction as a function ``eps(z_k, k) -> ε̂``; nothing is
+clipped (latents are not images in [−1, 1]). The process owns the network's
+parametrisation (``prediction``): what a network's raw output means, the denoising loss
+it is trained with, and its conversion to ε̂:
+
+- ``eps`` (the paper): the network predicts ξ; loss ω(k)‖out − ξ‖², ω(k) = 1 − ᾱ_k;
+- ``z0``: the network regresses the clean latent; loss ‖out − z_0‖² at every level alike, and
+  ε̂ = (z_k − √ᾱ_k ẑ_0)/√(1−ᾱ_k) feeds the same sampler. At the noisiest levels z_k carries
+  almost nothing and ẑ_0 must come from the conditioning, where ε-prediction's weight
+  ᾱ_k on ẑ_0's error vanishes.
 
 - forward noising (paper Sec. ddpm): z_k = √ᾱ_k z_0 + √(1−ᾱ_k) ξ;
 - denoised estimate, Eq. (app_denoised): ẑ_0 = (z_k − √(1−ᾱ_k) ε̂) / √ᾱ_k;
@@ -30,6 +38,7 @@ from .schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_mean_coe
 Projection = Callable[[torch.Tensor], torch.Tensor]
 EpsModel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Guidance = Callable[[torch.Tensor, int, torch.Tensor], torch.Tensor]  # (z_k, k, ε̂) → g_k
+PREDICTIONS = ("eps", "z0")  # what the network outputs: the noise ξ or the clean latent z_0
 
 
 def classifier_free(eps_cond: torch.Tensor, eps_uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -38,12 +47,16 @@ def classifier_free(eps_cond: torch.Tensor, eps_uncond: torch.Tensor, scale: flo
 
 
 class GaussianDiffusion:
-    """K-step DDPM with schedule ``alpha_bar`` (default: cosine, K = 50 as in app:ope-rollout)."""
+    """K-step DDPM with schedule ``alpha_bar`` (default: cosine, K = 50 as in app:ope-rollout)
+    for a network that outputs ``prediction`` (``PREDICTIONS``)."""
 
-    def __init__(self, alpha_bar: np.ndarray | None = None, n_steps: int = 50) -> None:
+    def __init__(self, alpha_bar: np.ndarray | None = None, n_steps: int = 50, prediction: str = "eps") -> None:
         alpha_bar = cosine_alpha_bar(n_steps) if alpha_bar is None else np.asarray(alpha_bar, dtype=np.float64)
         if np.any(np.diff(alpha_bar) >= 0) or not (0 < alpha_bar[-1] < alpha_bar[0] <= 1):
             raise ValueError("alpha_bar must decrease strictly within (0, 1]")
+        if prediction not in PREDICTIONS:
+            raise ValueError(f"diffusion: prediction={prediction!r}; choose from {PREDICTIONS}")
+        self.prediction = prediction
         self.n_steps = len(alpha_bar)
         self.alpha_bar = torch.from_numpy(alpha_bar)
         self.betas = torch.from_numpy(betas_from_alpha_bar(alpha_bar))
@@ -73,6 +86,18 @@ class GaussianDiffusion:
         """ε̂ = (z_k − √ᾱ_k ẑ_0)/√(1−ᾱ_k): the noise a z_0-predicting model implies."""
         a = self._at(self.alpha_bar, k, z_k)
         return (z_k - a.sqrt() * z0) / (1.0 - a).sqrt()
+
+    def to_eps(self, z_k: torch.Tensor, k: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """ε̂ from the network's raw ``output`` at (z_k, k) under this process's ``prediction``."""
+        return self.eps_from_z0(z_k, k, output) if self.prediction == "z0" else output
+
+    def denoising_loss(self, output: torch.Tensor, z0: torch.Tensor, noise: torch.Tensor,
+                       k: torch.Tensor) -> torch.Tensor:
+        """Per-sample ω(k)·mean_d (output − target)², target ξ (``eps``) or z_0 (``z0``), for a
+        network that saw z_k = q_sample(z0, k, noise)."""
+        if self.prediction == "z0":
+            return ((output - z0) ** 2).mean(-1)
+        return (1.0 - self._at(self.alpha_bar, k, output[..., 0])) * ((output - noise) ** 2).mean(-1)
 
     def step(self, z_k: torch.Tensor, k: int, eps: torch.Tensor, noise: torch.Tensor | None = None,
              project: Projection | None = None) -> torch.Tensor:

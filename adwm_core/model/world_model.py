@@ -8,10 +8,9 @@ observations; collapse of the latter is guarded in training (training/losses.py)
 
 Three settings go beyond the paper (its recipe is each one's first value):
 
-- ``prediction``: the score network outputs ε (the paper) or z_0. With ``z0`` the network
-  regresses the next latent itself, ε̂ = (z_k − √ᾱ_k ẑ_0)/√(1−ᾱ_k) feeds the same sampler,
-  and the loss weighs every level alike — at the noisiest levels, where z_k carries almost
-  nothing and ẑ_0 must come from (h̄_t, a_t), ε-prediction's weight ᾱ_k vanishes;
+- ``prediction``: the score network outputs ε (the paper) or z_0; the diffusion process
+  (diffusion/process.py) owns what that means — the loss and the conversion to ε̂ — and
+  this module only builds the network;
 - ``action_input``: e(a) from an id table (``ids``) or from the action's words (``text``,
   model/encoders.py), so an action the pool never played is still read by what it says;
 - ``outcome_input``: the reward and termination heads read (z_{t+1}, h̄_t) (``next_latent``,
@@ -112,7 +111,7 @@ class WorldModel(nn.Module):
         super().__init__()
         self.config = config
         c, n_actions = config, len(config.actions)
-        self.diffusion = GaussianDiffusion(SCHEDULES[c.schedule](c.n_denoise))
+        self.diffusion = GaussianDiffusion(SCHEDULES[c.schedule](c.n_denoise), prediction=c.prediction)
         self.tokenizer = HashTokenizer(c.vocab_size, c.max_tokens)
         self.observation_encoder = ObservationEncoder(c.d_z, c.vocab_size, c.max_tokens)
         if c.action_input == "text":
@@ -242,8 +241,7 @@ class WorldModel(nn.Module):
 
     def eps(self, z_k: torch.Tensor, k: torch.Tensor, h: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
         """ε_θ(z_k, k, h̄, a); ``actions=None`` is the unconditional branch ε_θ(z_k, k, h̄, ∅)."""
-        out = self.denoiser(z_k, k, h, actions)
-        return self.diffusion.eps_from_z0(z_k, k, out) if self.config.prediction == "z0" else out
+        return self.diffusion.to_eps(z_k, k, self.denoiser(z_k, k, h, actions))
 
     def _outcome(self, head: nn.Module, z_next: torch.Tensor | None, h: torch.Tensor,
                  actions: torch.Tensor | None) -> torch.Tensor:

@@ -5,9 +5,10 @@
 - L_DSM = E[ω(k)(‖ε_θ(z_k,k,h̄_t,a_t) − ξ‖² + ‖ε_θ(z_k,k,h̄_t,∅) − ξ‖²)], ω(k) = 1 − ᾱ_k; the
   conditional branch also drops a_t to ∅ with p_uncond = 0.1 (classifier-free dropout).
   Squared errors are averaged over the d_z coordinates, so L_DSM ≈ 1 at initialisation
-  (ε̂ = 0) and the paper's weights keep their relative size. A z_0-predicting network
-  (``WorldModelConfig.prediction``) regresses z_{t+1} instead of ξ, with ω(k) = 1 at every level
-  (≈ 1 at initialisation too: latents have unit mean square).
+  (ε̂ = 0) and the paper's weights keep their relative size. The diffusion process owns the
+  parametrisation (``GaussianDiffusion.denoising_loss``): a z_0-predicting network regresses
+  z_{t+1} instead of ξ, with ω(k) = 1 at every level (≈ 1 at initialisation too: latents have
+  unit mean square).
 - L_IDM = CE(IDM(z_{t+1}, h̄_t), a_t); L_BC = CE(BC(z_t, h̄_t), a_t).
 - L_div = (1/(B(B−1))) Σ_{i≠j} |z̄_iᵀ z̄_j|, z̄ = normalize(mean_t z) per window; pairs of windows
   of the same episode (success up-sampling repeats episodes) are left out.
@@ -77,11 +78,8 @@ def world_model_losses(
     null = model.action_vectors(torch.full_like(a_t[:1], NULL))
     cond = model.denoiser(z_k, k, h_t, torch.where(dropped.unsqueeze(-1), null, c_t))
     uncond = model.denoiser(z_k, k, h_t, None)
-    if model.config.prediction == "z0":
-        target, omega = z_next.detach(), torch.ones_like(k, dtype=z.dtype)
-    else:
-        target, omega = noise, (1.0 - diffusion.alpha_bar.to(device)[k]).to(z.dtype)
-    dsm = (omega * (((cond - target) ** 2).mean(-1) + ((uncond - target) ** 2).mean(-1))).mean()
+    dsm = (diffusion.denoising_loss(cond, z_next.detach(), noise, k)
+           + diffusion.denoising_loss(uncond, z_next.detach(), noise, k)).mean()
 
     present = (batch.observations >= 0).unsqueeze(-1).to(z.dtype)
     pooled = z.sum(1) / present.sum(1).clamp_min(1.0)  # latents() already zeroed the padding
