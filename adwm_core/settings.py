@@ -43,11 +43,12 @@ class LossWeights(Settings):
 
 WORLD_MODEL_PRESETS = {
     "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
-              "epochs": 50, "steps": None, "selection": "heads_on_true", "word_match": False},
+              "epochs": 50, "steps": None, "transitions": None, "selection": "heads_on_true", "word_match": False},
     "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
-                "epochs": None, "steps": 2000, "selection": "fidelity", "word_match": True},
+                "epochs": None, "steps": None, "transitions": 250_000, "selection": "fidelity", "word_match": True},
 }
-EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps
+BUDGETS = ("epochs", "steps", "transitions")  # one of them bounds world-model training
+EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps or transitions
 
 
 def architecture_problems(action_input: str | None, word_match: bool | None, react_actions: bool) -> list[str]:
@@ -65,8 +66,9 @@ def architecture_problems(action_input: str | None, word_match: bool | None, rea
 
 class TrainConfig(Settings):
     """World-model training settings. Unset fields take the value of ``preset``
-    (``WORLD_MODEL_PRESETS``); the budget is ``epochs`` or ``steps`` (optimiser steps), and
-    setting one alone drops the other."""
+    (``WORLD_MODEL_PRESETS``); the budget is one of ``epochs``, ``steps`` (optimiser steps) or
+    ``transitions`` (logged transitions drawn in all, whatever the episodes' length: training
+    time is about proportional to it), and setting one drops the preset's others."""
 
     preset: Literal["paper", "default"] = "default"
     prediction: Prediction | None = None  # model/world_model.py
@@ -75,6 +77,7 @@ class TrainConfig(Settings):
     window: int | None = Field(default=None, gt=0)  # transitions a window holds (cut to the longest logged episode)
     epochs: int | None = Field(default=None, gt=0)
     steps: int | None = Field(default=None, gt=0)
+    transitions: int | None = Field(default=None, gt=0)
     selection: Selection | None = None
     word_match: bool | None = None  # text actions mark their words found in the observation (model/encoders.py)
     batch_size: int = Field(default=64, gt=0)
@@ -95,16 +98,17 @@ class TrainConfig(Settings):
     @classmethod
     def _from_preset(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            if data.get("epochs") is not None and data.get("steps") is not None:
-                raise ValueError(f"world-model training config: epochs={data['epochs']} and steps={data['steps']}; "
+            given = {name: data[name] for name in BUDGETS if data.get(name) is not None}
+            if len(given) > 1:
+                raise ValueError(f"world-model training config: {', '.join(f'{k}={v}' for k, v in given.items())}; "
                                  "give one training budget")
             if data.get("word_match") is None and data.get("action_input") not in (None, "text"):
                 data = {**data, "word_match": False}  # the preset's word marks belong to text actions
-            explicit_budget = data.get("epochs") is not None or data.get("steps") is not None
+            explicit_budget = any(data.get(name) is not None for name in BUDGETS)
         else:
             explicit_budget = False
         return filled_from_preset(data, WORLD_MODEL_PRESETS, "world-model training config",
-                       ("epochs", "steps") if explicit_budget else ())
+                       BUDGETS if explicit_budget else ())
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -115,8 +119,10 @@ class TrainConfig(Settings):
 
     @property
     def rounds(self) -> int:
-        """Held-out evaluations: one per epoch, or ``EVALUATION_ROUNDS`` over a budget in steps."""
-        return self.epochs if self.epochs is not None else min(EVALUATION_ROUNDS, self.steps)
+        """Held-out evaluations: one per epoch, else ``EVALUATION_ROUNDS`` (at most one per step)."""
+        if self.epochs is not None:
+            return self.epochs
+        return min(EVALUATION_ROUNDS, self.steps) if self.steps is not None else EVALUATION_ROUNDS
 
 
 class PsiConfig(Settings):

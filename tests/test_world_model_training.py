@@ -1,4 +1,5 @@
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.compute as pc
@@ -15,7 +16,8 @@ from adwm_core.settings import PsiConfig, TrainConfig
 from adwm_core.training.psi import observation_texts, train_psi_adapter
 from adwm_core.training.losses import world_model_losses
 from adwm_core.model.windows import Tokenised
-from adwm_core.training.world_model import ReachableTokenRows, reachable_token_ids, split_indices, train_world_model
+from adwm_core.training.world_model import (ReachableTokenRows, optimiser_steps, reachable_token_ids, split_indices,
+                                            train_world_model)
 from conftest import WM_STEPS
 
 
@@ -187,19 +189,31 @@ def test_presets_fill_what_a_config_leaves_out():
             paper.selection, paper.word_match) == ("eps", "ids", "next_latent", 8, 50, None, "heads_on_true", False)
     assert (default.prediction, default.action_input, default.outcome_input, default.epochs, default.word_match) == (
         "z0", "text", "action", None, True)
-    assert default.steps > 0 and default.rounds <= default.steps
-    budget = TrainConfig(epochs=3)  # one budget set drops the preset's other
-    assert (budget.epochs, budget.steps, budget.rounds) == (3, None, 3)
+    assert (default.epochs, default.steps) == (None, None) and default.transitions > 0 and default.rounds == 50
+    budget = TrainConfig(epochs=3)  # one budget set drops the preset's others
+    assert (budget.epochs, budget.steps, budget.transitions, budget.rounds) == (3, None, None, 3)
+    assert TrainConfig(steps=7).rounds == 7  # at most one evaluation per step
     assert TrainConfig(preset="paper", prediction="z0").prediction == "z0"
     assert TrainConfig(action_input="ids").word_match is False  # the default's word marks are for text actions
     with pytest.raises(ValueError, match="give one training budget"):
         TrainConfig(epochs=3, steps=10)
+    with pytest.raises(ValueError, match="steps=10, transitions=500; give one training budget"):
+        TrainConfig(steps=10, transitions=500)
     with pytest.raises(ValueError, match="preset='fast'"):
         TrainConfig(preset="fast")
     with pytest.raises(ValueError, match="react_actions=True with action_input='text'"):
         TrainConfig(react_actions=True)
     with pytest.raises(ValueError, match=r"prediction\n  Input should be 'eps' or 'z0'"):
         TrainConfig(prediction="v")
+
+
+def test_a_transition_budget_buys_steps_by_the_length_of_what_a_batch_draws():
+    config, draws = TrainConfig(transitions=640_000, batch_size=64), np.arange(10)
+    short, long = SimpleNamespace(lengths=np.full(10, 2)), SimpleNamespace(lengths=np.full(10, 40))
+    assert optimiser_steps(config, short, draws, 32) == 640_000 // (64 * 2)
+    assert optimiser_steps(config, long, draws, 32) == -(-640_000 // (64 * 32))  # windows cut at 32 transitions
+    assert optimiser_steps(TrainConfig(transitions=10), long, draws, 32) == 50  # one step per evaluation round at least
+    assert optimiser_steps(TrainConfig(epochs=2, batch_size=4), long, draws, 32) == 2 * 3
 
 
 def test_a_world_model_saved_before_unknown_trained_existed_infers_it():

@@ -14,8 +14,9 @@ Two presets (``TrainConfig.preset``); a field set explicitly overrides its prese
   windows of 8, a budget of 50 epochs (a round = an epoch; a few hundred optimiser steps
   on a local cell), and selection on the heads read on the *encoded true* next latent;
 - ``default`` (beyond the paper): z_0-prediction, actions read as text, outcome heads on
-  (e(a_t), h̄_t), windows of whole episodes (up to 32 steps), a budget in optimiser steps
-  (50 evaluation rounds), and selection on what imagination reads — the outcome heads and
+  (e(a_t), h̄_t), windows of whole episodes (up to 32 steps), a budget of 250 000 drawn
+  transitions (50 evaluation rounds; training time follows the transitions drawn, not the
+  number of optimiser steps, so long-episode cells cost what short ones do), and selection on what imagination reads — the outcome heads and
   the denoised next latent, each relative to a trivial predictor (``fidelity_key``).
 """
 
@@ -219,8 +220,7 @@ def train_world_model(
     generator = torch.Generator().manual_seed(config.seed)
     constants = _constants(data, train)
     draws = np.concatenate([train] + [train[data.success[train]]] * (config.success_upsample - 1))
-    per_epoch = math.ceil(len(draws) / config.batch_size)
-    total_steps = config.steps if config.steps is not None else config.epochs * per_epoch
+    total_steps = optimiser_steps(config, data, draws, window)
     batches = _batches(draws, config.batch_size, rng)
 
     history: list[dict[str, float]] = []
@@ -261,6 +261,18 @@ def train_world_model(
         raise RuntimeError(f"no round of world-model training gave finite held-out metrics (last: {history[-1]}); "
                            "the training diverged: lower TrainConfig.lr or check the behaviour data")
     return TrainResult(out_dir, best_round, history)
+
+
+def optimiser_steps(config: TrainConfig, data: EpisodeArrays, draws: np.ndarray, window: int) -> int:
+    """The budget in optimiser steps: ``steps``; ``epochs`` × batches per epoch; or ``transitions``
+    over the expected transitions of a batch (``batch_size`` draws, each min(length, window)),
+    at least one step per evaluation round."""
+    if config.steps is not None:
+        return config.steps
+    if config.epochs is not None:
+        return config.epochs * math.ceil(len(draws) / config.batch_size)
+    per_batch = config.batch_size * float(np.minimum(data.lengths[draws], window).mean())
+    return max(config.rounds, math.ceil(config.transitions / per_batch))
 
 
 def _batches(draws: np.ndarray, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
