@@ -33,6 +33,7 @@ import torch
 from adwm_core.cell import CellConfig
 from adwm_core.stages.collection import logged_histories
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import DiffusionTransition
@@ -59,7 +60,7 @@ def coverage(model: WorldModel, steps: list, greedy: list[str]) -> dict:
 def sensitivity(cell: CellConfig, model: WorldModel, table, steps: list) -> dict:
     """Cosines and reward/termination differences under the logged vs another admissible action."""
     rng = np.random.default_rng(SEED)
-    sampler = DiffusionTransition(model, StateBank.from_trajectories(table, model), cell.adwm)
+    sampler = DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model), cell.adwm)
 
     def ids(actions: list[str]) -> list[int]:  # as the diffusion transition conditions on them
         return sampler.action_ids(actions).tolist()

@@ -32,7 +32,8 @@ import torch
 from adwm_core.specs import EPSILONS, PolicySpec
 from adwm_core.policies.loading import ModelCache
 from adwm_core.stages.collection import ground_truth_rollouts
-from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, behaviour_rows, read_table
+from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.psi import PsiAdapter
@@ -89,7 +90,7 @@ def one_step_fidelity(model: WorldModel, table, bank: StateBank) -> dict:
     history and action (CFG as in ADWM, no continuation guidance): does the sampled next latent
     read as the logged reward's sign and the logged termination?"""
     sampler = DiffusionTransition(model, bank, AdwmConfig(reading="retrieval", guidance="none"))
-    data = episode_arrays(behaviour_rows(table), model.config.actions, model.config.reward)
+    data = episode_arrays(BehaviourLog(table), model.config.actions, model.config.reward)
     generator = torch.Generator().manual_seed(0)
     reward, logged_reward, done, logged_done = [], [], [], []
     for e, length in enumerate(data.lengths):
@@ -159,7 +160,7 @@ def main() -> None:
               flush=True)
 
     table = read_table(trajectories, TRAJECTORIES)
-    bank = StateBank.from_trajectories(table, model)
+    bank = StateBank.from_log(BehaviourLog(table), model)
     fidelity = one_step_fidelity(model, table, bank)
     print("one-step fidelity", fidelity, flush=True)
     cost = {"default": cell_seed_cost(model, bank, reader, AdwmConfig(reading="soft_tokens"), 5, 32, 30),

@@ -22,6 +22,7 @@ import numpy as np
 
 from adwm_core.cell import parse_assignments
 from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.adwm import adwm_transition
 from adwm_core.ope.rollouts import ImaginedRollouts
@@ -51,7 +52,7 @@ def main() -> None:
     model = WorldModel.load(artifact(cell, "world-model").file("model"))
     spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset)
     config = config.replace(**changes)
-    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
     imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
     run = imagination.run(soft or llm, adwm_transition(model, bank, config), args.epsilon, args.seed)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from adwm_core.data import TRAJECTORIES, read_table, write_table
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL
 from adwm_core.diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
 from adwm_core.diffusion.process import GaussianDiffusion
@@ -100,7 +101,7 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
 
 def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_model(corridor):
     trajectories, model = corridor
-    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
     logged = bank.transitions
     read = np.repeat(bank.starts[:1], 4)
     actions = ["go east", "Go  East", "jump", "jump"]  # the log holds (start, go east), never jump
@@ -141,7 +142,7 @@ def test_a_logged_successor_is_drawn_at_the_same_step_where_the_log_holds_one():
 
 def test_a_seed_fixes_every_draw(corridor):
     trajectories, model = corridor
-    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
     config = AdwmConfig(reading="retrieval", n_rollouts=8, horizon=HORIZON)
     imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
     transition = adwm_transition(model, bank, config)
@@ -154,7 +155,7 @@ def test_a_seed_fixes_every_draw(corridor):
 def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     _, model = corridor
     diffusion = model.diffusion
-    bank = StateBank.from_trajectories(read_table(corridor[0], TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(corridor[0], TRAJECTORIES)), model)
     z0 = bank.latents[bank.starts[:4]]
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
     actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
@@ -172,7 +173,7 @@ def test_an_action_outside_the_vocabulary_is_imagined_as_the_unconditional_trans
     action's next state is sampled from the ∅ branch, unless unknown_actions='unk'."""
     trajectories, model = corridor
     assert not model.config.unknown_trained
-    bank = StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
     z0 = bank.latents[bank.starts[:4]]
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
     noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
@@ -212,8 +213,8 @@ def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_
     failures = table.filter(pa.compute.invert(table["success"]))
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, seeds=(0,), n_bootstrap=50)
     assert config.guidance == "auto" and AdwmConfig(preset="paper").guidance == "success_bank"
-    guided = DiffusionTransition(model, StateBank.from_trajectories(table, model), config)
-    unguided = DiffusionTransition(model, StateBank.from_trajectories(failures, model), config)
+    guided = DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model), config)
+    unguided = DiffusionTransition(model, StateBank.from_log(BehaviourLog(failures), model), config)
     assert (guided.config.guidance, unguided.config.guidance) == ("success_bank", "none")
     assert guided.success_guidance is not None and not unguided.guided
     path = trajectories.replace("trajectories.parquet", "failures.parquet")
@@ -233,13 +234,13 @@ def test_bad_settings_are_named(corridor):
     with pytest.raises(ValueError, match=r"unknown_actions\n  Input should be 'null' or 'unk'"):
         AdwmConfig(unknown_actions="drop")
     with pytest.raises(ValueError, match="history length"):
-        DiffusionTransition(model, StateBank.from_trajectories(read_table(trajectories, TRAJECTORIES), model),
+        DiffusionTransition(model, StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model),
                             AdwmConfig(horizon=model.config.max_steps + 1))
     table = read_table(trajectories, TRAJECTORIES)
     failures = table.filter(pa.compute.invert(table["success"]))
     paper_guidance = AdwmConfig(guidance="success_bank")
     with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
-        DiffusionTransition(model, StateBank.from_trajectories(failures, model), paper_guidance)
+        DiffusionTransition(model, StateBank.from_log(BehaviourLog(failures), model), paper_guidance)
     with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/local_families.py"):
         paper_guidance.check_behaviour(failures)  # the world-model stage asks this before training
     for config in (AdwmConfig(guidance="none"), AdwmConfig()):  # the default, auto, needs no success
@@ -297,7 +298,7 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
 
     model = WorldModel.load(tiny_world_model[0].path)
     reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), PsiAdapter.load(tiny_psi))
-    bank = StateBank.from_trajectories(read_table(tiny_behaviour, TRAJECTORIES), model)
+    bank = StateBank.from_log(BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES)), model)
     guided = AdwmConfig(reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
     imagination = ImaginedRollouts(bank, guided, model.diffusion.n_steps)
     first, again = (imagination.run(reader, adwm_transition(model, bank, guided), (0.0,), seed=5) for _ in range(2))

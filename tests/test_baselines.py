@@ -8,6 +8,7 @@ import pytest
 
 from adwm_core.stages.collection import extract_logprobs
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.stages.baselines import run_baselines
 from adwm_core.ope.estimators import ESTIMATORS
 from adwm_core.ope.settings import BaselineConfig, FQEConfig
@@ -166,7 +167,7 @@ def test_logs_imported_from_jsonl_give_the_native_training_inputs_and_estimates(
         tiny_behaviour, tiny_pool, tiny_world_model, logprobs, estimates, tmp_path):
     imported = _import_through_jsonl(read_table(tiny_behaviour, TRAJECTORIES), tmp_path)
     model = WorldModel.load(tiny_world_model[0].path)
-    native_arrays, imported_arrays = (episode_arrays(read_table(p, TRAJECTORIES), model.config.actions,
+    native_arrays, imported_arrays = (episode_arrays(BehaviourLog(read_table(p, TRAJECTORIES)), model.config.actions,
                                                      model.config.reward) for p in (tiny_behaviour, imported))
     assert imported_arrays.texts == native_arrays.texts
     for name in ("observations", "actions", "reward_targets", "reward_mask", "done", "lengths", "success"):

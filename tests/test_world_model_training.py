@@ -8,6 +8,7 @@ import torch
 
 from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
 from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
+from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.windows import covering_windows, episode_arrays, reward_scale, windows_at
 from adwm_core.model.world_model import WorldModel, WorldModelConfig
 from adwm_core.policies.loading import load_language_model
@@ -37,9 +38,10 @@ def test_windows_align_observations_actions_and_targets():
     table = table_from_rows(_rows(0, [("go", 0.5), ("take", 0.5), ("go", -1.0)]) + _rows(1, [("drop", 0.5)], False),
                             TRAJECTORIES)
     vocab = ActionVocabulary.from_actions(table["action"].to_pylist(), cap=3)  # room for "go" only
-    scale = reward_scale(table)
+    log = BehaviourLog(table)
+    scale = reward_scale(log)
     assert (scale.low, scale.high, scale.target, scale.terminal_only, scale.binary) == (-1.0, 0.5, "step", False, False)
-    data = episode_arrays(table, vocab, scale)
+    data = episode_arrays(log, vocab, scale)
     assert [data.texts[i] for i in data.observations[0]] == ["o0.0", "o0.1", "o0.2", "o0.3"]
     w = windows_at(data, np.array([0, 0, 1]), np.array([0, 1, 0]), 2)
     go = 2
@@ -50,17 +52,29 @@ def test_windows_align_observations_actions_and_targets():
     assert w.valid.tolist() == [[True, True], [True, True], [True, False]]
     assert w.done.tolist() == [[False, False], [False, True], [False, False]]
     np.testing.assert_allclose(w.reward_targets[1], [1.0, 0.0])  # (0.5 − (−1)) / 1.5, (−1 − (−1)) / 1.5
-    to_go = reward_scale(table, "to_go")
+    to_go = reward_scale(log, "to_go")
     assert (to_go.low, to_go.high) == (-1.0, 0.5)  # reward-to-go 0, −0.5, −1 and 0.5
     with pytest.raises(ValueError, match="'step' or 'to_go'"):
-        reward_scale(table, "return")
+        reward_scale(log, "return")
+
+
+def test_the_behaviour_log_is_one_sorted_checked_view_of_the_behaviour_steps():
+    rows = _rows(3, [("go", 0.0), ("take", 1.0)]) + _rows(1, [("drop", 0.0)])
+    ground_truth = {**rows[0], "source": "ground_truth", "episode": 9}
+    log = BehaviourLog(table_from_rows([rows[1], ground_truth, rows[2], rows[0]], TRAJECTORIES))
+    assert log.column("episode") == [1, 3, 3] and log.column("t") == [0, 0, 1]  # behaviour only, by (episode, t)
+    assert log.lengths.tolist() == [1, 2] and log.last_steps().tolist() == [0, 2]
+    assert [e["action"] for e in log.episodes(["action"])] == [["drop"], ["go", "take"]]
+    with pytest.raises(ValueError, match="the file x.parquet holds no behaviour steps"):
+        BehaviourLog(table_from_rows([ground_truth], TRAJECTORIES), "the file x.parquet")
 
 
 def test_terminal_only_rewards_supervise_terminal_steps_with_balanced_bce():
     table = table_from_rows(_rows(0, [("go", 0.0), ("go", 1.0)]) + _rows(1, [("go", 0.0), ("go", 0.0)]), TRAJECTORIES)
-    scale = reward_scale(table)
+    log = BehaviourLog(table)
+    scale = reward_scale(log)
     assert scale.terminal_only and scale.binary and (scale.low, scale.high) == (0.0, 1.0)
-    data = episode_arrays(table, ActionVocabulary.from_actions(["go"]), scale)
+    data = episode_arrays(log, ActionVocabulary.from_actions(["go"]), scale)
     assert data.reward_mask.tolist() == [[False, True], [False, True]]
 
 
@@ -68,7 +82,7 @@ def test_gaps_in_an_episode_are_refused():
     rows = _rows(0, [("go", 0.0), ("go", 0.0), ("go", 1.0)])
     table = table_from_rows([rows[0], rows[2]], TRAJECTORIES)
     with pytest.raises(ValueError, match="episode 0: steps \\[0, 2\\]"):
-        episode_arrays(table, ActionVocabulary.from_actions(["go"]), reward_scale(table))
+        BehaviourLog(table)
 
 
 def test_bad_training_config_and_missing_checkpoint_are_named(tmp_path):
@@ -79,7 +93,7 @@ def test_bad_training_config_and_missing_checkpoint_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="model.safetensors missing"):
         WorldModel.load(str(tmp_path))
     table = table_from_rows(_rows(0, [("go", 1.0)]), TRAJECTORIES)
-    with pytest.raises(ValueError, match="no behaviour rows"):
+    with pytest.raises(ValueError, match="holds no behaviour steps"):
         train_world_model(table.filter(pc.equal(table["t"], 5)), str(tmp_path / "wm"))
     with pytest.raises(ValueError, match="collect more behaviour data"):
         train_world_model(table, str(tmp_path / "wm"))
@@ -145,8 +159,8 @@ def test_training_through_the_reachable_token_rows_is_training_on_the_whole_tabl
     nothing reads); the table written back holds the trained rows beside the untouched ones."""
     rows = [row for e in range(6) for row in _rows(e, [("go north", 0.0), ("take apple", 1.0)])]
     table = table_from_rows(rows, TRAJECTORIES)
-    vocabulary, scale = ActionVocabulary.from_actions(table["action"].to_pylist(), cap=None), reward_scale(table)
-    data = episode_arrays(table, vocabulary, scale)
+    vocabulary, scale = ActionVocabulary.from_actions(table["action"].to_pylist(), cap=None), reward_scale(BehaviourLog(table))
+    data = episode_arrays(BehaviourLog(table), vocabulary, scale)
     torch.manual_seed(0)
     model = WorldModel(WorldModelConfig(actions=vocabulary, reward=scale, prediction="z0", action_input="text",
                                         outcome_input="action", word_match=True))

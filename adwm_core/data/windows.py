@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from .actions import NULL, ActionVocabulary
+from .behaviour_log import BehaviourLog
 
 if TYPE_CHECKING:
     import torch
@@ -66,22 +66,8 @@ class Windows:
         return Windows(**{name: value[rows] for name, value in vars(self).items()})
 
 
-def _episodes(table: pa.Table) -> list[dict]:
-    """Columns per episode, each episode's steps in order of t."""
-    columns = ["episode", "t", "observation", "next_observation", "action", "reward", "done", "success"]
-    data = table.select(columns).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pydict()
-    keys = np.asarray(data["episode"])
-    bounds = np.r_[np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]), len(keys)] if len(keys) else np.zeros(1, int)
-    episodes = [{k: v[a:b] for k, v in data.items()} for a, b in zip(bounds[:-1], bounds[1:])]
-    for ep in episodes:
-        if ep["t"] != list(range(len(ep["t"]))):
-            raise ValueError(f"episode {ep['episode'][0]}: steps {ep['t']} are not 0…{len(ep['t']) - 1}; "
-                             "the trajectories file is incomplete")
-    return episodes
-
-
-def reward_scale(table: pa.Table, target: str = "step") -> RewardScale:
-    """Normalisation of the reward targets of ``table``: [min(0, min y), max y] → [0, 1];
+def reward_scale(log: BehaviourLog, target: str = "step") -> RewardScale:
+    """Normalisation of the reward targets of the behaviour ``log``: [min(0, min y), max y] → [0, 1];
     terminal-only when no non-terminal step is rewarded; binary when every target is 0 or 1.
 
     ``step`` (default): y_t = r_t, the reward Eq. (mc_estimator) sums along an imagined
@@ -92,7 +78,7 @@ def reward_scale(table: pa.Table, target: str = "step") -> RewardScale:
     """
     if target not in ("step", "to_go"):
         raise ValueError(f"reward target must be 'step' or 'to_go', not {target!r}")
-    episodes = _episodes(table)
+    episodes = list(log.episodes(["reward", "done"]))
     raw = [_raw_targets(np.asarray(ep["reward"], float), target) for ep in episodes]
     done = [np.asarray(ep["done"], bool) for ep in episodes]
     rewards = np.concatenate([np.asarray(ep["reward"], float) for ep in episodes])
@@ -108,11 +94,11 @@ def _raw_targets(rewards: np.ndarray, target: str) -> np.ndarray:
     return np.cumsum(rewards[::-1])[::-1] if target == "to_go" else rewards
 
 
-def episode_arrays(table: pa.Table, vocabulary: ActionVocabulary, scale: RewardScale) -> EpisodeArrays:
-    episodes = _episodes(table)
-    if not episodes:
-        raise ValueError("the trajectories table has no rows; collect behaviour data first")
-    n, horizon = len(episodes), max(len(ep["t"]) for ep in episodes)
+def episode_arrays(log: BehaviourLog, vocabulary: ActionVocabulary, scale: RewardScale) -> EpisodeArrays:
+    """The behaviour ``log`` as padded per-episode arrays, actions as ``vocabulary`` ids and rewards
+    as targets of ``scale``."""
+    episodes = list(log.episodes(["t", "observation", "next_observation", "action", "reward", "done", "success"]))
+    n, horizon = len(episodes), int(log.lengths.max())
     text_ids: dict[str, int] = {}
     arrays = EpisodeArrays(
         texts=[],

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data import behaviour_rows
 from ..data.actions import NULL
+from ..data.behaviour_log import BehaviourLog
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
@@ -106,30 +106,27 @@ class LoggedSteps:
         return np.where(self.listed[..., None], (1 - epsilon) * greedy + epsilon * self.uniform, greedy)
 
 
-def logged_steps(trajectories: pa.Table, scores: pa.Table, model: WorldModel, *,
-                 names: tuple[str, str] = ("the trajectories", "the log-probs")) -> LoggedSteps:
-    """Align the behaviour trajectories and their log-probs (``scores``); encode them with
-    ``model``. ``names``: how errors call the two tables (e.g. their files)."""
-    table = behaviour_rows(trajectories)
-    if table.num_rows == 0:
-        raise ValueError(f"{names[0]} holds no behaviour steps (source = 'behavior'); "
-                         "the baselines read the behaviour trajectories, not ground truth")
+def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
+                 scores_name: str = "the log-probs") -> LoggedSteps:
+    """Align the behaviour ``log`` and its log-probs (``scores``, called ``scores_name`` in
+    errors, e.g. by its file); encode the episodes with ``model``."""
+    table = log.steps
     episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
     grid = StepGrid(episodes, t)
     logged_behaviour = scores.filter(pc.equal(scores["policy"], "behavior")).num_rows > 0
-    behaviour = _aligned(scores, "behavior", None, grid, names[1]) if logged_behaviour else None
+    behaviour = _aligned(scores, "behavior", None, grid, scores_name) if logged_behaviour else None
     epsilons = sorted(set(scores.filter(pc.equal(scores["policy"], "eval"))["epsilon"].to_pylist()))
     if not epsilons:
-        raise ValueError(f"{names[1]} holds no evaluation-policy rows; run log-prob extraction with π_e")
-    evaluation = {eps: _aligned(scores, "eval", eps, grid, names[1]) for eps in epsilons}
+        raise ValueError(f"{scores_name} holds no evaluation-policy rows; run log-prob extraction with π_e")
+    evaluation = {eps: _aligned(scores, "eval", eps, grid, scores_name) for eps in epsilons}
     greedy = evaluation[epsilons[0]]["greedy_action"]
     if greedy.null_count:
-        raise ValueError(f"{names[1]}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
+        raise ValueError(f"{scores_name}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
                          "rerun log-prob extraction (files written before the greedy_action column cannot serve FQE)")
     vocabulary = model.config.actions
     candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
                                               evaluation[epsilons[0]], vocabulary)
-    arrays = episode_arrays(table, vocabulary, model.config.reward)
+    arrays = episode_arrays(log, vocabulary, model.config.reward)
     latents, predicted = _encode(model, arrays)
     return LoggedSteps(
         grid=grid,

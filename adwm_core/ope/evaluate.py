@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
+from ..data.behaviour_log import BehaviourLog
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from .settings import VALUE_ESTIMATES, AdwmConfig
@@ -64,7 +65,7 @@ def evaluate_policy(
     model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
     table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
              else read_table(trajectories, TRAJECTORIES))
-    bank = StateBank.from_trajectories(table, model)
+    bank = StateBank.from_log(BehaviourLog(table), model)
     imagination = ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
     imagination.check_policy(policy)
     transitions = {ESTIMATOR: adwm_transition(model, bank, config)}

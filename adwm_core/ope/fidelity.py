@@ -40,9 +40,9 @@ from scipy import stats
 
 from ..data import behaviour_rows
 from ..data.actions import NULL, normal_action
-from ..data.windows import EpisodeArrays, episode_arrays
+from ..data.behaviour_log import BehaviourLog
+from ..data.windows import EpisodeArrays, RewardScale, episode_arrays
 from ..envs import make_env
-from ..data.windows import RewardScale
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import DiffusionTransition
@@ -53,7 +53,7 @@ TOP_K = 5
 
 
 def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float) -> DiffusionTransition:
-    return DiffusionTransition(model, StateBank.from_trajectories(table, model),
+    return DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model),
                                AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale))
 
 
@@ -106,8 +106,8 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
     """Teacher-forced one-step fidelity on the transitions of behaviour ``episodes`` (rows of
     :func:`~adwm_core.data.windows.episode_arrays`, e.g. the held-out ones); ``{predictor: metrics}``."""
     model.eval()
-    table = behaviour_rows(trajectories)
-    data = episode_arrays(table, model.config.actions, model.config.reward)
+    log = BehaviourLog(trajectories)
+    data = episode_arrays(log, model.config.actions, model.config.reward)
     episodes = np.asarray(episodes)
     latents = model.encode_texts(data.texts)
     steps, h = _histories(model, data, latents, episodes)
@@ -148,7 +148,7 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
                                     if name not in ("top1", f"top{TOP_K}", "plausible")}
     report["constant"] = _constant_predictor(data, episodes, nxt, model.config.reward, true_reward, true_done,
                                              scored)
-    report["transitions"] = {"n": float(n), "logged_actions": float(pc.count_distinct(table["action"]).as_py())}
+    report["transitions"] = {"n": float(n), "logged_actions": float(pc.count_distinct(log.steps["action"]).as_py())}
     return report
 
 
@@ -183,8 +183,8 @@ def counterfactual_outcomes(env_name: str, env_options: dict, trajectories: pa.T
     admissible action drawn at random and its real (reward, done), found by replaying the
     episode's logged actions in a fresh environment and then taking the other action. A replay
     whose observation departs from the log is skipped (the engine is not deterministic there)."""
-    table = behaviour_rows(trajectories).sort_by([("episode", "ascending"), ("t", "ascending")])
-    rows = table.select(["episode", "t", "task", "variation", "seed", "observation", "action", "admissible"]).to_pylist()
+    rows = BehaviourLog(trajectories).steps.select(["episode", "t", "task", "variation", "seed", "observation", "action",
+                                                    "admissible"]).to_pylist()
     by_episode: dict[int, list[dict]] = defaultdict(list)
     for row in rows:
         by_episode[row["episode"]].append(row)
@@ -214,9 +214,9 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
     ``outcomes`` (:func:`counterfactual_outcomes`), and how often the two predicted outcomes
     differ where the real ones do."""
     model.eval()
-    table = behaviour_rows(trajectories)
-    data = episode_arrays(table, model.config.actions, model.config.reward)
-    episode_ids = table.select(["episode"]).to_pydict()["episode"]
+    log = BehaviourLog(trajectories)
+    data = episode_arrays(log, model.config.actions, model.config.reward)
+    episode_ids = log.column("episode")
     row_of = {ep: i for i, ep in enumerate(sorted(set(episode_ids)))}
     latents = model.encode_texts(data.texts)
     wanted = np.array(sorted({row_of[o["episode"]] for o in outcomes}))
@@ -406,10 +406,10 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
     its ψ adapter), ``soft_tokens`` (the latents of the real past and z_{t+1} as soft tokens).
     ``chance``: π_e on a behaviour observation drawn at random — what agreement costs nothing."""
     model.eval()
-    table = behaviour_rows(trajectories).sort_by([("episode", "ascending"), ("t", "ascending")])
-    data = episode_arrays(table, model.config.actions, model.config.reward)
+    log = BehaviourLog(trajectories)
+    data = episode_arrays(log, model.config.actions, model.config.reward)
     steps_of: dict[int, list[dict]] = defaultdict(list)
-    for row in table.select(["episode", "task_description", "observation", "action", "admissible"]).to_pylist():
+    for row in log.steps.select(["episode", "task_description", "observation", "action", "admissible"]).to_pylist():
         steps_of[row["episode"]].append(row)
     episode_ids = sorted(steps_of)
     latents = model.encode_texts(data.texts)

@@ -13,10 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from ..data import behaviour_rows
+from ..data.behaviour_log import BehaviourLog
 from ..data.actions import normal_action
 from ..model.world_model import WorldModel
 
@@ -41,12 +40,11 @@ class LoggedTransitions:
         self.pairs = {key: np.asarray(rows) for key, rows in grouped.items()}
 
     @classmethod
-    def from_trajectories(cls, table: pa.Table, model: WorldModel, row_of: dict[str, int],
-                          latents: torch.Tensor) -> "LoggedTransitions":
+    def from_log(cls, log: BehaviourLog, model: WorldModel, row_of: dict[str, int],
+                 latents: torch.Tensor) -> "LoggedTransitions":
         """``row_of``/``latents``: the bank row of every behaviour observation text and the bank's
         latents; only successors outside the bank (last observations) are encoded here."""
-        rows = behaviour_rows(table).select(["t", "observation", "action", "reward", "done",
-                                             "next_observation"]).to_pylist()
+        rows = log.steps.select(["t", "observation", "action", "reward", "done", "next_observation"]).to_pylist()
         unseen = list(dict.fromkeys(r["next_observation"] for r in rows if r["next_observation"] not in row_of))
         with torch.no_grad():
             encoded = torch.cat([latents, model.encode_texts(unseen).cpu()]) if unseen else latents

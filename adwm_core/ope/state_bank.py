@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from ..data import behaviour_rows
+from ..data.behaviour_log import BehaviourLog
 from ..model.world_model import WorldModel
 from .logged import LoggedTransitions
 
@@ -28,12 +27,8 @@ class StateBank:
     transitions: LoggedTransitions
 
     @classmethod
-    def from_trajectories(cls, table: pa.Table, model: WorldModel) -> "StateBank":
-        table = behaviour_rows(table)
-        if table.num_rows == 0:
-            raise ValueError("the trajectories hold no behaviour steps; ADWM reads the behaviour pool")
-        rows = table.select(["episode", "t", "observation", "task_description", "admissible", "next_observation",
-                             "done", "success"]).sort_by([("episode", "ascending"), ("t", "ascending")]).to_pylist()
+    def from_log(cls, log: BehaviourLog, model: WorldModel) -> "StateBank":
+        rows = log.steps.select(["t", "observation", "task_description", "admissible"]).to_pylist()
         index: dict[str, int] = {}
         texts, tasks, admissible, starts = [], [], [], []
         for row in rows:
@@ -44,12 +39,12 @@ class StateBank:
                 admissible.append(None if row["admissible"] is None else tuple(row["admissible"]))
             if row["t"] == 0:
                 starts.append(index[row["observation"]])
-        finals = [r["next_observation"] for r, after in zip(rows, rows[1:] + [None])
-                  if (after is None or after["episode"] != r["episode"]) and r["success"]]
+        last = log.last_steps()
+        finals = np.asarray(log.column("next_observation"), object)[last][np.asarray(log.column("success"))[last]]
         with torch.no_grad():
             latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
         return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
-                   LoggedTransitions.from_trajectories(table, model, index, latents))
+                   LoggedTransitions.from_log(log, model, index, latents))
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""

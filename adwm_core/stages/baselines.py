@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open
 from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps
@@ -38,8 +39,8 @@ def run_baselines(
     ``not_applicable_out`` (JSON, estimator → reason) where given."""
     check_output(out, overwrite=overwrite)
     model = WorldModel.load(world_model)
-    steps = logged_steps(read_table(trajectories, TRAJECTORIES), read_table(logprobs, LOGPROBS), model,
-                         names=(trajectories, logprobs))
+    steps = logged_steps(BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories), read_table(logprobs, LOGPROBS),
+                         model, scores_name=logprobs)
     rows, not_applicable = [], {}
     for seed in config.seeds:
         for epsilon in steps.eval_logp:

@@ -36,7 +36,8 @@ import torch
 from torch import nn
 
 from ..data.actions import MAX_ACTIONS, UNKNOWN, ActionVocabulary
-from ..data.io import atomic_open, behaviour_rows, check_output
+from ..data.behaviour_log import BehaviourLog
+from ..data.io import atomic_open, check_output
 from ..data.windows import EpisodeArrays, episode_arrays, reward_scale, sample_windows
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel, WorldModelConfig, on_latent_manifold
@@ -191,13 +192,10 @@ def train_world_model(
     """Train a world model on behaviour ``trajectories``; the best checkpoint goes to ``out_dir``.
     ``on_epoch(round, metrics)`` follows every held-out evaluation (``config.rounds`` in all)."""
     check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
-    behaviour = behaviour_rows(trajectories)
-    if behaviour.num_rows == 0:
-        raise ValueError("the trajectories table holds no behaviour rows (source == 'behavior'); "
-                         "run behaviour collection first")
+    behaviour = BehaviourLog(trajectories)
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    actions = behaviour["action"].to_pylist()
+    actions = behaviour.column("action")
     if config.react_actions:
         vocabulary = ActionVocabulary.for_react()
     else:  # text actions need no table, so every logged action keeps its own id
@@ -225,6 +223,7 @@ def train_world_model(
 
     history: list[dict[str, float]] = []
     best_round, best_key = -1, (math.inf, math.inf)
+    training_started = time.perf_counter()
     for round_ in range(config.rounds):
         started, sums, n_transitions = time.perf_counter(), {}, 0
         n_batches = (round_ + 1) * total_steps // config.rounds - round_ * total_steps // config.rounds
@@ -246,6 +245,7 @@ def train_world_model(
         schedule.step()
         metrics["transitions_per_s"] = n_transitions / (time.perf_counter() - started)
         metrics.update(heldout_metrics(model, tokens, data, heldout, window, constants))
+        metrics["seconds"] = time.perf_counter() - training_started  # training and evaluation so far
         history.append(metrics)
         key = selection_key(metrics, config.selection)
         if key < best_key:

@@ -1,0 +1,96 @@
+"""World-model training time per cell on this machine, under each cell's own settings (the
+default recipe unless the cell says otherwise): the issue's bound is 5 minutes a local cell.
+
+For every cell named (default: the six development cells ``local-*``) the world model is trained
+once here, alone, from the cell's finished ``behaviour`` stage into a scratch folder — the stage
+cache is neither read nor written, so the figure is this machine's with nothing beside it.
+``--run`` first computes the ``policies`` and ``behaviour`` stages a cell lacks.
+
+Writes ``bench/results/world_model_time.{json,md}`` (cells measured earlier are kept).
+Usage: ``python bench/world_model_time.py [--run] [CELL ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import numpy as np
+
+from adwm_core import pipeline
+from adwm_core.data import TRAJECTORIES, behaviour_rows, read_table
+from adwm_core.training.world_model import train_world_model
+from common import RESULTS, load_cell, machine
+from flows.cells import cell_names
+
+BOUND_SECONDS = 300
+
+
+def behaviour(cell, run: bool) -> str:
+    """The cell's logged behaviour trajectories (computing the stages it needs with ``run``)."""
+    if run:
+        if cell.local_policies:
+            pipeline.run(cell, "policies")
+        pipeline.run(cell, "behaviour")
+    return pipeline.finished(cell, "behaviour").file("trajectories")
+
+
+def measure(name: str, run: bool) -> dict:
+    cell = load_cell(name)
+    table = behaviour_rows(read_table(behaviour(cell, run), TRAJECTORIES))
+    lengths = np.bincount(np.unique(table["episode"].to_numpy(), return_inverse=True)[1])
+    config = cell.world_model
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        result = train_world_model(table, f"{scratch}/model", config)
+        seconds = time.perf_counter() - started
+    last = result.history[-1]
+    return {"episodes": int(len(lengths)), "transitions": int(table.num_rows), "mean_length": float(lengths.mean()),
+            "budget": {k: getattr(config, k) for k in ("epochs", "steps", "transitions") if getattr(config, k)},
+            "optimiser_steps": int(last["optimiser_steps"]), "rounds": len(result.history),
+            "best_round": result.best_epoch, "seconds": seconds, "date": time.strftime("%Y-%m-%d"),
+            "machine": machine()}
+
+
+def write(results: dict) -> None:
+    (RESULTS / "world_model_time.json").write_text(json.dumps(results, indent=2))
+    lines = ["# World-model training time per cell", "",
+             "`python bench/world_model_time.py`: each cell's world model trained alone on this machine from its "
+             f"behaviour log, under the cell's settings. Bound: {BOUND_SECONDS} s a local cell.", "",
+             "| cell | episodes | transitions | mean length | budget | optimiser steps | best round | seconds | "
+             f"≤ {BOUND_SECONDS} s | machine, date |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        budget = ", ".join(f"{k} {v:,}" for k, v in r["budget"].items())
+        facts = r["machine"]
+        lines.append(f"| {name} | {r['episodes']} | {r['transitions']} | {r['mean_length']:.1f} | {budget} | "
+                     f"{r['optimiser_steps']} | {r['best_round']} of {r['rounds']} | {r['seconds']:.0f} | "
+                     f"{'yes' if r['seconds'] <= BOUND_SECONDS else '**no**'} | "
+                     f"{facts['cpus']} CPUs {facts['processor']}, {r['date']} |")
+    (RESULTS / "world_model_time.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", nargs="*", help="cells to measure (default: every local-* cell)")
+    parser.add_argument("--run", action="store_true", help="compute the policies and behaviour stages a cell lacks")
+    args = parser.parse_args()
+    known = cell_names()
+    unknown = sorted(set(args.cells) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown cells {unknown}; cells: {known}")
+    path = RESULTS / "world_model_time.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    for name in args.cells or [c for c in known if c.startswith("local-")]:
+        try:
+            results[name] = measure(name, args.run)
+        except FileNotFoundError as missing:  # no finished behaviour stage and no --run
+            print(f"{name}: not measured — {missing}", flush=True)
+            continue
+        print(f"{name}: {results[name]['seconds']:.0f} s, {results[name]['optimiser_steps']} steps", flush=True)
+        write(results)
+
+
+if __name__ == "__main__":
+    main()
