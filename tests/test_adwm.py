@@ -20,7 +20,8 @@ from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
 from adwm_core.ope.rollouts import ImaginedRollouts
-from adwm_core.ope.transitions import LoggedSuccessors, Query
+from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
+from adwm_core.ope.carry_over import CarriedOver, signature
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.logged import LoggedTransitions
@@ -133,11 +134,37 @@ def test_a_logged_successor_is_drawn_at_the_same_step_where_the_log_holds_one():
     log's successor at the same step ends it, one at any step would not."""
     logged = LoggedTransitions(observations=torch.tensor([0, 0, 0, 1]), actions=["go"] * 4,
                                next_latents=torch.eye(4), rewards=np.array([0.2, 0.2, 1.0, 0.0]),
-                               done=np.array([False, False, True, False]), steps=np.array([0, 1, 4, 0]))
+                               done=np.array([False, False, True, False]), steps=np.array([0, 1, 4, 0]),
+                               episodes=np.array([0, 0, 0, 1]), tasks=["walk"] * 4)
     rows, actions = np.array([0, 0, 0, 2]), ["go", "Go ", "stay", "go"]
     assert logged.draw(rows, actions, 4, np.array([0.0, 0.9, 0.5, 0.5])).tolist() == [2, 2, -1, -1]
     assert logged.draw(rows, actions, 1, np.array([0.0, 0.9, 0.5, 0.5])).tolist() == [1, 1, -1, -1]
     assert logged.draw(rows[:2], actions[:2], 7, np.array([0.0, 0.99])).tolist() == [0, 2]  # no step 7: any step
+
+
+def test_an_off_log_pair_is_answered_by_a_logged_transition_of_the_same_signature():
+    """"take key" was never logged; "take coin" was, in a room that showed the coin: the same
+    signature (take an object the observation shows), so its reward carries over. "take coin" in
+    a room that shows no coin has another signature, and the fallback (here kNN-WM) answers it."""
+    texts = ["a room with a coin", "a room with a key", "an empty room", "you took it"]
+    assert signature("take coin", texts[0], frozenset(), "find it") == signature("take key", texts[1], frozenset(),
+                                                                                 "find it") == ("take", "o")
+    assert signature("put coin in box", "a box", frozenset({"coin"}), "coin to box") == ("put", "hk", "in", "ok")
+    logged = LoggedTransitions(observations=torch.tensor([0, 0, 2]), actions=["take coin", "go north", "take coin"],
+                               next_latents=torch.eye(4)[[3, 2, 2]], rewards=np.array([1.0, 0.0, -0.5]),
+                               done=np.array([True, False, False]), steps=np.array([0, 0, 1]),
+                               episodes=np.array([0, 1, 1]), tasks=["find it"] * 3)
+    bank = StateBank(texts, ["find it"] * 4, [None] * 4, torch.eye(4), np.array([0, 0]), torch.eye(4)[[3]], logged)
+    carried = CarriedOver(bank, NearestLogged(bank))
+    assert carried.by_signature[("take", "o")].tolist() == [0] and carried.by_signature[("take", "h")].tolist() == [2]
+    read = np.array([1, 2, 1])
+    query = Query(None, [History("find it", (), texts[r], None) for r in read], ["take key", "take coin", "take key"],
+                  read, torch.eye(4)[read][:, None], torch.zeros(51, 3, 4))
+    answer = carried(query)
+    assert answer.reward.tolist()[::2] == [1.0, 1.0] and answer.done.tolist()[::2] == [True, True]
+    torch.testing.assert_close(answer.z_next[0], torch.eye(4)[3])
+    nearest = NearestLogged(bank)(query.subset(np.array([1])))
+    assert answer.reward[1] == nearest.reward[0] and not answer.logged.any()
 
 
 def test_a_seed_fixes_every_draw(corridor):

@@ -35,6 +35,7 @@ from ..diffusion.process import Guidance, classifier_free
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
+from .carry_over import CarriedOver
 from .settings import AdwmConfig
 from .state_bank import StateBank
 from .transitions import LoggedSuccessors, NearestLogged, Outcome, Query, Transition
@@ -159,10 +160,13 @@ class LookaheadLikelihood:
 
 
 def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig) -> Transition:
-    """ADWM's transition: logged successors around the diffusion model (``logged_successors``),
-    or the diffusion model alone (the paper)."""
+    """ADWM's transition: logged successors (``logged_successors``) around what answers the pairs
+    the log never took (``off_log``: the diffusion model, or logged outcomes carried over by the
+    action's signature before it); or the diffusion model alone (the paper)."""
     diffusion = DiffusionTransition(model, bank, config)
-    return LoggedSuccessors(bank, diffusion) if config.logged_successors else diffusion
+    if not config.logged_successors:
+        return diffusion
+    return LoggedSuccessors(bank, CarriedOver(bank, diffusion) if config.off_log == "carry_over" else diffusion)
 
 
 def reference_transition(bank: StateBank) -> Transition:

@@ -30,6 +30,8 @@ class LoggedTransitions:
     rewards: np.ndarray  # (N,) on the environment's scale
     done: np.ndarray  # (N,) the environment ended the episode
     steps: np.ndarray  # (N,) the step t of the episode the transition was logged at
+    episodes: np.ndarray  # (N,) the behaviour episode it was logged in
+    tasks: list[str]  # the task description of that episode
     pairs: dict[tuple[int, str], np.ndarray] = field(init=False, repr=False)  # (row, action) → its transitions
     _matches: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -44,7 +46,8 @@ class LoggedTransitions:
                  latents: torch.Tensor) -> "LoggedTransitions":
         """``row_of``/``latents``: the bank row of every behaviour observation text and the bank's
         latents; only successors outside the bank (last observations) are encoded here."""
-        rows = log.steps.select(["t", "observation", "action", "reward", "done", "next_observation"]).to_pylist()
+        rows = log.steps.select(["episode", "t", "task_description", "observation", "action", "reward", "done",
+                                 "next_observation"]).to_pylist()
         unseen = list(dict.fromkeys(r["next_observation"] for r in rows if r["next_observation"] not in row_of))
         with torch.no_grad():
             encoded = torch.cat([latents, model.encode_texts(unseen).cpu()]) if unseen else latents
@@ -56,6 +59,8 @@ class LoggedTransitions:
             rewards=np.array([r["reward"] for r in rows], float),
             done=np.array([r["done"] for r in rows], bool),
             steps=np.array([r["t"] for r in rows], np.int64),
+            episodes=np.array([r["episode"] for r in rows], np.int64),
+            tasks=[r["task_description"] for r in rows],
         )
 
     def draw(self, rows: np.ndarray, actions: list[str], t: int, uniforms: np.ndarray) -> np.ndarray:

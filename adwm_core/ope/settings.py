@@ -18,6 +18,7 @@ from ..validated import Settings
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
+OffLog = Literal["diffusion", "carry_over"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
 
@@ -42,8 +43,10 @@ class BaselineConfig(Settings):
     fqe: FQEConfig = FQEConfig()
 
 
-ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False},
-                "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True}}
+ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
+                          "off_log": "diffusion"},
+                "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
+                            "off_log": "diffusion"}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -62,6 +65,7 @@ class AdwmConfig(Settings):
     reading: Reading | None = None
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
+    off_log: OffLog | None = None  # the rest: the diffusion model, or carried over by signature first (carry_over.py)
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max
     cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
@@ -90,6 +94,10 @@ class AdwmConfig(Settings):
             raise ValueError(f"ADWM config: guidance='likelihood' with reading={self.reading!r} (the gradient of "
                              "log π_e flows through ψ's soft tokens: use reading='soft_tokens' or "
                              "guidance='success_bank')")
+        if self.off_log == "carry_over" and not self.logged_successors:
+            raise ValueError("ADWM config: off_log='carry_over' with logged_successors=False (carrying logged outcomes "
+                             "over to the pairs the log never took answers the logged ones from the log too: set "
+                             "logged_successors=True, or off_log='diffusion')")
         return self
 
     def check_behaviour(self, trajectories: pa.Table) -> None:

@@ -1,0 +1,101 @@
+"""Off-log answers carried over from the log by what an action does to the episode's own text
+(a model-free Monte Carlo transition in the sense of Fonteneau et al. 2010, as kNN-WM is, made
+less sparse by matching actions on their relation to the episode instead of their words).
+
+An action's *signature* keeps its verb (first word) and its function words (``FUNCTION_WORDS``)
+as they are, and replaces each other word by where the episode's text so far holds it: the
+observation the action is taken in (``o``), an earlier observation of the episode (``h``), the
+task description (``k``) — any combination, or none (``-``). "take coin" in a room that shows a
+coin and "take key" in a room that shows a key have one signature, and so have "go north" in
+two rooms that both list a north exit. Nothing here names an environment.
+
+:class:`CarriedOver` answers an off-log (state, action) pair with one logged transition of the
+same signature — its reward, termination and successor — drawn uniformly among those of the
+same task description and step where the log holds some, else of the same task, else of the
+same step, else of any; a pair whose signature the log never took goes to its fallback
+transition. The answer is not marked ``logged``: the log never took this very pair.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from functools import lru_cache
+
+import numpy as np
+
+from ..data.actions import normal_action
+from .state_bank import StateBank
+from .transitions import Outcome, Query, Transition
+
+FUNCTION_WORDS = frozenset("a an the to in into on onto from with at of for and or up down out off over under by "
+                           "is are it its this that".split())
+Signature = tuple[str, ...]
+
+
+@lru_cache(maxsize=65536)
+def words(text: str) -> frozenset[str]:
+    """The lower-case alphanumeric words of ``text``."""
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def signature(action: str, observation: str, earlier: frozenset[str], task: str) -> Signature:
+    """The action's verb and function words, each other word tagged by where the episode holds it
+    (``o`` the current observation, ``h`` an earlier one, ``k`` the task; ``-`` nowhere)."""
+    tokens = re.findall(r"[a-z0-9]+", normal_action(action))
+    if not tokens:
+        return ()
+    here, in_task = words(observation), words(task)
+    tags = [tokens[0]]
+    for token in tokens[1:]:
+        if token in FUNCTION_WORDS:
+            tags.append(token)
+        else:
+            tags.append("".join(tag for tag, held in (("o", here), ("h", earlier), ("k", in_task)) if token in held)
+                        or "-")
+    return tuple(tags)
+
+
+class CarriedOver:
+    """Off-log pairs answered by a logged transition of the same signature; ``fallback`` answers
+    the pairs whose signature the log never took."""
+
+    def __init__(self, bank: StateBank, fallback: Transition) -> None:
+        self.bank, self.fallback = bank, fallback
+        logged = bank.transitions
+        seen: dict[int, frozenset[str]] = defaultdict(frozenset)  # episode → words of its observations so far
+        by_signature: dict[Signature, list[int]] = defaultdict(list)
+        for i in np.lexsort((logged.steps, logged.episodes)):  # every episode in order of t
+            episode, observation = int(logged.episodes[i]), bank.texts[int(logged.observations[i])]
+            key = signature(logged.actions[i], observation, seen[episode], logged.tasks[i])
+            by_signature[key].append(int(i))
+            seen[episode] = seen[episode] | words(observation)
+        self.by_signature = {key: np.sort(rows) for key, rows in by_signature.items()}
+
+    def __call__(self, query: Query) -> Outcome:
+        logged, t = self.bank.transitions, query.t
+        earlier_rows = self.bank.nearest(query.past[:, :t].reshape(-1, query.past.shape[-1])).reshape(len(query.read), t)
+        draws = query.uniforms()
+        chosen = np.full(len(query.actions), -1, np.int64)
+        for j, (history, action, row) in enumerate(zip(query.histories, query.actions, query.read)):
+            earlier = frozenset().union(*(words(self.bank.texts[r]) for r in earlier_rows[j]))
+            key = signature(action, self.bank.texts[int(row)], earlier, history.task_description)
+            candidates = self.by_signature.get(key)
+            if candidates is None:
+                continue
+            for keep in ((np.asarray([logged.tasks[i] == history.task_description for i in candidates])
+                          & (logged.steps[candidates] == t)),
+                         np.asarray([logged.tasks[i] == history.task_description for i in candidates]),
+                         logged.steps[candidates] == t):
+                if keep.any():
+                    candidates = candidates[keep]
+                    break
+            chosen[j] = candidates[min(int(draws[j] * len(candidates)), len(candidates) - 1)]
+        found = chosen >= 0
+        outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
+        outcome.fill(np.flatnonzero(found), Outcome(logged.next_latents[chosen[found]], logged.rewards[chosen[found]],
+                                                    logged.done[chosen[found]], np.zeros(int(found.sum()), bool)))
+        missing = np.flatnonzero(~found)
+        if len(missing):
+            outcome.fill(missing, self.fallback(query.subset(missing)))
+        return outcome
