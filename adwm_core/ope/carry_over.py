@@ -26,7 +26,7 @@ import numpy as np
 
 from ..data.actions import normal_action
 from .state_bank import StateBank
-from .transitions import Outcome, Query, Transition
+from .transitions import Outcome, Query, Transition, answered_from_log
 
 FUNCTION_WORDS = frozenset("a an the to in into on onto from with at of for and or up down out off over under by "
                            "is are it its this that".split())
@@ -91,11 +91,4 @@ class CarriedOver:
                     candidates = candidates[keep]
                     break
             chosen[j] = candidates[min(int(draws[j] * len(candidates)), len(candidates) - 1)]
-        found = chosen >= 0
-        outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
-        outcome.fill(np.flatnonzero(found), Outcome(logged.next_latents[chosen[found]], logged.rewards[chosen[found]],
-                                                    logged.done[chosen[found]], np.zeros(int(found.sum()), bool)))
-        missing = np.flatnonzero(~found)
-        if len(missing):
-            outcome.fill(missing, self.fallback(query.subset(missing)))
-        return outcome
+        return answered_from_log(logged, chosen, query, self.fallback, same_pair=False)

@@ -25,6 +25,7 @@ import torch
 
 from ..envs.episodes import Decision
 from ..policies.prompts import History
+from .logged import LoggedTransitions
 from .state_bank import StateBank
 
 
@@ -90,14 +91,21 @@ class LoggedSuccessors:
     def __call__(self, query: Query) -> Outcome:
         logged = self.bank.transitions
         chosen = logged.draw(query.read, query.actions, query.t, query.uniforms())
-        on = chosen >= 0
-        outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
-        outcome.fill(np.flatnonzero(on), Outcome(logged.next_latents[chosen[on]], logged.rewards[chosen[on]],
-                                                 logged.done[chosen[on]], np.ones(int(on.sum()), bool)))
-        off = np.flatnonzero(~on)
-        if len(off):
-            outcome.fill(off, self.off_log(query.subset(off)))
-        return outcome
+        return answered_from_log(logged, chosen, query, self.off_log, same_pair=True)
+
+
+def answered_from_log(logged: LoggedTransitions, chosen: np.ndarray, query: Query, fallback: Transition, *,
+                      same_pair: bool) -> Outcome:
+    """Rollout j gets logged transition ``chosen[j]``'s (o', r, done) where ``chosen[j] ≥ 0``, marked
+    ``logged`` when it is a transition of the very pair (``same_pair``); ``fallback`` answers the rest."""
+    found = chosen >= 0
+    outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
+    outcome.fill(np.flatnonzero(found), Outcome(logged.next_latents[chosen[found]], logged.rewards[chosen[found]],
+                                                logged.done[chosen[found]], np.full(int(found.sum()), same_pair)))
+    missing = np.flatnonzero(~found)
+    if len(missing):
+        outcome.fill(missing, fallback(query.subset(missing)))
+    return outcome
 
 
 class NearestLogged:
