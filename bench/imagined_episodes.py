@@ -67,7 +67,7 @@ def main() -> None:
     print(f"{cell.name}: π_e {spec.name}, ADWM {config}\n")
     for epsilon in args.epsilon:
         mine = [r for r in imagined if run.epsilons[r] == epsilon]
-        logged = [s.logged for r in mine for s in imagined[r]]
+        logged = [s.source == "log" for r in mine for s in imagined[r]]
         episodes = list(real_episodes[epsilon].values())
         print(f"=== ε = {epsilon}: imagined return {run.values('reward_sum', epsilon).mean():.3f}, "
               f"length {run.lengths[run.epsilons == epsilon].mean():.1f}, answered by the log {np.mean(logged):.2f} | "
@@ -76,7 +76,7 @@ def main() -> None:
         for r in mine[: args.episodes]:
             print(f"--- imagined rollout {r}")
             for s in imagined[r]:
-                print(f"  t={s.t:<2} {'log  ' if s.logged else 'model'} r={s.reward:+.2f}{' done' if s.done else '     '} "
+                print(f"  t={s.t:<2} {s.source:<7} r={s.reward:+.2f}{' done' if s.done else '     '} "
                       f"a={s.action!r}\n        o={line(bank.texts[s.observation])}")
         for e in episodes[: args.episodes]:
             print(f"--- real episode {e[0]['episode']}")

@@ -124,7 +124,7 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
         assert answers and reward[j] == logged.rewards[answers[0]] and done[j] == logged.done[answers[0]]
     assert torch.equal(z[2:], asked.z_next) and np.array_equal(reward[2:], asked.reward)
     assert np.array_equal(done[2:], asked.done)
-    assert answer.logged.tolist() == [True, True, False, False] and not every.logged.any()
+    assert answer.source.tolist() == ["log", "log", "model", "model"] and not every.logged.any()
     torch.testing.assert_close(every.z_next[2:], asked.z_next)  # the same noise, in a batch of another size
     assert not any(torch.equal(every.z_next[0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
 
@@ -165,6 +165,7 @@ def test_an_off_log_pair_is_answered_by_a_logged_transition_of_the_same_signatur
     torch.testing.assert_close(answer.z_next[0], torch.eye(4)[3])
     nearest = NearestLogged(bank)(query.subset(np.array([1])))
     assert answer.reward[1] == nearest.reward[0] and not answer.logged.any()
+    assert answer.source.tolist() == ["carried", "model", "carried"]
 
 
 def test_a_seed_fixes_every_draw(corridor):

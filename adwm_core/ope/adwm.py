@@ -83,8 +83,8 @@ class DiffusionTransition:
         scale = model.config.reward
         reward = scale.decode(model.predicted_reward(z_next, h, conditions)).numpy()
         done = model.done_probability(z_next, h, conditions).numpy() >= c.done_threshold
-        return Outcome(z_next, np.where(done, reward, 0.0) if scale.terminal_only else reward, done,
-                       np.zeros(len(done), bool))
+        return Outcome.answered_by("model", z_next, np.where(done, reward, 0.0) if scale.terminal_only else reward,
+                                   done)
 
     def action_ids(self, actions: list[str]) -> torch.Tensor:
         """The ids the world model is conditioned on (``unknown_actions``: see WorldModel.action_ids)."""

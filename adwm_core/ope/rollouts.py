@@ -49,7 +49,7 @@ class ImaginedStep:
     t: int
     observation: int  # the bank row π_e read
     action: str
-    logged: bool  # answered by a logged transition of the very (state, action)
+    source: str  # what answered (transitions.SOURCES): the log, a carried-over logged outcome, a model
     reward: float
     done: bool
 
@@ -126,9 +126,9 @@ class ImaginedRollouts:
             reward_sum[rows] += c.gamma ** t * outcome.reward
             if len(bank.success):
                 similarity[rows] = np.maximum(similarity[rows], nearest_cosine(z_next, bank.success).numpy())
-            for r, i, a, on_log, r_hat, ends in zip(rows, read, actions, outcome.logged, outcome.reward, outcome.done):
+            for r, i, a, source, r_hat, ends in zip(rows, read, actions, outcome.source, outcome.reward, outcome.done):
                 turns[r].append((self._observed(i), a))
-                steps.append(ImaginedStep(int(r), t, int(i), a, bool(on_log), float(r_hat), bool(ends)))
+                steps.append(ImaginedStep(int(r), t, int(i), a, str(source), float(r_hat), bool(ends)))
             lengths[rows] += 1
             alive[rows[outcome.done]] = False
         return Rollouts(eps_of, reward_sum, similarity, lengths, seconds, steps)

@@ -3,7 +3,7 @@ transitions that need no trained network.
 
 One imagined step of the alive rollouts is a :class:`Query` (what π_e read and did, the latents
 so far, the rollout's noise) and its answer an :class:`Outcome` (z_{t+1}, r̂_t on the
-environment's scale, whether the episode ends, whether the log answered). The rollout loop
+environment's scale, whether the episode ends, and what answered: ``SOURCES``). The rollout loop
 (rollouts.py) is the same for every estimator row; two rows differ only in their transition:
 
 - :class:`LoggedSuccessors` — where the behaviour log took a_t in the observation π_e reads, one
@@ -27,6 +27,12 @@ from ..envs.episodes import Decision
 from ..policies.prompts import History
 from .logged import LoggedTransitions
 from .state_bank import StateBank
+
+
+SOURCES = ("log", "carried", "model")
+"""What answered an imagined step: ``log`` a logged transition of the very (state, action) pair,
+``carried`` a logged transition of another pair carried over (carry_over.py), ``model`` a model of
+the transition (the diffusion model, or kNN-WM's nearest logged transition)."""
 
 
 class Policy(Protocol):
@@ -66,15 +72,27 @@ class Outcome:
     z_next: torch.Tensor  # (B, d_z)
     reward: np.ndarray  # (B,) r̂_t on the environment's scale
     done: np.ndarray  # (B,) bool
-    logged: np.ndarray  # (B,) bool: a logged transition of the very (state, action) answered
+    source: np.ndarray  # (B,) one of SOURCES: what answered
 
     @classmethod
     def empty(cls, size: int, d_z: int) -> "Outcome":
-        return cls(torch.empty(size, d_z), np.zeros(size), np.zeros(size, bool), np.zeros(size, bool))
+        return cls(torch.empty(size, d_z), np.zeros(size), np.zeros(size, bool), np.full(size, "model", object))
+
+    @classmethod
+    def answered_by(cls, source: str, z_next: torch.Tensor, reward: np.ndarray, done: np.ndarray) -> "Outcome":
+        """Every row answered by ``source`` (one of ``SOURCES``)."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r}: one of {SOURCES}")
+        return cls(z_next, reward, done, np.full(len(reward), source, object))
+
+    @property
+    def logged(self) -> np.ndarray:
+        """(B,) bool: a logged transition of the very (state, action) answered."""
+        return self.source == "log"
 
     def fill(self, rows: np.ndarray, other: "Outcome") -> None:
         self.z_next[rows], self.reward[rows] = other.z_next, other.reward
-        self.done[rows], self.logged[rows] = other.done, other.logged
+        self.done[rows], self.source[rows] = other.done, other.source
 
 
 class Transition(Protocol):
@@ -96,12 +114,14 @@ class LoggedSuccessors:
 
 def answered_from_log(logged: LoggedTransitions, chosen: np.ndarray, query: Query, fallback: Transition, *,
                       same_pair: bool) -> Outcome:
-    """Rollout j gets logged transition ``chosen[j]``'s (o', r, done) where ``chosen[j] ≥ 0``, marked
-    ``logged`` when it is a transition of the very pair (``same_pair``); ``fallback`` answers the rest."""
+    """Rollout j gets logged transition ``chosen[j]``'s (o', r, done) where ``chosen[j] ≥ 0``, its
+    source ``log`` when it is a transition of the very pair (``same_pair``), else ``carried``;
+    ``fallback`` answers the rest."""
     found = chosen >= 0
     outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
-    outcome.fill(np.flatnonzero(found), Outcome(logged.next_latents[chosen[found]], logged.rewards[chosen[found]],
-                                                logged.done[chosen[found]], np.full(int(found.sum()), same_pair)))
+    outcome.fill(np.flatnonzero(found), Outcome.answered_by("log" if same_pair else "carried",
+                                                            logged.next_latents[chosen[found]],
+                                                            logged.rewards[chosen[found]], logged.done[chosen[found]]))
     missing = np.flatnonzero(~found)
     if len(missing):
         outcome.fill(missing, fallback(query.subset(missing)))
@@ -131,5 +151,4 @@ class NearestLogged:
         for j, score in enumerate(scores):
             best = torch.nonzero(score >= score.max() - 1e-6).flatten().numpy()
             chosen[j] = best[min(int(draws[j] * len(best)), len(best) - 1)]
-        return Outcome(logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen],
-                       np.zeros(len(chosen), bool))
+        return Outcome.answered_by("model", logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen])

@@ -16,6 +16,7 @@ from ..data.io import atomic_open
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from ..ope.settings import AdwmConfig
+from ..ope.transitions import SOURCES
 from ..ope.evaluate import evaluate_policy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
@@ -42,8 +43,8 @@ def run_adwm(
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
-    given) receives the imagined steps of all seeds, the share of them answered by a logged
-    transition and the seconds spent in the transition (the guidance among them) and π_e; ``progress(done,
+    given) receives the imagined steps of all seeds, the share of them answered by each source
+    (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent in the transition (the guidance among them) and π_e; ``progress(done,
     total)`` of finished seeds."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
@@ -58,7 +59,8 @@ def run_adwm(
                                   config=config, progress=progress)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
-        timings["logged_share"] = float(np.mean([step.logged for run in runs for step in run.steps]))
+        sources = np.array([step.source for run in runs for step in run.steps])
+        timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
         for part in sorted({part for run in runs for part in run.seconds}):
             timings[f"{part}_seconds"] = sum(run.seconds.get(part, 0.0) for run in runs)
     return write_table(table, out, ESTIMATES, overwrite=overwrite)
