@@ -2,8 +2,9 @@
 π_e of the cell at each ε level, a *point*.
 
 Per estimator, Ĵ is the mean over seeds of its estimate at each point; against the
-ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval and
-p-value over points, 2000 resamples as in the paper's Table main_results), the per-seed ρ
+ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval over points,
+2000 resamples as in the paper's Table main_results, marked degenerate where every resample
+ranks alike, and the exact permutation p-value: ope/metrics.py), the per-seed ρ
 (each, and mean ± s.d.), regret@1 and the normalised mean absolute error
 (|Ĵ − J| / range of J; meaningful for estimators on the return scale —
 ``ADWM:success_similarity`` is a cosine, ranked but not calibrated).
@@ -16,10 +17,10 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
-from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_bootstrap
+from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
 
-RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_p", "rho_seeds", "rho_seed_mean", "rho_seed_sd",
-                  "regret_at_1", "nmae", "n_seeds")
+RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
+                  "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "n_seeds")
 
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 
@@ -55,10 +56,10 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
         if truth is None:
             continue
         seed_rhos, _ = per_seed_spearman(per_seed, truth)
-        rank = spearman_bootstrap(mean, truth, seed=seed)
+        rank = spearman_with_interval(mean, truth, seed=seed)
         rows.append({
             "estimator": name, "rho": rank.rho, "rho_ci_low": rank.ci_low, "rho_ci_high": rank.ci_high,
-            "rho_p": rank.p_value, "rho_seeds": [float(r) for r in seed_rhos],
+            "rho_ci_degenerate": rank.degenerate, "rho_p": rank.p_value, "rho_seeds": [float(r) for r in seed_rhos],
             "rho_seed_mean": float(np.nanmean(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             "rho_seed_sd": float(np.nanstd(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             **_errors(mean, truth),
@@ -141,12 +142,19 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
     if curves["ground_truth"] is None:
         lines += ["No ground truth for this cell (its environment cannot be run here): estimates only.", ""]
     else:
-        lines += ["| estimator | Spearman ρ [95 % CI] | ρ per seed | regret@1 | NMAE |", "|---|---|---|---|---|"]
+        lines += ["| estimator | Spearman ρ [95 % CI] | p (permutation) | ρ per seed | regret@1 | NMAE |",
+                  "|---|---|---|---|---|---|"]
         for r in _by_rho(rows):
             rho = (f"– ({undefined_rho_reason(r['estimator'], curves)})" if r["rho"] != r["rho"] else
-                   f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]")
-            lines.append(f"| {r['estimator']} | {rho} | {signed(r['rho_seed_mean'])} ± {_plain(r['rho_seed_sd'], '.2f')} "
-                         f"({r['n_seeds']}) | {_plain(r['regret_at_1'], '.2f')} | {_plain(r['nmae'], '.3g')} |")
+                   f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]"
+                   + (" †" if r["rho_ci_degenerate"] else ""))
+            lines.append(f"| {r['estimator']} | {rho} | {_plain(r['rho_p'], '.3f')} | {signed(r['rho_seed_mean'])} ± "
+                         f"{_plain(r['rho_seed_sd'], '.2f')} ({r['n_seeds']}) | {_plain(r['regret_at_1'], '.2f')} | "
+                         f"{_plain(r['nmae'], '.3g')} |")
+        if any(r["rho_ci_degenerate"] for r in rows):
+            lines += ["", f"† degenerate interval: every bootstrap resample of the {len(curves['ground_truth'])} "
+                          "points ranks alike, so the interval is a point and says nothing about ρ's uncertainty "
+                          "at this n; the permutation p-value does."]
         lines.append("")
     labels = _point_labels(curves)
     lines += [f"| Ĵ | {' | '.join(labels)} |", "|---|" + "---|" * len(labels)]

@@ -193,7 +193,8 @@ def main_table(results: list[dict]) -> list[str]:
             row = rows.get(name)
             if defined(row):
                 values[name].append(row["rho"])
-            cells.append(f"{rho(row)} [{row['rho_ci_low']:+.2f}, {row['rho_ci_high']:+.2f}], {row['rho_p']:.3f}"
+            cells.append(f"{rho(row)} [{row['rho_ci_low']:+.2f}, {row['rho_ci_high']:+.2f}]"
+                         f"{' †' if row.get('rho_ci_degenerate') else ''}, {row['rho_p']:.3f}"
                          if name in ADWM and row is not None else rho(row))
         lines.append(f"| {result['cell']} | {len(result['curves']['epsilon'])} | "
                      f"{result['measured']} `{result['commit']}` | " + " | ".join(cells) + " |")
@@ -340,7 +341,9 @@ def main() -> None:
              "stage's time when it was computed; cells not rerun keep the result of the invocation that measured "
              "them, whose date and commit the main table gives). "
              "Spearman ρ of each estimator's seed-averaged Ĵ against the ground-truth mean return over the "
-             "ε family (n points); CI95 and p from 2000 bootstrap resamples of the points.", "", *table, "",
+             "ε family (n points); CI95 from 2000 bootstrap resamples of the points († degenerate: every "
+             "resample ranks alike), p from the exact permutation test (all n! pairings; rows measured before "
+             "2026-11-25 carry the old bootstrap p).", "", *table, "",
              "## Per-seed ρ of ADWM (tab:perseed)", "", *per_seed_table(results), "",
              "## Ĵ and ground truth per ε (tab:curves)", "", *[line for r in results for line in curves_table(r)],
              "## Calibration: |Ĵ − J| / range of J, mean over ε (ADWM:success_similarity is a cosine, not a value)",

@@ -1,4 +1,5 @@
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ from adwm_core.ope.metrics import (
     per_seed_spearman,
     regret_at_1,
     spearman,
-    spearman_bootstrap,
+    spearman_with_interval,
+    permutation_p_value,
 )
 from adwm_core.ope.signed_log import SignedLog
 
@@ -196,15 +198,22 @@ def test_rank_metrics_match_scipy_and_hand_computation():
         spearman([np.inf, 1], [1, 2])
 
 
-def test_spearman_bootstrap_ci_and_p_values():
-    perfect = spearman_bootstrap([1, 2, 3, 4, 5], [0.1, 0.2, 0.3, 0.4, 0.5])
-    assert [perfect.rho, perfect.ci_low, perfect.ci_high, perfect.p_value] == pytest.approx([1, 1, 1, 0])
-    paper = spearman_bootstrap([1, 2, 3, 5, 4], [1, 2, 3, 4, 5])  # Table main_results, HotpotQA-DPO: ρ 0.90, p 0.037
-    assert paper.rho == pytest.approx(0.9) and paper.p_value_t == pytest.approx(0.037, abs=5e-4)
-    assert paper.n_resamples < 2000 and paper.ci_low < 0.9 <= paper.ci_high
-    noise = spearman_bootstrap(np.random.default_rng(1).normal(size=12), np.arange(12))
-    assert noise.p_value > 0.05 and noise.ci_low < 0 < noise.ci_high
-    assert spearman_bootstrap([1, 3, 2], [1, 2, 3], seed=4) == spearman_bootstrap([1, 3, 2], [1, 2, 3], seed=4)
+def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_degenerate_when_it_is_a_point():
+    perfect = spearman_with_interval([1, 2, 3, 4, 5], [0.1, 0.2, 0.3, 0.4, 0.5])
+    assert perfect.rho == pytest.approx(1) and perfect.p_value == pytest.approx(2 / 120)  # one pairing of 5! as extreme, both tails
+    assert [perfect.ci_low, perfect.ci_high] == [1, 1] and perfect.degenerate
+    assert permutation_p_value([5, 4, 3, 2, 1], [1, 2, 3, 4, 5]) == pytest.approx(2 / 120)
+    assert permutation_p_value(range(10), range(10)) == pytest.approx(2 / math.factorial(10))  # still exact at n = 10
+    paper = spearman_with_interval([1, 2, 3, 5, 4], [1, 2, 3, 4, 5])  # ρ 0.90: 5 of 120 pairings reach it
+    assert paper.rho == pytest.approx(0.9) and paper.p_value == pytest.approx(2 * 5 / 120)
+    assert paper.n_resamples < 2000 and paper.ci_low < 0.9 <= paper.ci_high and not paper.degenerate
+    noise = spearman_with_interval(np.random.default_rng(1).normal(size=12), np.arange(12))  # sampled pairings
+    assert 0.05 < noise.p_value <= 1 and noise.ci_low < 0 < noise.ci_high
+    ties = permutation_p_value([1, 1, 2, 2], [1, 2, 3, 4])  # average ranks: 4 of 24 pairings give ρ ≥ 0.894
+    assert ties == pytest.approx(2 * 4 / 24)
+    flat = spearman_with_interval([1, 1, 1], [1, 2, 3])
+    assert np.isnan(flat.rho) and np.isnan(flat.p_value) and np.isnan(flat.ci_low)
+    assert spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4) == spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4)
 
 
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():

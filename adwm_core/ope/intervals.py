@@ -3,7 +3,8 @@
 One bootstrap serves the classical estimators (resampling logged trajectories; their values
 are :class:`SignedLog`, ordered by ``order_key``) and ADWM (resampling imagined rollouts):
 Ĵ*_b = Ĵ(resample_b), b = 1..B, each resample n indices drawn with replacement; the interval
-is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)⌉ of the sorted Ĵ*_b.
+is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)⌉ of the sorted Ĵ*_b. Spearman ρ
+over a cell's points (ope/metrics.py) uses the same bootstrap, over points.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ T = TypeVar("T")
 def percentile_bootstrap(statistic: Callable[[np.ndarray], Sequence[T]], n: int, *, n_resamples: int,
                          confidence: float, seed: int, key: Callable[[T], float] = float) -> tuple[T, T]:
     """(low, high) of the percentile-bootstrap interval over ``n`` units: ``statistic`` maps the
-    (B, n) indices of all resamples to their B values (batched where it can be), ``key`` orders
-    them."""
+    (B, n) indices of all resamples to their values (batched where it can be; it may leave out
+    resamples where the statistic is undefined, and the order statistics are then those of the
+    rest), ``key`` orders them."""
     samples = sorted(statistic(np.random.default_rng(seed).integers(0, n, (n_resamples, n))), key=key)
-    tail = (1 - confidence) / 2
-    return samples[int(np.floor(tail * (n_resamples - 1)))], samples[int(np.ceil((1 - tail) * (n_resamples - 1)))]
+    if not samples:
+        raise ValueError("the statistic is undefined in every bootstrap resample")
+    tail, last = (1 - confidence) / 2, len(samples) - 1
+    return samples[int(np.floor(tail * last))], samples[int(np.ceil((1 - tail) * last))]
 
 
 def estimates_row(*, cell: str, estimator: str, policy: str, epsilon: float, seed: int, value: SignedLog,

@@ -2,8 +2,9 @@
 (paper Table main_results and tab:perseed).
 
 - Spearman ρ and Kendall τ (scipy.stats; ties get average ranks / τ-b);
-- bootstrap CI95 and p-value of ρ from 2000 resamples of the (Ĵ, J) pairs; resamples in
-  which either side is constant (ρ undefined) are dropped and counted;
+- percentile-bootstrap CI95 of ρ from 2000 resamples of the (Ĵ, J) points (ope/intervals.py;
+  resamples in which either side is constant, ρ undefined, are dropped and counted) and the
+  exact permutation p-value of ρ (all n! pairings for n ≤ 10);
 - per-seed ρ (one ρ per seed's Ĵ curve) and avg-Ĵ ρ (ρ of the seed-averaged Ĵ);
 - regret@1: (max J − mean J over the policies Ĵ ranks first) / (J_max − J_min); ties at
   the top are broken uniformly at random, in expectation;
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
+
+from .intervals import percentile_bootstrap
 
 
 def _pair(estimates: Sequence[float], truth: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -49,30 +53,79 @@ def kendall(estimates: Sequence[float], truth: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class RankCorrelation:
     rho: float
-    ci_low: float
+    ci_low: float  # percentile bootstrap over the points (ope/intervals.py)
     ci_high: float
-    p_value: float  # bootstrap, two-sided: 2·min(P*(ρ ≤ 0), P*(ρ ≥ 0)), at most 1
-    p_value_t: float  # scipy's t-approximation for H0: ρ = 0
-    n_resamples: int  # resamples in which ρ was defined
+    p_value: float  # exact permutation test of H0: Ĵ and J unrelated, two-sided (``permutation_p_value``)
+    n_resamples: int  # bootstrap resamples in which ρ was defined
+
+    @property
+    def degenerate(self) -> bool:
+        """Every defined resample ranked alike (a perfect or near-perfect ranking of a few points):
+        the interval is a point and says nothing about ρ's uncertainty."""
+        return self.ci_low == self.ci_high
 
 
-def spearman_bootstrap(estimates: Sequence[float], truth: Sequence[float], *, n_resamples: int = 2000,
-                       confidence: float = 0.95, seed: int = 0) -> RankCorrelation:
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share theirs, as in Spearman ρ)."""
+    return stats.rankdata(values, axis=-1)
+
+
+def _rank_pearson(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
+    """Pearson r of rank vectors along the last axis = Spearman ρ; NaN where a side is constant."""
+    dx, dy = rx - rx.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
+    norm = np.sqrt((dx ** 2).sum(-1) * (dy ** 2).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, (dx * dy).sum(-1) / norm, np.nan)
+
+
+@lru_cache(maxsize=256)
+def _null_distribution(rx: tuple[float, ...], ry: tuple[float, ...], n_resamples: float) -> np.ndarray:
+    """ρ over every pairing of the rank multisets ``rx`` and ``ry`` (exact where n! ≤ ``n_resamples``).
+    The null distribution does not depend on the observed pairing, so it is computed once per
+    (tie pattern, truth ranks) and shared by every estimator of a cell."""
+    result = stats.permutation_test((np.asarray(rx),), lambda x, axis: _rank_pearson(x, np.asarray(ry)),
+                                    permutation_type="pairings", n_resamples=n_resamples, vectorized=True,
+                                    batch=100_000, random_state=0)
+    return result.null_distribution
+
+
+def permutation_p_value(estimates: Sequence[float], truth: Sequence[float], *, exact_up_to: int = 10,
+                        n_resamples: int = 100_000) -> float:
+    """Two-sided p-value of Spearman ρ by the permutation test (``scipy.stats.permutation_test``,
+    pairings): 2 · min(P₀(ρ* ≥ ρ), P₀(ρ* ≤ ρ)), at most 1, over all n! pairings for n ≤
+    ``exact_up_to`` (a perfect ranking of 5 points: 2/120 ≈ 0.017), else over ``n_resamples``
+    random ones. NaN where ρ is undefined."""
     x, y = _pair(estimates, truth)
-    rng = np.random.default_rng(seed)
-    rhos = []
-    for _ in range(n_resamples):
-        rows = rng.integers(0, len(x), len(x))
-        if np.ptp(x[rows]) > 0 and np.ptp(y[rows]) > 0:
-            rhos.append(stats.spearmanr(x[rows], y[rows]).statistic)
-    rhos = np.asarray(rhos)
-    result = stats.spearmanr(x, y)
-    if len(rhos) == 0:
-        return RankCorrelation(float(result.statistic), np.nan, np.nan, np.nan, float(result.pvalue), 0)
-    tail = (1 - confidence) / 2
-    p = min(1.0, 2 * min(np.mean(rhos <= 0), np.mean(rhos >= 0)))
-    return RankCorrelation(float(result.statistic), float(np.quantile(rhos, tail)), float(np.quantile(rhos, 1 - tail)),
-                           float(p), float(result.pvalue), len(rhos))
+    rho = float(_rank_pearson(_ranks(x), _ranks(y)))
+    if rho != rho:
+        return float("nan")
+    exact = len(x) <= exact_up_to
+    null = _null_distribution(tuple(np.sort(_ranks(x))), tuple(_ranks(y)), np.inf if exact else float(n_resamples))
+    tolerance = 1e-12 * max(1.0, abs(rho))  # ρ* equal to ρ up to rounding counts as extreme, as in scipy
+    greater, less = np.mean(null >= rho - tolerance), np.mean(null <= rho + tolerance)
+    if not exact:  # a random sample of pairings: the observed one counts among them (Phipson & Smyth 2010)
+        greater, less = ((len(null) * p + 1) / (len(null) + 1) for p in (greater, less))
+    return float(min(1.0, 2 * min(greater, less)))
+
+
+def spearman_with_interval(estimates: Sequence[float], truth: Sequence[float], *, n_resamples: int = 2000,
+                           confidence: float = 0.95, seed: int = 0) -> RankCorrelation:
+    """ρ, its percentile-bootstrap interval over the (Ĵ, J) points (resamples where a side is
+    constant, ρ undefined, are dropped and counted) and its permutation p-value."""
+    x, y = _pair(estimates, truth)
+    defined: list[int] = []
+
+    def rhos(rows: np.ndarray) -> np.ndarray:
+        values = _rank_pearson(_ranks(x[rows]), _ranks(y[rows]))
+        defined.append(int((~np.isnan(values)).sum()))
+        return values[~np.isnan(values)]
+
+    rho, p_value = spearman(x, y), permutation_p_value(x, y)
+    try:
+        low, high = percentile_bootstrap(rhos, len(x), n_resamples=n_resamples, confidence=confidence, seed=seed)
+    except ValueError:  # ρ undefined in every resample
+        low = high = np.nan
+    return RankCorrelation(rho, float(low), float(high), p_value, defined[0])
 
 
 def per_seed_spearman(estimates_by_seed: Sequence[Sequence[float]], truth: Sequence[float]) -> tuple[list[float], float]:
