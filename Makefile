@@ -12,7 +12,7 @@ export PREFECT_MEMO_STORE_PATH ?= $(PREFECT_HOME)/memo_store.toml
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo up down bench results admit heldout clean
+.PHONY: install test test-all demo up down bench results admit heldout variant clean
 
 install: $(STAMP)
 
@@ -58,6 +58,11 @@ admit: install
 heldout: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) bench/heldout.py --run
+
+# a variant scored on the development cells beside the cells as they stand: make variant SET="adwm.off_log=carry_over"
+variant: install
+	mkdir -p $(PREFECT_HOME)
+	$(PY) bench/heldout.py --run $(foreach setting,$(SET),--set $(setting))
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache

@@ -17,24 +17,37 @@ NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, th
 group of cells with a percentile-bootstrap interval over cells, and the paired difference
 ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
 
-Usage: ``python bench/heldout.py --admit [CELL ...]``; ``python bench/heldout.py [--run]``.
+``--set KEY=VALUE`` (repeatable; a dotted key of the cell YAML, the value read as YAML) scores a
+variant on the development cells only — test cells are never tuned on — each cell run as its
+config with the settings changed (``--run``: its flow first; only the stages the settings reach
+are recomputed), beside the cell as it stands: ρ and NMAE of ADWM and kNN-WM under both, and
+the share of ADWM's imagined steps each source answered (the log, a carried-over logged
+outcome, the model). It writes ``bench/results/variants/<settings>.{md,json}``.
+
+Usage: ``python bench/heldout.py --admit [CELL ...]``; ``python bench/heldout.py [--run]``;
+``python bench/heldout.py --set adwm.off_log=carry_over [--run]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pyarrow.parquet as pq
+import yaml
 
 from adwm_core import pipeline
+from adwm_core.cell import CellConfig, assign
 from adwm_core.ope.intervals import percentile_bootstrap
+from adwm_core.ope.transitions import SOURCES
+from adwm_core.paths import local_cache_dir
 from common import RESULTS, load_cell, machine
-from flows.cells import cell_names
+from flows.cells import cell_config_path, cell_names
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 DEVELOPMENT, TEST = "local-", "test-"
@@ -119,9 +132,10 @@ def admitted_cells() -> list[str]:
 
 
 def measured(cell: str, run: bool) -> dict[str, dict] | None:
-    """``{estimator: {"rho", "nmae"}}`` of the cell's finished report (its flow run first with
-    ``run``), or None where the report is not finished under today's code and config."""
-    config = load_cell(cell)
+    """``{estimator: {"rho", "nmae"}}`` of the finished report of ``cell`` (a cell name or a YAML
+    path; its flow run first with ``run``), or None where the report is not finished under
+    today's code and config."""
+    config = CellConfig.load(cell_config_path(cell))
     if run:
         subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
     try:
@@ -195,12 +209,100 @@ def write_table(run: bool) -> dict:
     return report
 
 
+def parse_settings(settings: list[str]) -> dict[str, object]:
+    """``["adwm.off_log=carry_over", …]`` → ``{"adwm.off_log": "carry_over", …}``, values read as YAML."""
+    parsed = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):
+            raise SystemExit(f"--set {setting!r}: expected KEY=VALUE with a dotted key of the cell YAML, "
+                             "e.g. adwm.off_log=carry_over")
+        parsed[key] = yaml.safe_load(value)
+    return parsed
+
+
+def variant_path(cell: str, settings: dict[str, object]) -> str:
+    """The cell's YAML with ``settings`` changed, written under $ADWM_HOME/variants (validated first)."""
+    with open(cell_config_path(cell)) as f:
+        raw = yaml.safe_load(f)
+    for key, value in settings.items():
+        assign(raw, key, value)
+    CellConfig.from_mapping(raw, source=f"{cell} with {settings}")
+    path = f"{local_cache_dir('variants')}/{cell}--{slug(settings)}.yaml"
+    with open(path, "w") as f:
+        yaml.safe_dump(raw, f, sort_keys=False)
+    return path
+
+
+def slug(settings: dict[str, object]) -> str:
+    return "_".join(re.sub(r"[^A-Za-z0-9.]+", "-", f"{k}-{v}") for k, v in sorted(settings.items()))
+
+
+def answered_shares(cell: str) -> dict[str, float] | None:
+    """The share of ADWM's imagined steps each source answered, over the cell's π_e (mean), from
+    the finished ADWM stages; None where one is not finished."""
+    config = CellConfig.load(cell_config_path(cell))
+    try:
+        timings = [json.loads(open(pipeline.finished(config, "adwm", p).file("timings")).read())
+                   for p in config.evaluation.policies]
+    except FileNotFoundError:
+        return None
+    return {source: float(np.mean([t.get(f"{source}_share", np.nan) for t in timings])) for source in SOURCES}
+
+
+def write_variant(settings: dict[str, object], run: bool) -> dict:
+    """The variant beside the cells as they stand, on the development cells → results/variants/."""
+    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    shown = (ADWM, "kNN-WM:reward_sum")
+    results = {}
+    for cell in development:
+        path = variant_path(cell, settings)
+        results[cell] = {"as_is": measured(cell, False), "variant": measured(path, run),
+                         "shares_as_is": answered_shares(cell), "shares_variant": answered_shares(path)}
+    name = slug(settings)
+
+    def pair(result: dict | None, estimator: str) -> str:
+        return (f"{result[estimator]['rho']:+.2f} / {result[estimator]['nmae']:.2g}"
+                if result is not None and estimator in result else "not measured")
+
+    def shares(values: dict | None) -> str:
+        return " / ".join(f"{values[s]:.2f}" for s in SOURCES) if values else "–"
+
+    lines = [f"# Variant `{', '.join(f'{k}={v}' for k, v in settings.items())}` on the development cells", "",
+             "`python bench/heldout.py --set …`: each development cell as it stands and with the settings changed "
+             "(test cells are never tuned on). ρ / NMAE as in heldout.md; shares: of ADWM's imagined steps "
+             f"answered by {' / '.join(SOURCES)}.", "",
+             "| cell | " + " | ".join(f"{e} as is | {e} variant" for e in shown) + " | shares as is | shares variant |",
+             "|---|" + "---|" * (2 * len(shown) + 2)]
+    for cell, r in results.items():
+        lines.append(f"| {cell} | " + " | ".join(f"{pair(r['as_is'], e)} | {pair(r['variant'], e)}" for e in shown)
+                     + f" | {shares(r['shares_as_is'])} | {shares(r['shares_variant'])} |")
+    for label, key in (("as is", "as_is"), ("variant", "variant")):
+        rhos = [r[key][ADWM]["rho"] for r in results.values() if r[key] is not None and ADWM in r[key]]
+        lines.append(f"\nMean {ADWM} ρ {label}: " + (f"{np.mean(rhos):+.2f} over {len(rhos)} cells" if rhos else "–"))
+    lines += ["", f"Machine: `{json.dumps(machine())}`"]
+    folder = RESULTS / "variants"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
+    report = {"settings": settings, "machine": machine(), "results": results}
+    (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
+    print("\n".join(lines))
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="*", help="test cells (default: every declared test-* cell)")
     parser.add_argument("--admit", action="store_true", help="run ground truth only and apply the admission rule")
     parser.add_argument("--run", action="store_true", help="run each cell's flow first (finished stages are reused)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="score a variant (a dotted key of the cell YAML) on the development cells")
     args = parser.parse_args()
+    if args.set:
+        if args.admit or args.cells:
+            raise SystemExit("--set scores a variant on the development cells only: no --admit, no cells")
+        write_variant(parse_settings(args.set), args.run)
+        return
     if args.cells and not args.admit:
         raise SystemExit("cells are named for --admit only; the table reads every development and admitted test cell")
     unknown = sorted(set(args.cells) - set(test_cells()))
