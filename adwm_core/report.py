@@ -17,12 +17,14 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
+from .ope.diagnostics import verdicts
 from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
 
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
                   "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "n_seeds")
 
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
+DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/diagnostics.py)
 
 
 def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, np.ndarray]:
@@ -47,6 +49,9 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
     if ground_truth is not None:
         by_point = {(r["policy"], r["epsilon"]): r["mean_return"] for r in ground_truth.to_pylist()}
         truth = curves["ground_truth"] = [by_point[p] for p in points]
+    present = [c for c in DIAGNOSTICS if c in estimates.column_names]
+    curves["diagnostics"] = trust_diagnostics(estimates)
+    curves["verdicts"] = verdicts(estimates.select(["estimator", *present]).to_pylist())
     rows = []
     for name, per_seed in estimate_curves(estimates, points).items():
         if len(per_seed) == 0:
@@ -66,6 +71,36 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
             "n_seeds": len(per_seed),
         })
     return rows, curves
+
+
+def trust_diagnostics(estimates: pa.Table) -> dict[str, dict[str, float]]:
+    """Per estimator that has them (ope/diagnostics.py): the mean share of imagined steps the log
+    answered and the mean distance of the others from it, the smallest ESS and the largest
+    top-trajectory weight share over its points and seeds."""
+    present = [c for c in DIAGNOSTICS if c in estimates.column_names]
+    by_estimator: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in estimates.select(["estimator", *present]).to_pylist():
+        for column in present:
+            if row[column] is not None:
+                by_estimator[row["estimator"]][column].append(row[column])
+    reduce = {"log_share": np.mean, "off_log_distance": np.nanmean, "ess": np.min, "top_weight_share": np.max}
+    return {name: {column: float(reduce[column](values)) for column, values in columns.items()}
+            for name, columns in sorted(by_estimator.items())}
+
+
+def diagnostics_lines(curves: dict) -> list[str]:
+    """The report's trust-diagnostics table and its verdicts."""
+    shown = curves.get("diagnostics") or {}
+    if not shown:
+        return []
+    lines = ["## Trust diagnostics", "",
+             "| estimator | steps answered by the log | off-log pairs' distance | smallest ESS | largest top weight |",
+             "|---|---|---|---|---|"]
+    for name, d in shown.items():
+        lines.append(f"| {name} | " + " | ".join(_plain(d.get(column, float("nan")), spec) for column, spec in
+                                                 (("log_share", ".0%"), ("off_log_distance", ".2f"), ("ess", ".1f"),
+                                                  ("top_weight_share", ".0%"))) + " |")
+    return lines + [""] + [f"- {line}" for line in curves.get("verdicts", [])] + [""]
 
 
 def _errors(estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
@@ -102,7 +137,7 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
     where ρ is undefined; estimates only where the cell has no ground truth."""
     if curves["ground_truth"] is None:
         return [f"{name:<28} Ĵ = " + " ".join(f"{v:.3g}" for v in values) + "   (no ground truth)"
-                for name, values in curves["estimators"].items()] + not_applicable_lines(curves)
+                for name, values in curves["estimators"].items()] + not_applicable_lines(curves) + trust_lines(curves)
     lines = []
     for r in _by_rho(rows):
         if r["rho"] != r["rho"]:
@@ -110,7 +145,12 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
         else:
             lines.append(f"{r['estimator']:<28} ρ {r['rho']:+.2f} [{r['rho_ci_low']:+.2f}, {r['rho_ci_high']:+.2f}]"
                          f"   NMAE {_plain(r['nmae'], '.3g')}")
-    return lines + not_applicable_lines(curves)
+    return lines + not_applicable_lines(curves) + trust_lines(curves)
+
+
+def trust_lines(curves: dict) -> list[str]:
+    """The verdicts of the trust diagnostics (ope/diagnostics.py), a line each, for the terminal."""
+    return [f"trust: {line}" for line in curves.get("verdicts", [])]
 
 
 def not_applicable_lines(curves: dict) -> list[str]:
@@ -163,7 +203,9 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
     lines += [f"| {name} | " + " | ".join(f"{v:.3g}" for v in values) + " |"
               for name, values in curves["estimators"].items()]
     extra = not_applicable_lines(curves)
-    return "\n".join(lines + ([""] + [f"- {line}" for line in extra] if extra else [])) + "\n"
+    lines += [""] + [f"- {line}" for line in extra] if extra else []
+    trust = diagnostics_lines(curves)
+    return "\n".join(lines + ([""] + trust if trust else [])) + "\n"
 
 
 def plot(curves: dict, path, title: str) -> None:

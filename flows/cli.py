@@ -13,7 +13,7 @@ import fsspec
 from adwm_core import cli as core
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
-from adwm_core.report import interval_lines, not_applicable_lines
+from adwm_core.report import interval_lines, not_applicable_lines, trust_lines
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -80,7 +80,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         curves = json.load(f)
     print("\nĴ [95 % bootstrap interval] per estimator and ε (seed 0; no ground truth: ungraded)")
     print("\n".join(interval_lines(read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES))))
-    print("\n".join(not_applicable_lines(curves)))
+    print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
     return 0
 

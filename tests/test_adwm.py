@@ -22,6 +22,7 @@ from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
 from adwm_core.ope.rollouts import ImaginedRollouts
 from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
 from adwm_core.ope.carry_over import CarriedOver, signature
+from adwm_core.ope.diagnostics import verdicts
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.logged import LoggedTransitions
@@ -427,3 +428,26 @@ def test_policy_agreement_reads_whether_pi_e_sees_the_state_it_would_see(corrido
     assert agreement["n"] == 60
     assert agreement["retrieval"] >= 0.8, agreement  # the one-step test: the true next room is retrieved
     assert agreement["chance"] <= agreement["retrieval"] - 0.3, agreement
+
+
+class Jump:
+    """π_e that only ever plays an action the corridor's behaviour log never took."""
+
+    def act(self, histories):
+        return [Decision("jump") for _ in histories]
+
+
+def test_a_log_without_pi_es_steps_gets_the_extrapolation_verdict_and_a_covering_log_does_not(corridor):
+    trajectories, model = corridor
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0,), n_rollouts=8, n_bootstrap=50)
+    covered, _ = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=(0.0,),
+                                 config=config)
+    uncovered, _ = evaluate_policy(model, trajectories, Jump(), cell="corridor", label="jump", epsilons=(0.0,),
+                                   config=config)
+    east, jump = covered.to_pylist(), uncovered.to_pylist()
+    assert min(r["log_share"] for r in east) > 0.9 and all(r["ess"] is None for r in east)
+    assert all(r["log_share"] == 0 for r in jump) and all(0 < r["off_log_distance"] <= 1 for r in jump)
+    assert not verdicts(east)
+    lines = verdicts(jump)
+    assert len(lines) == 1 and lines[0].startswith("ADWM:reward_sum, ADWM:success_similarity, kNN-WM:reward_sum")
+    assert "100% of π_e's imagined steps were never logged" in lines[0] and "a model's guess" in lines[0]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from adwm_core.ope.diagnostics import verdicts, weight_diagnostics
 from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
 from adwm_core.ope.metrics import (
     kendall,
@@ -251,3 +252,13 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
     assert v0 == pytest.approx(v_hat[0], abs=0.02)
     # the greedy target would be wrong here: V under max_a Q differs from the ε-mixed V
     assert abs(q[0].max() - v[0]) > 0.05
+
+
+def test_importance_weights_say_how_many_trajectories_carry_the_estimate():
+    even = weight_diagnostics(np.full(240, -3.0))
+    assert even["ess"] == pytest.approx(240) and even["top_weight_share"] == pytest.approx(1 / 240)
+    lopsided = weight_diagnostics(np.r_[800.0, np.zeros(239)])  # one ratio of e^800: beyond float64, exact in logs
+    assert lopsided["ess"] == pytest.approx(1) and lopsided["top_weight_share"] == pytest.approx(1)
+    rows = [{"estimator": name, "ess": 1.0} for name in ("IS", "WIS")] + [{"estimator": "FQE", "ess": None}]
+    assert verdicts(rows) == ["IS, WIS: ESS 1.0 at the worst point: the estimate is one trajectory"]
+    assert verdicts([{"estimator": "IS", "ess": 60.0}]) == []

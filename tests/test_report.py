@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.report import RESULT_COLUMNS, main_results, markdown, plot
+from adwm_core.report import RESULT_COLUMNS, main_results, markdown, plot, summary_lines
 
 EPSILONS = (0.0, 0.5, 1.0)
 # two π_e: "dpo" better than "prm" at every ε, values falling with ε
@@ -51,3 +51,18 @@ def test_without_ground_truth_the_report_has_estimates_only(tmp_path):
     assert "No ground truth" in text and "Spearman" not in text and "| mirror |" in text
     plot(curves, str(tmp_path / "plot.png"), "ungraded")
     assert (tmp_path / "plot.png").stat().st_size > 5_000
+
+
+def test_the_report_shows_trust_diagnostics_and_their_verdicts():
+    table = estimates_table()
+    is_row = np.array([name == "within" for name in table["estimator"].to_pylist()])
+    table = table.append_column("ess", pa.array(np.where(is_row, 1.2, np.nan), mask=~is_row))
+    table = table.append_column("log_share", pa.array(np.where(is_row, np.nan, 0.25), mask=is_row))
+    rows, curves = main_results(truth_table(), table)
+    assert curves["diagnostics"] == {"mirror": {"log_share": 0.25}, "within": {"ess": pytest.approx(1.2)}}
+    assert len(curves["verdicts"]) == 2
+    text = markdown("trust", rows, curves)
+    assert "## Trust diagnostics" in text and "| mirror | 25% | – | – | – |" in text
+    assert "- within: ESS 1.2 at the worst point: the estimate is one trajectory" in text
+    assert "- mirror: 75% of π_e's imagined steps were never logged: the value is a model's guess" in text
+    assert "trust: within: ESS 1.2" in "\n".join(summary_lines(rows, curves))

@@ -20,6 +20,7 @@ from ..policies.soft_prompt import SoftPromptPolicy
 from .settings import VALUE_ESTIMATES, AdwmConfig
 from ..specs import Progress, check_epsilons
 from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
+from .diagnostics import off_log_distance
 from .intervals import estimates_row, percentile_bootstrap
 from .rollouts import ImaginedRollouts, Rollouts
 from .signed_log import SignedLog
@@ -27,21 +28,28 @@ from .state_bank import StateBank
 from .transitions import Policy
 
 
-def value_rows(rollouts: Rollouts, *, cell: str, policy: str, seed: int, config: AdwmConfig,
+def value_rows(rollouts: Rollouts, bank: StateBank, *, cell: str, policy: str, seed: int, config: AdwmConfig,
                estimator: str = ESTIMATOR) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``): the
-    mean over rollouts and its percentile-bootstrap interval over rollouts (ope/intervals.py)."""
+    mean over rollouts and its percentile-bootstrap interval over rollouts (ope/intervals.py),
+    with the share of the ε level's imagined steps the log answered and how far the others'
+    (state, action) pairs are from the log (ope/diagnostics.py)."""
     rows = []
-    for name in VALUE_ESTIMATES:
-        if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
-            continue  # no successful behaviour episode, no success bank
-        for epsilon in np.unique(rollouts.epsilons):
+    for epsilon in np.unique(rollouts.epsilons):
+        steps = [s for s in rollouts.steps if rollouts.epsilons[s.rollout] == epsilon]
+        off_log = [s for s in steps if s.source != "log"]
+        diagnostics = {"log_share": 1 - len(off_log) / len(steps) if steps else None,
+                       "off_log_distance": off_log_distance(bank, [s.observation for s in off_log],
+                                                            [s.action for s in off_log]) if off_log else None}
+        for name in VALUE_ESTIMATES:
+            if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
+                continue  # no successful behaviour episode, no success bank
             x = rollouts.values(name, epsilon)
             low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x),
                                              n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
             rows.append(estimates_row(cell=cell, estimator=f"{estimator}:{name}", policy=policy, epsilon=epsilon,
                                       seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(float(low)),
-                                      ci_high=SignedLog.of(float(high))))
+                                      ci_high=SignedLog.of(float(high)), diagnostics=diagnostics))
     return rows
 
 
@@ -79,5 +87,5 @@ def evaluate_policy(
             if progress is not None:
                 progress(sum(map(len, runs.values())), total)
     rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)
-            for row in value_rows(run, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
+            for row in value_rows(run, bank, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
     return table_from_rows(rows, ESTIMATES), runs[ESTIMATOR]

@@ -9,7 +9,7 @@ over a cell's points (ope/metrics.py) uses the same bootstrap, over points.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -33,8 +33,9 @@ def percentile_bootstrap(statistic: Callable[[np.ndarray], Sequence[T]], n: int,
 
 
 def estimates_row(*, cell: str, estimator: str, policy: str, epsilon: float, seed: int, value: SignedLog,
-                  ci_low: SignedLog, ci_high: SignedLog) -> dict:
-    """One row of the estimates contract: values saturated to float64, Ĵ exactly as (log|Ĵ|, sign)."""
+                  ci_low: SignedLog, ci_high: SignedLog, diagnostics: Mapping[str, float] | None = None) -> dict:
+    """One row of the estimates contract: values saturated to float64, Ĵ exactly as (log|Ĵ|, sign),
+    and the estimator's trust ``diagnostics`` (ope/diagnostics.py; the others null)."""
     return {"cell": cell, "estimator": estimator, "policy": policy, "epsilon": float(epsilon), "seed": seed,
             "value": value.value, "ci_low": ci_low.value, "ci_high": ci_high.value,
-            "log_abs_value": value.log_abs, "sign": value.sign}
+            "log_abs_value": value.log_abs, "sign": value.sign, **(diagnostics or {})}

@@ -1,5 +1,6 @@
 """The COBS baselines stage: behaviour trajectories + log-probs + a trained world model → the
-estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope/baselines.py)."""
+estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope/baselines.py),
+the importance-weighted ones with their ESS and top-trajectory weight share (ope/diagnostics.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open
 from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps
+from ..ope.diagnostics import IMPORTANCE_WEIGHTED, weight_diagnostics
 from ..ope.settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, LoggedTrajectories
 from ..ope.intervals import estimates_row
@@ -57,8 +59,11 @@ def run_baselines(
                     continue
                 estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
                                                        confidence=config.confidence, seed=seed)
+                weights = (weight_diagnostics(data.cumulative_log_ratios[:, -1]) if name in IMPORTANCE_WEIGHTED
+                           else None)
                 rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
-                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high))
+                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high,
+                                          diagnostics=weights))
     if not_applicable_out is not None:
         with atomic_open(not_applicable_out, "w") as f:
             json.dump(not_applicable, f, indent=2, ensure_ascii=False)
