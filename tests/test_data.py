@@ -27,7 +27,8 @@ ROWS = {
     LOGPROBS.name: {"episode": 3, "t": 0, "policy": "eval", "epsilon": 0.25, "logprob": -712.5, "n_tokens": 3,
                "n_admissible": 2, "greedy_action": "look around"},
     ESTIMATES.name: {"cell": "c", "estimator": "WIS", "policy": "pi_e", "epsilon": 0.5, "seed": 1, "value": 0.4,
-                "ci_low": 0.3, "ci_high": 0.5, "log_abs_value": -0.916290731874155, "sign": 1},
+                "ci_low": 0.3, "ci_high": 0.5, "log_abs_value": -0.916290731874155, "sign": 1,
+                "log_share": None, "off_log_distance": None, "ess": 31.5, "top_weight_share": 0.08},
     GROUND_TRUTH.name: {"cell": "c", "policy": "pi_e", "epsilon": 0.5, "n_episodes": 64, "mean_return": 0.4,
                    "success_rate": 0.375, "stderr": 0.06, "success_stderr": 0.06},
 }
