@@ -1,7 +1,8 @@
 """The cell report: every estimator graded against ground truth over the π_e family — each
 π_e of the cell at each ε level, a *point*.
 
-Per estimator, Ĵ is the mean over seeds of its estimate at each point; against the
+Per estimator, Ĵ is the mean over seeds of its estimate at each point (exact, in signed-log
+form; ranked by its order, the data contract's rule, where its float saturates); against the
 ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval over points,
 2000 resamples as in the paper's Table main_results, marked degenerate where every resample
 ranks alike, and the exact permutation p-value: ope/metrics.py), the per-seed ρ
@@ -13,11 +14,13 @@ ranks alike, and the exact permutation p-value: ope/metrics.py), the per-seed ρ
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from .ope.diagnostics import verdicts
+from .ope.signed_log import SignedLog, signed_sum
 from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
 
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
@@ -27,14 +30,23 @@ Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/diagnostics.py)
 
 
-def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, np.ndarray]:
-    """estimator → ``(n_seeds, n_points)`` estimates (seeds missing a point are left out)."""
-    values: dict[str, dict[int, dict[Point, float]]] = defaultdict(lambda: defaultdict(dict))
-    for row in estimates.select(["estimator", "seed", "policy", "epsilon", "value"]).to_pylist():
-        values[row["estimator"]][row["seed"]][(row["policy"], row["epsilon"])] = row["value"]
-    return {name: np.array([[by_point[p] for p in points] for by_point in seeds.values()
-                            if all(p in by_point for p in points)])
+def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, list[list[SignedLog]]]:
+    """estimator → its estimates, seeds × points, as exact signed logs (from ``log_abs_value`` and
+    ``sign``, or ``value`` where a table has only that); seeds missing a point are left out."""
+    exact = {"log_abs_value", "sign"} <= set(estimates.column_names)
+    columns = ["estimator", "seed", "policy", "epsilon", *(("log_abs_value", "sign") if exact else ("value",))]
+    values: dict[str, dict[int, dict[Point, SignedLog]]] = defaultdict(lambda: defaultdict(dict))
+    for row in estimates.select(columns).to_pylist():
+        values[row["estimator"]][row["seed"]][(row["policy"], row["epsilon"])] = (
+            SignedLog(row["log_abs_value"], row["sign"]) if exact else SignedLog.of(row["value"]))
+    return {name: [[by_point[p] for p in points] for by_point in seeds.values() if all(p in by_point for p in points)]
             for name, seeds in sorted(values.items())}
+
+
+def seed_mean(values: Sequence[SignedLog]) -> SignedLog:
+    """The mean of signed logs, exact: Σ_s sign_s e^{log|x_s|} / n in log space."""
+    total = signed_sum(np.array([v.log_abs for v in values]), np.array([v.sign for v in values]))
+    return SignedLog(total.log_abs - np.log(len(values)), total.sign) if total.sign else total
 
 
 def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: int = 0) -> tuple[list[dict], dict]:
@@ -56,18 +68,20 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
     for name, per_seed in estimate_curves(estimates, points).items():
         if len(per_seed) == 0:
             continue
-        mean = per_seed.mean(0)
+        means = [seed_mean(column) for column in zip(*per_seed)]
+        mean = np.array([m.value for m in means])  # saturated at ±float max: for the curves and errors
         curves["estimators"][name] = mean.tolist()
         if truth is None:
             continue
-        seed_rhos, _ = per_seed_spearman(per_seed, truth)
-        rank = spearman_with_interval(mean, truth, seed=seed)
+        # ranks from the exact values' order (the data contract), not the saturated floats
+        seed_rhos, _ = per_seed_spearman([[v.order_key for v in curve] for curve in per_seed], truth)
+        rank = spearman_with_interval([m.order_key for m in means], truth, seed=seed)
         rows.append({
             "estimator": name, "rho": rank.rho, "rho_ci_low": rank.ci_low, "rho_ci_high": rank.ci_high,
             "rho_ci_degenerate": rank.degenerate, "rho_p": rank.p_value, "rho_seeds": [float(r) for r in seed_rhos],
             "rho_seed_mean": float(np.nanmean(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             "rho_seed_sd": float(np.nanstd(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
-            **_errors(mean, truth),
+            **_errors([m.order_key for m in means], mean, truth),
             "n_seeds": len(per_seed),
         })
     return rows, curves
@@ -103,11 +117,12 @@ def diagnostics_lines(curves: dict) -> list[str]:
     return lines + [""] + [f"- {line}" for line in curves.get("verdicts", [])] + [""]
 
 
-def _errors(estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
-    """regret@1 and NMAE; NaN when every policy has the same true value (nothing to normalise by)."""
+def _errors(order: Sequence[float], estimates: np.ndarray, truth: list[float]) -> dict[str, float]:
+    """regret@1 (of the points ``order`` ranks first) and NMAE (of the ``estimates``); NaN when every
+    policy has the same true value (nothing to normalise by)."""
     if np.ptp(truth) == 0:
         return {"regret_at_1": float("nan"), "nmae": float("nan")}
-    return {"regret_at_1": regret_at_1(estimates, truth), "nmae": normalised_absolute_error(estimates, truth)}
+    return {"regret_at_1": regret_at_1(order, truth), "nmae": normalised_absolute_error(estimates, truth)}
 
 
 def undefined_rho_reason(name: str, curves: dict) -> str:

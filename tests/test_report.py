@@ -66,3 +66,16 @@ def test_the_report_shows_trust_diagnostics_and_their_verdicts():
     assert "- within: ESS 1.2 at the worst point: the estimate is one trajectory" in text
     assert "- mirror: 75% of π_e's imagined steps were never logged: the value is a model's guess" in text
     assert "trust: within: ESS 1.2" in "\n".join(summary_lines(rows, curves))
+
+
+def test_estimates_beyond_float64_rank_by_their_exact_values():
+    """Importance-weighted estimates of 1e347 and 1e390 both saturate to the float maximum; their
+    exact signed logs still rank them (and the seed mean stays exact)."""
+    truth = sorted(TRUTH.items())
+    logs = {point: 800.0 + 100 * value for point, value in truth}  # increasing with the truth, all beyond float64
+    table = pa.Table.from_pylist([{"estimator": "IS", "seed": seed, "policy": p, "epsilon": e,
+                                   "value": float(np.finfo(np.float64).max), "log_abs_value": logs[p, e], "sign": 1}
+                                  for seed in (0, 1) for (p, e), _ in truth])
+    rows, curves = main_results(truth_table(), table)
+    assert rows[0]["rho"] == pytest.approx(1.0) and rows[0]["regret_at_1"] == 0
+    assert all(v > 1e308 for v in curves["estimators"]["IS"])  # the saturated floats, for the curves
