@@ -18,13 +18,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .ope.diagnostics import verdicts
 from .ope.signed_log import SignedLog, signed_sum
 from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
 
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
-                  "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "n_seeds")
+                  "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "coverage", "width", "n_seeds")
 
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/diagnostics.py)
@@ -82,9 +83,23 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
             "rho_seed_mean": float(np.nanmean(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             "rho_seed_sd": float(np.nanstd(seed_rhos)) if not np.all(np.isnan(seed_rhos)) else float("nan"),
             **_errors([m.order_key for m in means], mean, truth),
+            **interval_coverage(estimates, name, by_point),
             "n_seeds": len(per_seed),
         })
     return rows, curves
+
+
+def interval_coverage(estimates: pa.Table, estimator: str, truth: dict[Point, float]) -> dict[str, float]:
+    """How often the estimator's intervals (every point and seed) hold the true value, and their
+    median width over the range of the truth (NaN where the truth is flat)."""
+    mine = estimates.filter(pc.equal(estimates["estimator"], estimator)).select(
+        ["policy", "epsilon", "ci_low", "ci_high"]).to_pylist()
+    mine = [r for r in mine if (r["policy"], r["epsilon"]) in truth]
+    held = [r["ci_low"] <= truth[r["policy"], r["epsilon"]] <= r["ci_high"] for r in mine]
+    spread = np.ptp(list(truth.values()))
+    widths = [r["ci_high"] - r["ci_low"] for r in mine]
+    return {"coverage": float(np.mean(held)),
+            "width": float(np.median(widths) / spread) if spread > 0 else float("nan")}
 
 
 def trust_diagnostics(estimates: pa.Table) -> dict[str, dict[str, float]]:
@@ -197,15 +212,17 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
     if curves["ground_truth"] is None:
         lines += ["No ground truth for this cell (its environment cannot be run here): estimates only.", ""]
     else:
-        lines += ["| estimator | Spearman ρ [95 % CI] | p (permutation) | ρ per seed | regret@1 | NMAE |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| estimator | Spearman ρ [95 % CI] | p (permutation) | ρ per seed | regret@1 | NMAE | "
+                  "coverage | width / range |", "|---|---|---|---|---|---|---|---|"]
         for r in _by_rho(rows):
             rho = (f"– ({undefined_rho_reason(r['estimator'], curves)})" if r["rho"] != r["rho"] else
                    f"{r['rho']:+.2f} [{signed(r['rho_ci_low'])}, {signed(r['rho_ci_high'])}]"
                    + (" †" if r["rho_ci_degenerate"] else ""))
             lines.append(f"| {r['estimator']} | {rho} | {_plain(r['rho_p'], '.3f')} | {signed(r['rho_seed_mean'])} ± "
                          f"{_plain(r['rho_seed_sd'], '.2f')} ({r['n_seeds']}) | {_plain(r['regret_at_1'], '.2f')} | "
-                         f"{_plain(r['nmae'], '.3g')} |")
+                         f"{_plain(r['nmae'], '.3g')} | {_plain(r['coverage'], '.2f')} | {_plain(r['width'], '.2f')} |")
+        lines += ["", "coverage: the share of the estimator's 95 % intervals (every point and seed) that hold the "
+                      "true J; width: their median width over the range of J."]
         if any(r["rho_ci_degenerate"] for r in rows):
             lines += ["", f"† degenerate interval: every bootstrap resample of the {len(curves['ground_truth'])} "
                           "points ranks alike, so the interval is a point and says nothing about ρ's uncertainty "

@@ -13,7 +13,8 @@ Without ``--admit`` it reads the finished report stage of every development cell
 (``local-*``) and every admitted test cell — as their configs stand, so a cell whose stages
 are stale under today's code shows as not measured (``--run`` runs its flow first, reusing
 every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
-NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, the mean over each
+NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, with the share of its
+95 % intervals (every point and seed) that hold the true J, the mean ρ over each
 group of cells with a percentile-bootstrap interval over cells, and the paired difference
 ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
 
@@ -143,7 +144,8 @@ def measured(cell: str, run: bool) -> dict[str, dict] | None:
     except FileNotFoundError:
         return None
     with open(report.file("results")) as f:
-        return {r["estimator"]: {"rho": r["rho"], "nmae": r["nmae"]} for r in json.load(f)}
+        return {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
+                for r in json.load(f)}
 
 
 def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float, float]:
@@ -155,13 +157,13 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
 
 
 def _cell_table(title: str, results: dict[str, dict | None]) -> list[str]:
-    lines = [f"**{title}** (ρ / NMAE)", "", "| cell | " + " | ".join(SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
+    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals)", "", "| cell | " + " | ".join(SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
     for cell, by_estimator in results.items():
         if by_estimator is None:
             lines.append(f"| {cell} | " + " | ".join("not measured" for _ in SHOWN) + " |")
             continue
-        cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g}" if e in by_estimator else "–"
-                 for e in SHOWN]
+        cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g} / {by_estimator[e]['coverage']:.2f}"
+                 if e in by_estimator else "–" for e in SHOWN]
         lines.append(f"| {cell} | " + " | ".join(cells) + " |")
     done = [r for r in results.values() if r is not None]
     if done:

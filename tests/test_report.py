@@ -22,9 +22,10 @@ def estimates_table():
     for seed in (0, 1):
         for (policy, eps), value in TRUTH.items():
             # "mirror" ranks the points exactly; "within" gets each π_e's ε order right but puts prm above dpo
-            rows.append({"estimator": "mirror", "seed": seed, "policy": policy, "epsilon": eps, "value": value})
             shift = 1.0 if policy == "prm@p0" else 0.0
-            rows.append({"estimator": "within", "seed": seed, "policy": policy, "epsilon": eps, "value": value + shift})
+            for name, estimate in (("mirror", value), ("within", value + shift)):
+                rows.append({"estimator": name, "seed": seed, "policy": policy, "epsilon": eps, "value": estimate,
+                             "ci_low": estimate - 0.05, "ci_high": estimate + 0.05})
     return pa.Table.from_pylist(rows)
 
 
@@ -38,6 +39,8 @@ def test_several_policies_are_ranked_together_over_all_points():
     # right within each policy, wrong across them: rank correlation over the 6 points below 1
     assert by_name["within"]["rho"] < 0.9
     assert by_name["within"]["regret_at_1"] == pytest.approx((0.9 - 0.7) / (0.9 - 0.05))  # picks prm, ε=0
+    assert by_name["mirror"]["coverage"] == 1 and by_name["mirror"]["width"] == pytest.approx(0.1 / 0.85)
+    assert by_name["within"]["coverage"] == pytest.approx(0.5)  # prm's points are 1 too high: outside ±0.05
     text = markdown("cross", rows, curves)
     assert "off-policy estimates of dpo@p0, prm@p0" in text
     assert "| Ĵ | dpo@p0 ε=0 | dpo@p0 ε=0.5 | dpo@p0 ε=1 | prm@p0 ε=0 | prm@p0 ε=0.5 | prm@p0 ε=1 |" in text
@@ -74,7 +77,8 @@ def test_estimates_beyond_float64_rank_by_their_exact_values():
     truth = sorted(TRUTH.items())
     logs = {point: 800.0 + 100 * value for point, value in truth}  # increasing with the truth, all beyond float64
     table = pa.Table.from_pylist([{"estimator": "IS", "seed": seed, "policy": p, "epsilon": e,
-                                   "value": float(np.finfo(np.float64).max), "log_abs_value": logs[p, e], "sign": 1}
+                                   "value": float(np.finfo(np.float64).max), "log_abs_value": logs[p, e], "sign": 1,
+                                   "ci_low": 0.0, "ci_high": float(np.finfo(np.float64).max)}
                                   for seed in (0, 1) for (p, e), _ in truth])
     rows, curves = main_results(truth_table(), table)
     assert rows[0]["rho"] == pytest.approx(1.0) and rows[0]["regret_at_1"] == 0
