@@ -213,3 +213,21 @@ def test_estimators_say_what_the_logs_let_them_compute(tiny_behaviour, tiny_pool
                   config=config, overwrite=True)
     for key, (value, _, _) in _estimates_by_key(out).items():
         assert value == pytest.approx(native_rows[key]["value"], rel=1e-12, abs=1e-12), key
+
+
+def test_fqe_refitted_on_every_resample_gives_the_same_estimate_and_an_interval_with_the_fit_error(
+        estimates, tiny_behaviour, logprobs, tiny_world_model, tmp_path):
+    out = str(tmp_path / "refit.parquet")
+    config = BaselineConfig(estimators=("FQE",), seeds=(0,), n_bootstrap=200, gamma=GAMMA,
+                            fqe=FQEConfig(refit_resamples=8))
+    run_baselines(tiny_behaviour, logprobs, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
+                  config=config)
+    refit, fixed = _by(read_table(out, ESTIMATES)), _by(estimates)
+    assert set(refit) == {("FQE", eps, 0) for eps in EPSILONS}
+    widths = {"refit": [], "fixed": []}
+    for key, row in refit.items():
+        assert row["value"] == fixed[key]["value"]  # the same fit at the same seed
+        assert row["ci_low"] < row["ci_high"]
+        widths["refit"].append(row["ci_high"] - row["ci_low"])
+        widths["fixed"].append(fixed[key]["ci_high"] - fixed[key]["ci_low"])
+    assert np.mean(widths["refit"]) > np.mean(widths["fixed"])  # refitting adds the Q-network's own error

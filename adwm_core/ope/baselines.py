@@ -35,6 +35,7 @@ from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .settings import BaselineConfig
 from .fqe import FittedQEvaluation, Transitions
+from .intervals import percentile_bootstrap
 
 USES_Q = ("FQE", "DR", "WDR")
 
@@ -94,10 +95,6 @@ class LoggedSteps:
         if self.unknown_ratios is not None:
             return None
         return np.where(self.grid.mask, self.eval_logp[epsilon] - self.behaviour_logp, 0.0)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.grid.mask.sum(1)
 
     def candidate_probabilities(self, epsilon: float) -> np.ndarray:
         """π_e^ε over the candidates: (1 − ε)·1[greedy] + ε·uniform, or 1[greedy] without a list."""
@@ -197,26 +194,42 @@ def _encode(model: WorldModel, arrays: EpisodeArrays) -> tuple[np.ndarray, np.nd
     return torch.cat(z).numpy(), predicted
 
 
-def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,
-             seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Fit FQE for π_e^ε; return Q(s_t, a_t) and V(s_t) on the step grid."""
-    mask = steps.grid.mask
+def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig, seed: int,
+             episodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fit FQE for π_e^ε on the logged ``episodes`` (rows of the step grid, repeats allowed, as a
+    bootstrap resample draws them; default all); return Q(s_t, a_t) and V(s_t) on their grid."""
+    rows = np.arange(steps.grid.shape[0]) if episodes is None else np.asarray(episodes)
+    mask, candidates, latents = steps.grid.mask[rows], steps.candidates[rows], steps.latents[rows]
+    actions, rewards = steps.actions[rows], steps.rewards[rows]
     n, horizon = mask.shape
-    probabilities = steps.candidate_probabilities(epsilon)
-    done = np.arange(horizon)[None, :] == steps.lengths[:, None] - 1
-    k = steps.candidates.shape[2]  # candidates of the step after (i, t), padded past the grid's end
-    next_candidates = np.concatenate([steps.candidates[:, 1:], np.full((n, 1, k), -1)], 1)
+    probabilities = steps.candidate_probabilities(epsilon)[rows]
+    done = np.arange(horizon)[None, :] == mask.sum(1)[:, None] - 1
+    k = candidates.shape[2]  # candidates of the step after (i, t), padded past the grid's end
+    next_candidates = np.concatenate([candidates[:, 1:], np.full((n, 1, k), -1)], 1)
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
     next_probabilities[done] = 0.0
-    states = steps.latents[:, :-1]
+    states = latents[:, :-1]
     fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
     fqe.fit(Transitions(
-        states=states[mask], actions=steps.actions[mask], rewards=steps.rewards[mask],
-        next_states=steps.latents[:, 1:][mask], done=done[mask],
+        states=states[mask], actions=actions[mask], rewards=rewards[mask],
+        next_states=latents[:, 1:][mask], done=done[mask],
         next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
     ))
     q, v = np.zeros(mask.shape), np.zeros(mask.shape)
-    q[mask] = fqe.q_values(states[mask], steps.actions[mask])
-    v[mask] = fqe.state_values(states[mask], steps.candidates[mask], probabilities[mask])
+    q[mask] = fqe.q_values(states[mask], actions[mask])
+    v[mask] = fqe.state_values(states[mask], candidates[mask], probabilities[mask])
     return q, v
+
+
+def refitted_fqe_interval(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,
+                          seed: int) -> tuple[float, float]:
+    """FQE's percentile-bootstrap interval over trajectories with Q refitted on every resample
+    (``config.fqe.refit_resamples`` of them): the fit's own error is inside it, which a bootstrap of
+    one fitted Q leaves out (ope/intervals.py)."""
+    def refits(resamples: np.ndarray) -> list[float]:
+        return [float(fitted_q(steps, model, epsilon, config, seed + 1 + b, episodes)[1][:, 0].mean())
+                for b, episodes in enumerate(resamples)]
+
+    return percentile_bootstrap(refits, steps.grid.shape[0], n_resamples=config.fqe.refit_resamples,
+                                confidence=config.confidence, seed=seed)

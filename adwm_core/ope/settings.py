@@ -31,6 +31,9 @@ class FQEConfig(Settings):
     batch_size: int = Field(default=64, gt=0)
     epochs: int = Field(default=20, gt=0)
     polyak: float = Field(default=0.99, ge=0, lt=1)
+    # FQE's interval: a bootstrap over trajectories refitting Q on this many resamples (the fit's
+    # error inside it); 0: the bootstrap of one fitted Q (trajectories resampled, Q fixed)
+    refit_resamples: int = Field(default=0, ge=0)
 
 
 class BaselineConfig(Settings):

@@ -5,6 +5,7 @@ the importance-weighted ones with their ESS and top-trajectory weight share (ope
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -13,11 +14,12 @@ from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, 
 from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open
 from ..model.world_model import WorldModel
-from ..ope.baselines import USES_Q, fitted_q, logged_steps
+from ..ope.baselines import USES_Q, fitted_q, logged_steps, refitted_fqe_interval
 from ..ope.diagnostics import IMPORTANCE_WEIGHTED, weight_diagnostics
 from ..ope.settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, LoggedTrajectories
 from ..ope.intervals import estimates_row
+from ..ope.signed_log import SignedLog
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
@@ -59,6 +61,9 @@ def run_baselines(
                     continue
                 estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
                                                        confidence=config.confidence, seed=seed)
+                if name == "FQE" and config.fqe.refit_resamples:
+                    low, high = refitted_fqe_interval(steps, model, epsilon, config, seed)
+                    estimate = replace(estimate, ci_low=SignedLog.of(low), ci_high=SignedLog.of(high))
                 weights = (weight_diagnostics(data.cumulative_log_ratios[:, -1]) if name in IMPORTANCE_WEIGHTED
                            else None)
                 rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
