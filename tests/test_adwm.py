@@ -23,6 +23,7 @@ from adwm_core.ope.rollouts import ImaginedRollouts
 from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
 from adwm_core.ope.carry_over import CarriedOver, signature
 from adwm_core.ope.diagnostics import verdicts
+from adwm_core.ope.fqe import FittedQEvaluation
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy
 from adwm_core.ope.logged import LoggedTransitions
@@ -451,3 +452,23 @@ def test_a_log_without_pi_es_steps_gets_the_extrapolation_verdict_and_a_covering
     lines = verdicts(jump)
     assert len(lines) == 1 and lines[0].startswith("ADWM:reward_sum, ADWM:success_similarity, kNN-WM:reward_sum")
     assert "100% of π_e's imagined steps were never logged" in lines[0] and "a model's guess" in lines[0]
+
+
+def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
+    """With off_log='fqe' the first pair the log never took ends the rollout with Q̂_ε(z_t, a_t):
+    π_e's "jump" is never logged, so every rollout at ε = 0 is worth Q̂ of its start and jump."""
+    trajectories, model = corridor
+    bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
+    q = FittedQEvaluation(model.action_features().detach().numpy(), model.config.d_z, seed=3)  # untrained, fixed
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, off_log="fqe")
+    with pytest.raises(ValueError, match="q_by_epsilon"):
+        adwm_transition(model, bank, config)
+    with pytest.raises(ValueError, match="logged_successors"):
+        AdwmConfig(off_log="fqe", logged_successors=False)
+    imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
+    run = imagination.run(Jump(), adwm_transition(model, bank, config, {0.0: q}), (0.0,), seed=0)
+    starts = torch.stack([bank.latents[s.observation] for s in run.steps]).numpy()
+    expected = q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * len(starts))))
+    assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"model"}
+    np.testing.assert_allclose(run.reward_sum, expected, rtol=1e-6)
+    assert abs(expected).min() > 0  # a value was handed over, not a step reward of 0

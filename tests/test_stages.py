@@ -152,3 +152,14 @@ def test_a_model_folder_named_without_a_slash_is_keyed_by_content(cell, tmp_path
     before = pipeline.locate(cell.with_evaluated(agent), "adwm", agent).key
     (tmp_path / "my_finetune" / "config.json").write_text('{"layers": 3}')
     assert pipeline.locate(cell.with_evaluated(agent), "adwm", agent).key != before
+
+
+def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
+    policy = cell.evaluation.policies[0]
+    handing = cell.replace(adwm=cell.adwm.replace(off_log="fqe"))
+    default_inputs = pipeline.stage_key(cell, "adwm", policy)[1]
+    fqe_inputs = pipeline.stage_key(handing, "adwm", policy)[1]
+    assert "logprobs" not in default_inputs and "logprobs" in fqe_inputs
+    slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
+    assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
+    assert keys(cell.replace(baselines=slower.baselines))[("adwm", policy.label)] == keys(cell)[("adwm", policy.label)]

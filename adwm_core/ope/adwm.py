@@ -24,6 +24,7 @@ no-ψ ``reading="none"``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -36,9 +37,11 @@ from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
 from .carry_over import CarriedOver
+from .fqe import FittedQEvaluation
 from .settings import AdwmConfig
 from .state_bank import StateBank
 from .transitions import LoggedSuccessors, NearestLogged, Outcome, Query, Transition
+from .value_handover import HandOverToValue
 
 ESTIMATOR, REFERENCE = "ADWM", "kNN-WM"  # estimates rows are named f"{estimator}:{value estimate}"
 
@@ -159,13 +162,19 @@ class LookaheadLikelihood:
         return total
 
 
-def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig) -> Transition:
+def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
+                    q_by_epsilon: Mapping[float, FittedQEvaluation] | None = None) -> Transition:
     """ADWM's transition: logged successors (``logged_successors``) around what answers the pairs
-    the log never took (``off_log``: the diffusion model, or logged outcomes carried over by the
-    action's signature before it); or the diffusion model alone (the paper)."""
+    the log never took (``off_log``: the diffusion model; logged outcomes carried over by the
+    action's signature before it; or the hand-over to FQE's ``q_by_epsilon``); or the diffusion
+    model alone (the paper)."""
     diffusion = DiffusionTransition(model, bank, config)
     if not config.logged_successors:
         return diffusion
+    if config.off_log == "fqe":
+        if q_by_epsilon is None:
+            raise ValueError("off_log='fqe' hands off-log pairs to FQE: pass its Q-networks per ε (q_by_epsilon)")
+        return LoggedSuccessors(bank, HandOverToValue(model, q_by_epsilon))
     return LoggedSuccessors(bank, CarriedOver(bank, diffusion) if config.off_log == "carry_over" else diffusion)
 
 

@@ -199,8 +199,20 @@ def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Base
     """Fit FQE for π_e^ε on the logged ``episodes`` (rows of the step grid, repeats allowed, as a
     bootstrap resample draws them; default all); return Q(s_t, a_t) and V(s_t) on their grid."""
     rows = np.arange(steps.grid.shape[0]) if episodes is None else np.asarray(episodes)
+    fqe = fit_fqe(steps, model, epsilon, config, seed, rows)
+    mask, candidates, states = steps.grid.mask[rows], steps.candidates[rows], steps.latents[rows, :-1]
+    q, v = np.zeros(mask.shape), np.zeros(mask.shape)
+    q[mask] = fqe.q_values(states[mask], steps.actions[rows][mask])
+    v[mask] = fqe.state_values(states[mask], candidates[mask], steps.candidate_probabilities(epsilon)[rows][mask])
+    return q, v
+
+
+def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig, seed: int,
+            episodes: np.ndarray | None = None) -> FittedQEvaluation:
+    """FQE's Q-network for π_e^ε fitted on the logged ``episodes`` (default all): states z_t, actions
+    the world model's action embeddings."""
+    rows = np.arange(steps.grid.shape[0]) if episodes is None else np.asarray(episodes)
     mask, candidates, latents = steps.grid.mask[rows], steps.candidates[rows], steps.latents[rows]
-    actions, rewards = steps.actions[rows], steps.rewards[rows]
     n, horizon = mask.shape
     probabilities = steps.candidate_probabilities(epsilon)[rows]
     done = np.arange(horizon)[None, :] == mask.sum(1)[:, None] - 1
@@ -212,14 +224,11 @@ def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Base
     fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
     fqe.fit(Transitions(
-        states=states[mask], actions=actions[mask], rewards=rewards[mask],
+        states=states[mask], actions=steps.actions[rows][mask], rewards=steps.rewards[rows][mask],
         next_states=latents[:, 1:][mask], done=done[mask],
         next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
     ))
-    q, v = np.zeros(mask.shape), np.zeros(mask.shape)
-    q[mask] = fqe.q_values(states[mask], actions[mask])
-    v[mask] = fqe.state_values(states[mask], candidates[mask], probabilities[mask])
-    return q, v
+    return fqe
 
 
 def refitted_fqe_interval(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,

@@ -8,7 +8,7 @@ reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,7 @@ from .settings import VALUE_ESTIMATES, AdwmConfig
 from ..specs import Progress, check_epsilons
 from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
 from .diagnostics import off_log_distance
+from .fqe import FittedQEvaluation
 from .intervals import estimates_row, percentile_bootstrap
 from .rollouts import ImaginedRollouts, Rollouts
 from .signed_log import SignedLog
@@ -63,12 +64,14 @@ def evaluate_policy(
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
     progress: Progress | None = None,
+    q_by_epsilon: Mapping[float, FittedQEvaluation] | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``world_model`` and
     ``trajectories``: loaded, or where they are saved; ``policy``: a :class:`SoftPromptPolicy` for
     the soft-token reading, anything with ``act(histories)`` for the text readings.
-    ``progress(done, total)`` is told of every finished seed of every world model."""
+    ``progress(done, total)`` is told of every finished seed of every world model;
+    ``q_by_epsilon``: FQE's Q-networks per ε where ``off_log='fqe'`` hands off-log pairs to them."""
     check_epsilons(epsilons)
     model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
     table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
@@ -76,7 +79,7 @@ def evaluate_policy(
     bank = StateBank.from_log(BehaviourLog(table), model)
     imagination = ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
     imagination.check_policy(policy)
-    transitions = {ESTIMATOR: adwm_transition(model, bank, config)}
+    transitions = {ESTIMATOR: adwm_transition(model, bank, config, q_by_epsilon)}
     if config.reference:
         transitions[REFERENCE] = reference_transition(bank)
     runs: dict[str, list[Rollouts]] = {name: [] for name in transitions}

@@ -119,7 +119,7 @@ class ImaginedRollouts:
             seconds["policy"] += time.perf_counter() - started
             started = time.perf_counter()
             outcome = transition(Query(policy, histories, actions, read, z[rows, : t + 1], noise[:, base[rows]],
-                                       seconds))
+                                       eps_of[rows], seconds))
             z_next = bank.latents[bank.nearest(outcome.z_next)] if c.snap else outcome.z_next
             seconds["transition"] += time.perf_counter() - started
             z[rows, t + 1] = z_next

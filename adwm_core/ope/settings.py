@@ -18,7 +18,7 @@ from ..validated import Settings
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
-OffLog = Literal["diffusion", "carry_over"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
+OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
 
@@ -68,7 +68,8 @@ class AdwmConfig(Settings):
     reading: Reading | None = None
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
-    off_log: OffLog | None = None  # the rest: the diffusion model, or carried over by signature first (carry_over.py)
+    off_log: OffLog | None = None  # the rest: the diffusion model, carried over by signature first (carry_over.py),
+    # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's log-probs)
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max
     cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
@@ -97,10 +98,10 @@ class AdwmConfig(Settings):
             raise ValueError(f"ADWM config: guidance='likelihood' with reading={self.reading!r} (the gradient of "
                              "log π_e flows through ψ's soft tokens: use reading='soft_tokens' or "
                              "guidance='success_bank')")
-        if self.off_log == "carry_over" and not self.logged_successors:
-            raise ValueError("ADWM config: off_log='carry_over' with logged_successors=False (carrying logged outcomes "
-                             "over to the pairs the log never took answers the logged ones from the log too: set "
-                             "logged_successors=True, or off_log='diffusion')")
+        if self.off_log != "diffusion" and not self.logged_successors:
+            raise ValueError(f"ADWM config: off_log={self.off_log!r} with logged_successors=False (answering the pairs "
+                             "the log never took from the log or from FQE answers the logged ones from the log too: "
+                             "set logged_successors=True, or off_log='diffusion')")
         return self
 
     def check_behaviour(self, trajectories: pa.Table) -> None:

@@ -49,6 +49,7 @@ class Query:
     read: np.ndarray  # (B,) the bank row π_e read
     past: torch.Tensor  # (B, t+1, d_z) z_0..z_t
     noise: torch.Tensor  # (K+1, B, d_z) the rollouts' diffusion noise (common across ε levels)
+    epsilons: np.ndarray | None = None  # (B,) the ε level of each rollout
     seconds: dict[str, float] = field(default_factory=dict)  # time spent, by part
 
     @property
@@ -62,7 +63,8 @@ class Query:
 
     def subset(self, rows: np.ndarray) -> "Query":
         return Query(self.policy, [self.histories[j] for j in rows], [self.actions[j] for j in rows],
-                     self.read[rows], self.past[rows], self.noise[:, rows], self.seconds)
+                     self.read[rows], self.past[rows], self.noise[:, rows],
+                     None if self.epsilons is None else self.epsilons[rows], self.seconds)
 
 
 @dataclass

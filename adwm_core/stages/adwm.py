@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ..data import ESTIMATES, check_output, write_table
+from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, write_table
+from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
-from ..ope.settings import AdwmConfig
+from ..ope.baselines import fit_fqe, logged_steps
+from ..ope.settings import AdwmConfig, BaselineConfig, FQEConfig
 from ..ope.transitions import SOURCES
 from ..ope.evaluate import evaluate_policy
 from ..policies.loading import ModelCache
@@ -37,6 +39,8 @@ def run_adwm(
     psi: str | None = None,
     epsilons: Sequence[float] = EPSILONS,
     config: AdwmConfig = AdwmConfig(),
+    logprobs: str | None = None,
+    fqe: FQEConfig = FQEConfig(),
     overwrite: bool = False,
     timings: dict | None = None,
     progress: Progress | None = None,
@@ -44,21 +48,36 @@ def run_adwm(
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
     given) receives the imagined steps of all seeds, the share of them answered by each source
-    (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent in the transition (the guidance among them) and π_e; ``progress(done,
-    total)`` of finished seeds."""
+    (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent
+    in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total)`` of
+    finished seeds. With ``off_log='fqe'`` the off-log pairs are handed to FQE
+    (settings ``fqe``, γ of ``config``) fitted per ε level on the behaviour log and π_e's log-probs
+    at ``logprobs``."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
         raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
                          "or choose reading='retrieval'")
+    if config.off_log == "fqe" and logprobs is None:
+        raise ValueError("off_log='fqe' fits FQE on π_e's log-probs of the behaviour steps: pass logprobs=<the "
+                         "log-prob stage's file>, or choose another off_log")
     model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
+    q_by_epsilon, started = None, time.perf_counter()
+    if config.off_log == "fqe":
+        steps = logged_steps(BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories),
+                             read_table(logprobs, LOGPROBS), model, scores_name=logprobs)
+        settings = BaselineConfig(gamma=config.gamma, fqe=fqe)
+        q_by_epsilon = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
+    fqe_seconds = time.perf_counter() - started
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
     table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                  config=config, progress=progress)
+                                  config=config, progress=progress, q_by_epsilon=q_by_epsilon)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
+        if q_by_epsilon is not None:
+            timings["fqe_seconds"] = fqe_seconds
         sources = np.array([step.source for run in runs for step in run.steps])
         timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
         for part in sorted({part for run in runs for part in run.seconds}):
@@ -75,7 +94,9 @@ def compute(run: StageRun) -> None:
         run_adwm(run.input("behaviour", "trajectories"), run.input("world-model", "model"), policy, cell.env.name,
                  run.output("estimates"), cell=cell.name,
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
-                 epsilons=cell.evaluation.epsilons, config=cell.adwm, timings=timings, progress=progress)
+                 epsilons=cell.evaluation.epsilons, config=cell.adwm,
+                 logprobs=run.input("logprobs", "logprobs") if "logprobs" in run.inputs else None,
+                 fqe=cell.baselines.fqe, timings=timings, progress=progress)
     timings["wall_seconds"] = time.perf_counter() - started
     with atomic_open(run.output("timings"), "w") as f:
         json.dump(timings, f, indent=2)
