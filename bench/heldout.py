@@ -280,8 +280,10 @@ def write_variant(settings: dict[str, object], run: bool) -> dict:
         lines.append(f"| {cell} | " + " | ".join(f"{pair(r['as_is'], e)} | {pair(r['variant'], e)}" for e in shown)
                      + f" | {shares(r['shares_as_is'])} | {shares(r['shares_variant'])} |")
     for label, key in (("as is", "as_is"), ("variant", "variant")):
-        rhos = [r[key][ADWM]["rho"] for r in results.values() if r[key] is not None and ADWM in r[key]]
-        lines.append(f"\nMean {ADWM} ρ {label}: " + (f"{np.mean(rhos):+.2f} over {len(rhos)} cells" if rhos else "–"))
+        done = [r[key][ADWM] for r in results.values() if r[key] is not None and ADWM in r[key]]
+        lines.append(f"\nMean {ADWM} {label}: " + (f"ρ {np.mean([d['rho'] for d in done]):+.2f}, NMAE "
+                                                  f"{np.mean([d['nmae'] for d in done]):.2f} over {len(done)} cells"
+                                                  if done else "–"))
     lines += ["", f"Machine: `{json.dumps(machine())}`"]
     folder = RESULTS / "variants"
     folder.mkdir(exist_ok=True)
