@@ -1,6 +1,7 @@
 """evaluate-policy: score a new agent against a cell's already-trained world model — no
 retraining of the world model, no environment episodes; ψ is trained for the new agent
-when the cell reads imagined states through soft tokens (seconds on CPU)."""
+when the cell reads imagined states through soft tokens (seconds on CPU), and its log-probs
+and greedy actions at the logged steps extracted where ADWM hands off-log pairs to FQE."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
         agent = config.evaluation.policies[0]  # with its GPU share on a GPU worker
         if config.adwm.reading == "soft_tokens":
             call("psi", config, parent, agent)
+        if config.adwm.off_log == "fqe":  # the hand-over's Q is fitted on the agent's greedy actions at logged steps
+            call("logprobs", config, parent, agent)
         estimates = call("adwm", config, parent, agent)
     path = estimates.file("estimates")
     print(f"estimates of {agent.name}: {path}")
