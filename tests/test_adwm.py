@@ -25,7 +25,7 @@ from adwm_core.ope.carry_over import CarriedOver, signature
 from adwm_core.ope.diagnostics import verdicts
 from adwm_core.ope.fqe import FittedQEvaluation
 from adwm_core.ope.state_bank import StateBank
-from adwm_core.ope.evaluate import evaluate_policy
+from adwm_core.ope.evaluate import evaluate_policy, value_rows
 from adwm_core.ope.logged import LoggedTransitions
 from adwm_core.envs.base import Observation, StepResult, TextEnv
 from adwm_core.envs import registry
@@ -472,3 +472,5 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"model"}
     np.testing.assert_allclose(run.reward_sum, expected, rtol=1e-6)
     assert abs(expected).min() > 0  # a value was handed over, not a step reward of 0
+    rows = value_rows(run, bank, cell="corridor", policy="jump", seed=0, config=config)
+    assert {r["estimator"] for r in rows} == {"ADWM:reward_sum"}  # no success similarity of a cut path

@@ -45,6 +45,8 @@ def value_rows(rollouts: Rollouts, bank: StateBank, *, cell: str, policy: str, s
         for name in VALUE_ESTIMATES:
             if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
                 continue  # no successful behaviour episode, no success bank
+            if name == "success_similarity" and estimator == ESTIMATOR and config.off_log == "fqe":
+                continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
             x = rollouts.values(name, epsilon)
             low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x),
                                              n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
