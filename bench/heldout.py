@@ -49,6 +49,7 @@ from adwm_core.ope.transitions import SOURCES
 from adwm_core.paths import local_cache_dir
 from common import RESULTS, load_cell, machine
 from flows.cells import cell_config_path, cell_names
+from tasks.common import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 DEVELOPMENT, TEST = "local-", "test-"
@@ -284,11 +285,11 @@ def write_variant(settings: dict[str, object], run: bool) -> dict:
         lines.append(f"\nMean {ADWM} {label}: " + (f"ρ {np.mean([d['rho'] for d in done]):+.2f}, NMAE "
                                                   f"{np.mean([d['nmae'] for d in done]):.2f} over {len(done)} cells"
                                                   if done else "–"))
-    lines += ["", f"Machine: `{json.dumps(machine())}`"]
+    lines += ["", f"Measured at commit `{source_version() or 'unknown'}`; machine: `{json.dumps(machine())}`"]
     folder = RESULTS / "variants"
     folder.mkdir(exist_ok=True)
     (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
-    report = {"settings": settings, "machine": machine(), "results": results}
+    report = {"settings": settings, "commit": source_version(), "machine": machine(), "results": results}
     (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))
     return report
