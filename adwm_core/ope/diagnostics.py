@@ -13,13 +13,14 @@ contract) and the plain verdicts the report and the closing screen print from th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from scipy.special import logsumexp
 
 from .state_bank import StateBank
+from .transitions import NearestLogged
 
 IMPORTANCE_WEIGHTED = ("IS", "PDIS", "WIS", "WPDIS", "DR", "WDR")
 EXTRAPOLATION_SHARE = 0.5  # a model estimate is "mostly extrapolation" when this share of its steps was never logged
@@ -34,23 +35,17 @@ def weight_diagnostics(log_weights: np.ndarray) -> dict[str, float]:
 
 
 def off_log_distance(bank: StateBank, observations: Sequence[int], actions: Sequence[str]) -> float:
-    """Mean over the (bank row, action) pairs of 1 − ½ max over logged transitions of
-    [cos(z_row, z_o) + match(action, a)]; NaN for no pairs."""
-    if len(observations) == 0:
+    """Mean over the (bank row, action) pairs of 1 − ½ max over logged transitions of kNN-WM's
+    score (``NearestLogged.scores``); NaN for no pairs."""
+    counts = Counter(zip(map(int, observations), actions))
+    if not counts:
         return float("nan")
-    logged = bank.transitions
-    units = torch.nn.functional.normalize(bank.latents, dim=-1)
-    pairs = sorted(set(zip(map(int, observations), actions)))
-    rows = torch.as_tensor([row for row, _ in pairs])
-    scores = units[rows] @ units[logged.observations].T + torch.stack([logged.action_match(a) for _, a in pairs])
-    distance = 1 - scores.max(1).values.numpy() / 2
-    counts = {pair: 0 for pair in pairs}
-    for pair in zip(map(int, observations), actions):
-        counts[pair] += 1
-    return float(np.average(distance, weights=[counts[pair] for pair in pairs]))
+    rows, chosen = zip(*counts)
+    distance = 1 - NearestLogged(bank).scores(rows, chosen).max(1).values.numpy() / 2
+    return float(np.average(distance, weights=list(counts.values())))
 
 
-def verdicts(rows: Sequence[dict], n_trajectories: int | None = None) -> list[str]:
+def verdicts(rows: Sequence[dict]) -> list[str]:
     """Plain lines for the estimates that are mostly extrapolation (share of imagined steps never
     logged ≥ ``EXTRAPOLATION_SHARE``, mean over points and seeds) or rest on few trajectories
     (ESS < ``FEW_TRAJECTORIES`` at some point); estimators saying the same are named together."""
@@ -68,8 +63,8 @@ def verdicts(rows: Sequence[dict], n_trajectories: int | None = None) -> list[st
                              "a model's guess", []).append(name)
         ess = [r["ess"] for r in mine if r.get("ess") is not None]
         if ess and np.min(ess) < FEW_TRAJECTORIES:
-            low, of = float(np.min(ess)), f" of {n_trajectories}" if n_trajectories else ""
-            named.setdefault(f"ESS {low:.1f}{of} at the worst point: the estimate "
+            low = float(np.min(ess))
+            named.setdefault(f"ESS {low:.1f} at the worst point: the estimate "
                              + ("is one trajectory" if low < 1.5 else f"rests on about {low:.0f} trajectories"),
                              []).append(name)
     return [f"{', '.join(names)}: {message}" for message, names in named.items()]

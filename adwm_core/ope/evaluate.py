@@ -8,6 +8,7 @@ reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -35,9 +36,11 @@ def value_rows(rollouts: Rollouts, bank: StateBank, *, cell: str, policy: str, s
     mean over rollouts and its percentile-bootstrap interval over rollouts (ope/intervals.py),
     with the share of the ε level's imagined steps the log answered and how far the others'
     (state, action) pairs are from the log (ope/diagnostics.py)."""
-    rows = []
+    rows, by_epsilon = [], defaultdict(list)
+    for step in rollouts.steps:
+        by_epsilon[float(rollouts.epsilons[step.rollout])].append(step)
     for epsilon in np.unique(rollouts.epsilons):
-        steps = [s for s in rollouts.steps if rollouts.epsilons[s.rollout] == epsilon]
+        steps = by_epsilon[float(epsilon)]
         off_log = [s for s in steps if s.source != "log"]
         diagnostics = {"log_share": 1 - len(off_log) / len(steps) if steps else None,
                        "off_log_distance": off_log_distance(bank, [s.observation for s in off_log],

@@ -144,10 +144,15 @@ class NearestLogged:
         self._units = torch.nn.functional.normalize(bank.latents, dim=-1)
         self._logged_units = self._units[bank.transitions.observations]  # (N, d_z) of each transition's o
 
+    def scores(self, rows: Sequence[int], actions: Sequence[str]) -> torch.Tensor:
+        """(B, N) sim of each (bank row, action) pair with every logged transition."""
+        logged = self.bank.transitions
+        return (self._units[torch.as_tensor(rows)] @ self._logged_units.T
+                + torch.stack([logged.action_match(a) for a in actions]))
+
     def __call__(self, query: Query) -> Outcome:
         logged = self.bank.transitions
-        scores = (self._units[torch.as_tensor(query.read)] @ self._logged_units.T
-                  + torch.stack([logged.action_match(a) for a in query.actions]))  # (B, N)
+        scores = self.scores(query.read, query.actions)
         draws = query.uniforms()
         chosen = np.empty(len(query.actions), np.int64)
         for j, score in enumerate(scores):

@@ -62,9 +62,9 @@ def run_adwm(
         raise ValueError("off_log='fqe' fits FQE on π_e's log-probs of the behaviour steps: pass logprobs=<the "
                          "log-prob stage's file>, or choose another off_log")
     model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
-    q_by_epsilon, started = None, time.perf_counter()
+    table, q_by_epsilon, started = read_table(trajectories, TRAJECTORIES), None, time.perf_counter()
     if config.off_log == "fqe":
-        steps = logged_steps(BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories),
+        steps = logged_steps(BehaviourLog(table, trajectories),
                              read_table(logprobs, LOGPROBS), model, scores_name=logprobs)
         settings = BaselineConfig(gamma=config.gamma, fqe=fqe)
         q_by_epsilon = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
@@ -72,8 +72,8 @@ def run_adwm(
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
-    table, runs = evaluate_policy(model, trajectories, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                  config=config, progress=progress, q_by_epsilon=q_by_epsilon)
+    estimates, runs = evaluate_policy(model, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
+                                      config=config, progress=progress, q_by_epsilon=q_by_epsilon)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         if q_by_epsilon is not None:
@@ -82,7 +82,7 @@ def run_adwm(
         timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
         for part in sorted({part for run in runs for part in run.seconds}):
             timings[f"{part}_seconds"] = sum(run.seconds.get(part, 0.0) for run in runs)
-    return write_table(table, out, ESTIMATES, overwrite=overwrite)
+    return write_table(estimates, out, ESTIMATES, overwrite=overwrite)
 
 
 def compute(run: StageRun) -> None:
