@@ -8,7 +8,10 @@ ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interv
 ranks alike, and the exact permutation p-value: ope/metrics.py), the per-seed ρ
 (each, and mean ± s.d.), regret@1 and the normalised mean absolute error
 (|Ĵ − J| / range of J; meaningful for estimators on the return scale —
-``ADWM:success_similarity`` is a cosine, ranked but not calibrated).
+``ADWM:success_similarity`` is a cosine, ranked but not calibrated), and the coverage and
+width of its 95 % intervals. Rows ``<estimator>@<interval>`` carry the estimator's Ĵ with
+another interval (stages/baselines.py): they are not ranked again, only their coverage and
+width are shown beside the bootstrap's, in the interval-methods table.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degen
                   "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "coverage", "width", "n_seeds")
 
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
+INTERVAL_MARK = "@"  # <estimator>@<interval>: the estimator's Ĵ with another interval
 DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/diagnostics.py)
 
 
@@ -62,6 +66,8 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
     if ground_truth is not None:
         by_point = {(r["policy"], r["epsilon"]): r["mean_return"] for r in ground_truth.to_pylist()}
         truth = curves["ground_truth"] = [by_point[p] for p in points]
+        curves["intervals"] = interval_methods(estimates, by_point)
+    estimates = estimates.filter(pc.invert(pc.match_substring(estimates["estimator"], INTERVAL_MARK)))
     present = [c for c in DIAGNOSTICS if c in estimates.column_names]
     curves["diagnostics"] = trust_diagnostics(estimates)
     curves["verdicts"] = verdicts(estimates.select(["estimator", *present]).to_pylist())
@@ -100,6 +106,36 @@ def interval_coverage(estimates: pa.Table, estimator: str, truth: dict[Point, fl
     widths = [r["ci_high"] - r["ci_low"] for r in mine]
     return {"coverage": float(np.mean(held)),
             "width": float(np.median(widths) / spread) if spread > 0 else float("nan")}
+
+
+def interval_methods(estimates: pa.Table, truth: dict[Point, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """estimator → interval method → its coverage and width (``interval_coverage``), for every
+    estimator with ``@`` rows: ``bootstrap`` (its own rows) first, then each of theirs."""
+    names = set(estimates["estimator"].to_pylist())
+    methods: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(names):
+        base, mark, method = name.partition(INTERVAL_MARK)
+        if mark and base in names:
+            methods[base].append(method)
+    return {base: {method: interval_coverage(estimates, base if method == "bootstrap" else f"{base}{INTERVAL_MARK}{method}",
+                                             truth) for method in ("bootstrap", *theirs)}
+            for base, theirs in sorted(methods.items())}
+
+
+def interval_method_lines(curves: dict) -> list[str]:
+    """The report's table of coverage / width per estimator and interval method."""
+    shown = curves.get("intervals") or {}
+    if not shown:
+        return []
+    methods = list(dict.fromkeys(m for by_method in shown.values() for m in by_method))
+    lines = ["## Interval methods", "", "Coverage / median width over the range of J of each estimator's 95 % "
+             "intervals, by how the interval is made (ope/intervals.py); Ĵ is the same in every column.", "",
+             "| estimator | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for name, by_method in shown.items():
+        lines.append(f"| {name} | " + " | ".join(
+            f"{_plain(by_method[m]['coverage'], '.2f')} / {_plain(by_method[m]['width'], '.2f')}" if m in by_method
+            else "" for m in methods) + " |")
+    return lines + [""]
 
 
 def trust_diagnostics(estimates: pa.Table) -> dict[str, dict[str, float]]:
@@ -236,8 +272,8 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
               for name, values in curves["estimators"].items()]
     extra = not_applicable_lines(curves)
     lines += [""] + [f"- {line}" for line in extra] if extra else []
-    trust = diagnostics_lines(curves)
-    return "\n".join(lines + ([""] + trust if trust else [])) + "\n"
+    sections = [*interval_method_lines(curves), *diagnostics_lines(curves)]
+    return "\n".join(lines + ([""] + sections if sections else [])) + "\n"
 
 
 def plot(curves: dict, path, title: str) -> None:

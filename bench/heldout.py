@@ -149,6 +149,42 @@ def measured(cell: str, run: bool) -> dict[str, dict] | None:
                 for r in json.load(f)}
 
 
+def interval_methods(cell: str) -> dict[str, dict[str, dict[str, float]]] | None:
+    """estimator → interval method → coverage and width (the report's interval-methods table) of
+    the cell's finished report, or None where it is not finished."""
+    try:
+        report = pipeline.finished(CellConfig.load(cell_config_path(cell)), "report")
+    except FileNotFoundError:
+        return None
+    with open(report.file("curves")) as f:
+        return json.load(f).get("intervals", {})
+
+
+def _interval_table(title: str, cells: list[str]) -> list[str]:
+    """Mean coverage / width of each estimator's interval methods over ``cells``' finished reports."""
+    graded: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    counted = 0
+    for cell in cells:
+        by_estimator = interval_methods(cell)
+        if by_estimator is None:
+            continue
+        counted += 1
+        for estimator, by_method in by_estimator.items():
+            for method, g in by_method.items():
+                graded.setdefault(estimator, {}).setdefault(method, []).append((g["coverage"], g["width"]))
+    if not graded:
+        return []
+    methods = list(dict.fromkeys(m for by_method in graded.values() for m in by_method))
+    lines = [f"**{title}: interval methods** (mean over {counted} cells of coverage / median width over the "
+             "range of J; the same Ĵ in every column)", "", "| estimator | " + " | ".join(methods) + " |",
+             "|---|" + "---|" * len(methods)]
+    for estimator, by_method in sorted(graded.items()):
+        lines.append(f"| {estimator} | " + " | ".join(
+            "{:.2f} / {:.2f}".format(*np.nanmean(by_method[m], axis=0)) if m in by_method else "–"
+            for m in methods) + " |")
+    return lines + [""]
+
+
 def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float, float]:
     """Mean over cells and its 95 % percentile-bootstrap interval over cells."""
     x = np.asarray(values, float)
@@ -188,6 +224,7 @@ def write_table(run: bool) -> dict:
              "|Ĵ − J| / range of J.", ""]
     lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development})
     lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test})
+    lines += _interval_table("Development cells", development) + _interval_table("Test cells", test)
     measured_test = {c: r for c, r in results.items() if c in test and r is not None}
     others = [e for e in SHOWN if e != ADWM]
     if measured_test:

@@ -10,7 +10,9 @@ from adwm_core.stages.collection import extract_logprobs
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.stages.baselines import run_baselines
+from adwm_core.ope.diagnostics import IMPORTANCE_WEIGHTED
 from adwm_core.ope.estimators import ESTIMATORS
+from adwm_core.ope.intervals import CONCENTRATION
 from adwm_core.ope.settings import BaselineConfig, FQEConfig
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.world_model import WorldModel
@@ -20,6 +22,8 @@ from conftest import TINY_ENV
 
 EPSILONS = (0.0, 0.5, 1.0)
 GAMMA = 0.99
+CLIP = 2.0  # λ of the clipped importance-weighted rows
+CONFIG = BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA, clip_weights=CLIP)  # the session's estimates
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +36,8 @@ def logprobs(tiny_behaviour, tiny_pool, tmp_path_factory):
 @pytest.fixture(scope="module")
 def estimates(tiny_behaviour, logprobs, tiny_world_model, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("baselines") / "estimates.parquet")
-    config = BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA)
     run_baselines(tiny_behaviour, logprobs, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
-                  config=config)
+                  config=CONFIG)
     return read_table(out, ESTIMATES)
 
 
@@ -44,7 +47,15 @@ def _by(table: pa.Table) -> dict:
 
 def test_every_estimator_epsilon_and_seed_gets_a_finite_row(estimates):
     rows = _by(estimates)
-    assert set(rows) == {(e, eps, s) for e in ESTIMATORS for eps in EPSILONS for s in (0, 1)}
+    labels = [*ESTIMATORS, *(f"{e}:clipped" for e in IMPORTANCE_WEIGHTED)]
+    names = {*labels, *(f"{label}@{method}" for label in labels for method in CONCENTRATION)}
+    assert set(rows) == {(e, eps, s) for e in names for eps in EPSILONS for s in (0, 1)}
+    for (name, eps, seed), r in rows.items():
+        if "@" in name:  # the same Ĵ as the bootstrap row, another interval around it
+            base = rows[(name.split("@")[0], eps, seed)]
+            assert r["value"] == base["value"] and r["ci_low"] <= r["value"] <= r["ci_high"]
+            if name.split(":")[0].split("@")[0] in IMPORTANCE_WEIGHTED:
+                assert (r["ci_low"], r["ci_high"]) != (base["ci_low"], base["ci_high"])
     for r in rows.values():
         assert all(math.isfinite(r[c]) for c in ("value", "ci_low", "ci_high")), r
         assert r["ci_low"] <= r["ci_high"]
@@ -73,6 +84,11 @@ def test_importance_sampling_reads_the_logged_steps_aligned(estimates, tiny_beha
         assert rows[("IS", eps, 0)]["value"] == pytest.approx((w * g).mean(), rel=1e-9, abs=1e-12)
         assert rows[("WIS", eps, 0)]["value"] == pytest.approx((w * g).sum() / w.sum(), rel=1e-9, abs=1e-12)
         assert rows[("WIS", eps, 0)]["value"] <= g.max() + 1e-12
+        clipped = np.minimum(w, CLIP)
+        assert rows[("IS:clipped", eps, 0)]["value"] == pytest.approx((clipped * g).mean(), rel=1e-9, abs=1e-12)
+        assert rows[("WIS:clipped", eps, 0)]["value"] == pytest.approx((clipped * g).sum() / clipped.sum(),
+                                                                        rel=1e-9, abs=1e-12)
+        assert rows[("IS:clipped", eps, 0)]["ess"] == pytest.approx(clipped.sum() ** 2 / (clipped ** 2).sum())
 
 
 def test_dm_ignores_the_policy_and_fqe_fits_one_network_per_epsilon_and_seed(estimates, tiny_behaviour):
@@ -113,7 +129,7 @@ def test_dm_reads_the_paper_world_model_on_the_logged_next_observation(tiny_beha
     out = str(tmp_path / "estimates.parquet")
     run_baselines(tiny_behaviour, logprobs, paper, out, cell="c", policy="p",
                   config=BaselineConfig(estimators=("DM",), n_bootstrap=20))
-    dm = read_table(out, ESTIMATES).to_pylist()
+    dm = [r for r in read_table(out, ESTIMATES).to_pylist() if r["estimator"] == "DM"]
     assert sorted(r["epsilon"] for r in dm) == list(EPSILONS) and len({r["value"] for r in dm}) == 1
     assert all(math.isfinite(r["value"]) for r in dm)
 
@@ -177,7 +193,7 @@ def test_logs_imported_from_jsonl_give_the_native_training_inputs_and_estimates(
     assert read_table(scores, LOGPROBS).equals(read_table(logprobs, LOGPROBS))
     out = str(tmp_path / "estimates.parquet")
     run_baselines(imported, scores, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
-                  config=BaselineConfig(seeds=(0, 1), n_bootstrap=200, gamma=GAMMA))
+                  config=CONFIG)
     assert _estimates_by_key(out) == {k: (r["value"], r["ci_low"], r["ci_high"]) for k, r in _by(estimates).items()}
 
 
@@ -199,7 +215,7 @@ def test_estimators_say_what_the_logs_let_them_compute(tiny_behaviour, tiny_pool
     assert set(not_applicable) == {"IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"}
     assert all("behaviour log-probs are unknown" in reason for reason in not_applicable.values())
     computed = _estimates_by_key(out)
-    assert {k[0] for k in computed} == {"DM", "FQE"}
+    assert {k[0].split("@")[0] for k in computed} == {"DM", "FQE"}
     native_rows = _by(estimates)
     assert all(value == native_rows[k]["value"] for k, (value, _, _) in computed.items())
 
@@ -223,7 +239,9 @@ def test_fqe_refitted_on_every_resample_gives_the_same_estimate_and_an_interval_
     run_baselines(tiny_behaviour, logprobs, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
                   config=config)
     refit, fixed = _by(read_table(out, ESTIMATES)), _by(estimates)
-    assert set(refit) == {("FQE", eps, 0) for eps in EPSILONS}
+    assert set(refit) == {(name, eps, 0) for name in ("FQE", "FQE@hoeffding", "FQE@bernstein", "FQE@t")
+                          for eps in EPSILONS}
+    refit = {key: row for key, row in refit.items() if key[0] == "FQE"}  # the bootstrap rows: refitted
     widths = {"refit": [], "fixed": []}
     for key, row in refit.items():
         assert row["value"] == fixed[key]["value"]  # the same fit at the same seed

@@ -7,6 +7,7 @@ from scipy import stats
 
 from adwm_core.ope.diagnostics import verdicts, weight_diagnostics
 from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
+from adwm_core.ope.intervals import CONCENTRATION, concentration_interval
 from adwm_core.ope.metrics import (
     kendall,
     normalised_absolute_error,
@@ -262,3 +263,65 @@ def test_importance_weights_say_how_many_trajectories_carry_the_estimate():
     rows = [{"estimator": name, "ess": 1.0} for name in ("IS", "WIS")] + [{"estimator": "FQE", "ess": None}]
     assert verdicts(rows) == ["IS, WIS: ESS 1.0 at the worst point: the estimate is one trajectory"]
     assert verdicts([{"estimator": "IS", "ess": 60.0}]) == []
+
+
+def test_every_estimator_is_the_mean_of_its_trajectories_contributions():
+    mdp = TabularMDP(17)
+    data, s, a = mdp.simulate(mdp.policy(18), mdp.policy(19), 40, np.random.default_rng(4))
+    v, q = mdp.values(mdp.policy(19))
+    from dataclasses import replace
+
+    full = replace(with_values(data, s, a, 0.7 * v, 0.7 * q), predicted_rewards=np.where(data.mask, mdp.R[s, a], 0.0))
+    for name, estimator in ESTIMATORS.items():
+        log_abs, sign = estimator().contributions(full)
+        assert log_abs.shape == sign.shape == (full.n,)
+        assert np.mean(sign * np.exp(log_abs)) == pytest.approx(value(name, full), rel=1e-9, abs=1e-12), name
+
+
+def test_concentration_intervals_follow_their_formulas():
+    x = np.random.default_rng(5).uniform(-1.0, 3.0, 60)
+    n, delta, spread = len(x), 0.05, np.ptp(x)
+    log_abs, sign = np.log(np.abs(x)), np.sign(x)
+    t_low, t_high = stats.t.interval(0.95, n - 1, loc=x.mean(), scale=x.std(ddof=1) / np.sqrt(n))
+    expected = {"t": (x.mean() - t_low),
+                "hoeffding": spread * np.sqrt(np.log(2 / delta) / (2 * n)),
+                "bernstein": np.sqrt(2 * x.var(ddof=1) * np.log(4 / delta) / n)
+                + 7 * spread * np.log(4 / delta) / (3 * (n - 1))}
+    for method, half in expected.items():
+        low, high = concentration_interval(log_abs, sign, method, confidence=0.95)
+        assert low.value == pytest.approx(x.mean() - half, rel=1e-9) and high.value == pytest.approx(x.mean() + half, rel=1e-9)
+    assert expected["t"] < expected["hoeffding"]
+    with pytest.raises(ValueError, match="unknown interval 'wald'"):
+        concentration_interval(log_abs, sign, "wald", confidence=0.95)
+
+
+def test_concentration_intervals_hold_beyond_float64_and_cover_a_bounded_mean():
+    # weights e^2000, e^1990, e^−2000: the interval is exact in log space and brackets Ĵ
+    data = LoggedTrajectories(np.array([[0.0, 1.0], [0.0, 0.5], [1.0, 0.0]]), np.ones((3, 2), bool),
+                              np.array([[1000.0, 1000], [995, 995], [-1000, -1000]]))
+    for method in CONCENTRATION:
+        est = ESTIMATORS["IS"]().concentration_estimate(data, method)
+        assert est.estimator == f"IS@{method}"
+        assert est.ci_low.order_key < est.value.order_key < est.ci_high.order_key
+        assert np.isfinite(est.ci_high.log_abs) and est.ci_high.log_abs > 1990
+    # Bernoulli(0.3) means of 40 draws: Hoeffding and Bernstein are conservative, t is close to nominal
+    rng = np.random.default_rng(6)
+    held = {method: 0 for method in CONCENTRATION}
+    for _ in range(400):
+        x = (rng.random(40) < 0.3).astype(float)
+        for method in CONCENTRATION:
+            low, high = concentration_interval(np.log(np.where(x > 0, x, 1.0)), x, method, confidence=0.95)
+            held[method] += low.value <= 0.3 <= high.value
+    assert held["hoeffding"] / 400 >= 0.95 and held["bernstein"] / 400 >= 0.95
+    assert 0.88 <= held["t"] / 400 <= 0.99
+
+
+def test_clipping_caps_every_cumulative_ratio_at_lambda():
+    mdp = TabularMDP(20)
+    data = mdp.simulate(mdp.policy(21), mdp.policy(22), 60, np.random.default_rng(8))[0]
+    weights = np.exp(data.cumulative_log_ratios[:, -1])
+    assert weights.max() > 1.5  # the clip below bites
+    clipped = data.clipped(1.5)
+    assert np.exp(clipped.cumulative_log_ratios).max() == pytest.approx(1.5)
+    assert value("IS", clipped) == pytest.approx((np.minimum(weights, 1.5) * data.returns).mean(), rel=1e-12)
+    assert value("IS", data.clipped(weights.max() * 2)) == pytest.approx(value("IS", data), rel=1e-12)

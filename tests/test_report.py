@@ -83,3 +83,19 @@ def test_estimates_beyond_float64_rank_by_their_exact_values():
     rows, curves = main_results(truth_table(), table)
     assert rows[0]["rho"] == pytest.approx(1.0) and rows[0]["regret_at_1"] == 0
     assert all(v > 1e308 for v in curves["estimators"]["IS"])  # the saturated floats, for the curves
+
+
+def test_other_intervals_of_an_estimator_are_graded_beside_its_bootstrap_not_ranked_again():
+    rows = estimates_table().to_pylist()
+    rows += [{**r, "estimator": "mirror@t", "ci_low": r["value"] - 2.0, "ci_high": r["value"] + 2.0}
+             for r in rows if r["estimator"] == "mirror"]
+    table = pa.Table.from_pylist(rows)
+    table = table.append_column("ess", pa.array([2.0 if "@" in r["estimator"] else None for r in rows]))
+    ranked, curves = main_results(truth_table(), table)
+    assert [r["estimator"] for r in ranked] == ["mirror", "within"] and "mirror@t" not in curves["estimators"]
+    assert "mirror@t" not in curves["diagnostics"]  # the same Ĵ, not a second estimate to diagnose
+    assert curves["intervals"] == {"mirror": {"bootstrap": {"coverage": 1.0, "width": pytest.approx(0.1 / 0.85)},
+                                              "t": {"coverage": 1.0, "width": pytest.approx(4.0 / 0.85)}}}
+    text = markdown("intervals", ranked, curves)
+    assert "## Interval methods" in text and "| estimator | bootstrap | t |" in text
+    assert "| mirror | 1.00 / 0.12 | 1.00 / 4.71 |" in text

@@ -5,8 +5,13 @@ log-ratio log ρ_it = log π_e^ε(a_it|s_it) − log π_b(a_it|s_it), cumulative
 ρ_i,0:t = Π_{k≤t} ρ_ik. After its end a trajectory is padded with r = 0, ρ = 1, Q = V = 0
 (an absorbing state). Every weight is handled in log space (``signed_log``).
 
-Each estimator is a small class with one method, ``signed_estimate``; the base class adds
-the percentile bootstrap over trajectories. Subclasses register themselves by ``name``.
+Each estimator is a small class with one method, ``terms``: signed-log terms, one row per
+trajectory, whose sum is Ĵ. The base class sums them (``signed_estimate``), reads the
+trajectories' own contributions x_i = N · Σ_row off them (Ĵ = mean_i x_i; for the
+self-normalised estimators x_i uses the normaliser of the whole log, so the x_i are not
+independent: their intervals are approximate, as in SCOPE-RL), and adds the intervals of
+ope/intervals.py: the percentile bootstrap over trajectories, and Hoeffding, empirical
+Bernstein and Student t over the x_i. Subclasses register themselves by ``name``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import log_softmax
 
-from .intervals import percentile_bootstrap
+from .intervals import concentration_interval, percentile_bootstrap
 from .signed_log import SignedLog, log_abs_and_sign, signed_sum
 
 ESTIMATORS: dict[str, type["OffPolicyEstimator"]] = {}
@@ -35,6 +40,7 @@ class LoggedTrajectories:
     q: np.ndarray | None = None  # Q^{π_e^ε}(s_t, a_t), for DR / WDR
     v: np.ndarray | None = None  # V^{π_e^ε}(s_t), for DR / WDR
     predicted_rewards: np.ndarray | None = None  # R̂(s_t, a_t) of a reward model, for DM
+    log_clip: float | None = None  # log λ: every cumulative ratio ρ_i,0:t clipped to min(ρ, λ) (OBP's λ); None: none
 
     def __post_init__(self) -> None:
         shape = np.shape(self.rewards)
@@ -52,6 +58,10 @@ class LoggedTrajectories:
     def n(self) -> int:
         return len(self.rewards)
 
+    def clipped(self, clip: float) -> "LoggedTrajectories":
+        """The same trajectories with every cumulative ratio clipped at λ = ``clip``."""
+        return replace(self, log_clip=float(np.log(clip)))
+
     def take(self, rows: np.ndarray) -> "LoggedTrajectories":
         fields = ("rewards", "mask", "log_ratios", "q", "v", "predicted_rewards")
         return replace(self, **{f: getattr(self, f)[rows] for f in fields if getattr(self, f) is not None})
@@ -65,8 +75,9 @@ class LoggedTrajectories:
 
     @property
     def cumulative_log_ratios(self) -> np.ndarray:
-        """log ρ_i,0:t, constant after the trajectory ends."""
-        return np.cumsum(self.masked(self.log_ratios), axis=1)
+        """log ρ_i,0:t, constant after the trajectory ends; at most ``log_clip``."""
+        cumulative = np.cumsum(self.masked(self.log_ratios), axis=1)
+        return cumulative if self.log_clip is None else np.minimum(cumulative, self.log_clip)
 
     @property
     def returns(self) -> np.ndarray:
@@ -92,8 +103,18 @@ class OffPolicyEstimator(ABC):
             ESTIMATORS[cls.name] = cls
 
     @abstractmethod
+    def terms(self, data: LoggedTrajectories) -> tuple[np.ndarray, np.ndarray]:
+        """(log|term|, sign), each ``(N, K)``: row i holds trajectory i's terms, Ĵ = their sum."""
+
     def signed_estimate(self, data: LoggedTrajectories) -> SignedLog:
         """Ĵ(π_e^ε) in signed-log form."""
+        return signed_sum(*self.terms(data))
+
+    def contributions(self, data: LoggedTrajectories) -> tuple[np.ndarray, np.ndarray]:
+        """(log|x_i|, sign x_i) of the trajectories' contributions x_i = N · Σ_k term_ik (Ĵ = mean_i x_i)."""
+        log_terms, signs = self.terms(data)
+        rows = [signed_sum(log_row, sign_row) for log_row, sign_row in zip(log_terms, signs)]
+        return (np.array([r.log_abs for r in rows]) + np.log(data.n), np.array([r.sign for r in rows]))
 
     @classmethod
     def missing(cls, data: LoggedTrajectories) -> list[str]:
@@ -103,18 +124,29 @@ class OffPolicyEstimator(ABC):
     def estimate(self, data: LoggedTrajectories, *, n_bootstrap: int = 1000, confidence: float = 0.95,
                  seed: int = 0) -> Estimate:
         """Ĵ and its percentile-bootstrap interval over trajectories (resampled with replacement)."""
-        missing = self.missing(data)
-        if missing:
-            raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
+        self._check(data)
         low, high = percentile_bootstrap(lambda resamples: [self.signed_estimate(data.take(rows)) for rows in resamples], data.n,
                                          n_resamples=n_bootstrap, confidence=confidence, seed=seed,
                                          key=lambda s: s.order_key)
         return Estimate(self.name, self.signed_estimate(data), low, high)
 
+    def concentration_estimate(self, data: LoggedTrajectories, method: str, *, confidence: float = 0.95) -> Estimate:
+        """Ĵ and the ``method`` interval (``CONCENTRATION``: hoeffding, bernstein, t) over the
+        trajectories' contributions x_i; the estimate is named ``<name>@<method>``."""
+        self._check(data)
+        low, high = concentration_interval(*self.contributions(data), method, confidence=confidence)
+        return Estimate(f"{self.name}@{method}", self.signed_estimate(data), low, high)
 
-def _mean(log_terms: np.ndarray, signs: np.ndarray, n: int) -> SignedLog:
-    total = signed_sum(log_terms, signs)
-    return SignedLog(float(total.log_abs - np.log(n)), total.sign) if total.sign else total
+    def _check(self, data: LoggedTrajectories) -> None:
+        missing = self.missing(data)
+        if missing:
+            raise ValueError(f"{self.name} needs {', '.join(missing)} in the logged trajectories")
+
+
+def _per_trajectory(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Terms value_i / N of plain floats, one column."""
+    log_abs, sign = log_abs_and_sign(values)
+    return (log_abs - np.log(n))[:, None], sign[:, None]
 
 
 def _normalised_log_weights(data: LoggedTrajectories) -> np.ndarray:
@@ -130,9 +162,8 @@ class DirectMethod(OffPolicyEstimator):
     name = "DM"
     needs = ("predicted_rewards",)
 
-    def signed_estimate(self, data):
-        total = (data.masked(data.predicted_rewards) * np.exp(data.log_discounts)).sum()
-        return SignedLog.of(total / data.n)
+    def terms(self, data):
+        return _per_trajectory((data.masked(data.predicted_rewards) * np.exp(data.log_discounts)).sum(1), data.n)
 
 
 class FittedQ(OffPolicyEstimator):
@@ -141,8 +172,8 @@ class FittedQ(OffPolicyEstimator):
     name = "FQE"
     needs = ("v",)
 
-    def signed_estimate(self, data):
-        return SignedLog.of(float(data.v[:, 0].mean()))
+    def terms(self, data):
+        return _per_trajectory(data.v[:, 0], data.n)
 
 
 class ImportanceSampling(OffPolicyEstimator):
@@ -152,9 +183,9 @@ class ImportanceSampling(OffPolicyEstimator):
 
     needs = ("log_ratios",)
 
-    def signed_estimate(self, data):
+    def terms(self, data):
         log_g, sign = log_abs_and_sign(data.returns)
-        return _mean(data.cumulative_log_ratios[:, -1] + log_g, sign, data.n)
+        return (data.cumulative_log_ratios[:, -1] + log_g - np.log(data.n))[:, None], sign[:, None]
 
 
 class PerDecisionImportanceSampling(OffPolicyEstimator):
@@ -164,9 +195,9 @@ class PerDecisionImportanceSampling(OffPolicyEstimator):
 
     needs = ("log_ratios",)
 
-    def signed_estimate(self, data):
+    def terms(self, data):
         log_r, sign = log_abs_and_sign(data.masked(data.rewards))
-        return _mean(data.cumulative_log_ratios + data.log_discounts + log_r, sign, data.n)
+        return data.cumulative_log_ratios + data.log_discounts + log_r - np.log(data.n), sign
 
 
 class WeightedImportanceSampling(OffPolicyEstimator):
@@ -176,9 +207,9 @@ class WeightedImportanceSampling(OffPolicyEstimator):
 
     needs = ("log_ratios",)
 
-    def signed_estimate(self, data):
+    def terms(self, data):
         log_g, sign = log_abs_and_sign(data.returns)
-        return signed_sum(log_softmax(data.cumulative_log_ratios[:, -1]) + log_g, sign)
+        return (log_softmax(data.cumulative_log_ratios[:, -1]) + log_g)[:, None], sign[:, None]
 
 
 class WeightedPerDecisionImportanceSampling(OffPolicyEstimator):
@@ -188,9 +219,9 @@ class WeightedPerDecisionImportanceSampling(OffPolicyEstimator):
 
     needs = ("log_ratios",)
 
-    def signed_estimate(self, data):
+    def terms(self, data):
         log_r, sign = log_abs_and_sign(data.masked(data.rewards))
-        return signed_sum(_normalised_log_weights(data) + data.log_discounts + log_r, sign)
+        return _normalised_log_weights(data) + data.log_discounts + log_r, sign
 
 
 class DoublyRobust(OffPolicyEstimator):
@@ -203,15 +234,13 @@ class DoublyRobust(OffPolicyEstimator):
     def log_weights(self, data: LoggedTrajectories) -> np.ndarray:
         return data.cumulative_log_ratios - np.log(data.n)
 
-    def signed_estimate(self, data):
+    def terms(self, data):
         log_w = self.log_weights(data)
         log_w_before = np.concatenate([np.full((data.n, 1), -np.log(data.n)), log_w[:, :-1]], axis=1)
         log_td, td_sign = log_abs_and_sign(data.masked(data.rewards - data.q))
         log_v, v_sign = log_abs_and_sign(data.masked(data.v))
-        return signed_sum(
-            np.concatenate([log_w + log_td, log_w_before + log_v]) + data.log_discounts,
-            np.concatenate([td_sign, v_sign]),
-        )
+        return (np.concatenate([log_w + log_td, log_w_before + log_v], axis=1) + np.tile(data.log_discounts, 2),
+                np.concatenate([td_sign, v_sign], axis=1))
 
 
 class WeightedDoublyRobust(DoublyRobust):

@@ -21,6 +21,7 @@ Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: succes
 OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
+IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/intervals.py: CONCENTRATION
 
 
 class FQEConfig(Settings):
@@ -43,6 +44,11 @@ class BaselineConfig(Settings):
     gamma: float = Field(default=0.99, gt=0, le=1)
     n_bootstrap: int = Field(default=1000, ge=1)
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    # beside each percentile-bootstrap row, a row <estimator>@<interval> with the same Ĵ and this interval
+    intervals: tuple[IntervalName, ...] = ("hoeffding", "bernstein", "t")
+    # λ: the importance-weighted estimators again as <estimator>:clipped, every cumulative ratio
+    # clipped at λ (Open Bandit Pipeline's lambda_); None: no clipped rows
+    clip_weights: float | None = Field(default=None, gt=0)
     fqe: FQEConfig = FQEConfig()
 
 

@@ -1,6 +1,11 @@
 """The COBS baselines stage: behaviour trajectories + log-probs + a trained world model → the
 estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope/baselines.py),
-the importance-weighted ones with their ESS and top-trajectory weight share (ope/diagnostics.py)."""
+the importance-weighted ones with their ESS and top-trajectory weight share (ope/diagnostics.py).
+
+Beside each row (percentile-bootstrap interval), one row ``<estimator>@<interval>`` per
+concentration interval of ``config.intervals`` with the same Ĵ (ope/intervals.py); with
+``config.clip_weights`` = λ, the importance-weighted estimators again as
+``<estimator>:clipped`` (and their ``@`` rows)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps, refitted_fqe_interval
 from ..ope.diagnostics import IMPORTANCE_WEIGHTED, weight_diagnostics
 from ..ope.settings import BaselineConfig
-from ..ope.estimators import ESTIMATORS, LoggedTrajectories
+from ..ope.estimators import ESTIMATORS, Estimate, LoggedTrajectories, OffPolicyEstimator
 from ..ope.intervals import estimates_row
 from ..ope.signed_log import SignedLog
 
@@ -59,20 +64,36 @@ def run_baselines(
                 if ESTIMATORS[name].missing(data):
                     not_applicable[name] = steps.unknown_ratios
                     continue
-                estimate = ESTIMATORS[name]().estimate(data, n_bootstrap=config.n_bootstrap,
-                                                       confidence=config.confidence, seed=seed)
+                estimator = ESTIMATORS[name]()
+                refit = None
                 if name == "FQE" and config.fqe.refit_resamples:
-                    low, high = refitted_fqe_interval(steps, model, epsilon, config, seed)
-                    estimate = replace(estimate, ci_low=SignedLog.of(low), ci_high=SignedLog.of(high))
-                weights = (weight_diagnostics(data.cumulative_log_ratios[:, -1]) if name in IMPORTANCE_WEIGHTED
-                           else None)
-                rows.append(estimates_row(cell=cell, estimator=name, policy=policy, epsilon=epsilon, seed=seed,
-                                          value=estimate.value, ci_low=estimate.ci_low, ci_high=estimate.ci_high,
-                                          diagnostics=weights))
+                    refit = refitted_fqe_interval(steps, model, epsilon, config, seed)
+                variants = [(name, data)]
+                if name in IMPORTANCE_WEIGHTED and config.clip_weights is not None:
+                    variants.append((f"{name}:clipped", data.clipped(config.clip_weights)))
+                for label, variant in variants:
+                    weights = (weight_diagnostics(variant.cumulative_log_ratios[:, -1])
+                               if name in IMPORTANCE_WEIGHTED else None)
+                    rows += [estimates_row(cell=cell, estimator=e.estimator, policy=policy, epsilon=epsilon,
+                                           seed=seed, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high,
+                                           diagnostics=weights)
+                             for e in _with_intervals(estimator, variant, label, config, seed, refit)]
     if not_applicable_out is not None:
         with atomic_open(not_applicable_out, "w") as f:
             json.dump(not_applicable, f, indent=2, ensure_ascii=False)
     return write_table(table_from_rows(rows, ESTIMATES), out, ESTIMATES, overwrite=overwrite)
+
+
+def _with_intervals(estimator: OffPolicyEstimator, data: LoggedTrajectories, label: str, config: BaselineConfig,
+                    seed: int, refit: tuple[float, float] | None) -> list[Estimate]:
+    """The estimate labelled ``label`` with its percentile-bootstrap interval (FQE's ``refit`` one
+    where given), then one labelled ``label@<interval>`` per interval of ``config.intervals``."""
+    estimate = replace(estimator.estimate(data, n_bootstrap=config.n_bootstrap, confidence=config.confidence,
+                                          seed=seed), estimator=label)
+    if refit is not None:
+        estimate = replace(estimate, ci_low=SignedLog.of(refit[0]), ci_high=SignedLog.of(refit[1]))
+    return [estimate] + [replace(estimator.concentration_estimate(data, method, confidence=config.confidence),
+                                 estimator=f"{label}@{method}") for method in config.intervals]
 
 
 def compute(run: StageRun) -> None:

@@ -1,6 +1,6 @@
 """The report stage: every estimator of the cell graded against ground truth (report.py) —
-markdown, results and curves JSON, the plot, and every estimate in one Parquet; the ρ table and
-the trust diagnostics as metrics, the report, curves and plot kept with the tracked run."""
+markdown, results and curves JSON, the plot, and every estimate in one Parquet; the ρ table,
+the coverage and width of each interval method and the trust diagnostics as metrics, the report, curves and plot kept with the tracked run."""
 
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ def compute(run: StageRun) -> None:
         run.tracker.metrics({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator", "rho_seeds")})
     for estimator, diagnostics in curves["diagnostics"].items():
         run.tracker.metrics({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
+    for estimator, by_method in curves.get("intervals", {}).items():
+        run.tracker.metrics({f"{estimator.replace(':', '_')}.{k}_{method}": float(v)
+                             for method, graded in by_method.items() for k, v in graded.items()})
 
 
 def not_applicable(paths: list[str]) -> dict[str, str]:
