@@ -133,7 +133,7 @@ def interval_method_lines(curves: dict) -> list[str]:
              "| estimator | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for name, by_method in shown.items():
         lines.append(f"| {name} | " + " | ".join(
-            f"{_plain(by_method[m]['coverage'], '.2f')} / {_plain(by_method[m]['width'], '.2f')}" if m in by_method
+            f"{_plain(by_method[m]['coverage'], '.2f')} / {_plain(by_method[m]['width'], '.3g')}" if m in by_method
             else "" for m in methods) + " |")
     return lines + [""]
 

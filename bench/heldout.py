@@ -180,7 +180,7 @@ def _interval_table(title: str, cells: list[str]) -> list[str]:
              "|---|" + "---|" * len(methods)]
     for estimator, by_method in sorted(graded.items()):
         lines.append(f"| {estimator} | " + " | ".join(
-            "{:.2f} / {:.2f}".format(*np.nanmean(by_method[m], axis=0)) if m in by_method else "–"
+            "{:.2f} / {:.3g}".format(*np.nanmean(by_method[m], axis=0)) if m in by_method else "–"
             for m in methods) + " |")
     return lines + [""]
 

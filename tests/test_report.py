@@ -98,4 +98,4 @@ def test_other_intervals_of_an_estimator_are_graded_beside_its_bootstrap_not_ran
                                               "t": {"coverage": 1.0, "width": pytest.approx(4.0 / 0.85)}}}
     text = markdown("intervals", ranked, curves)
     assert "## Interval methods" in text and "| estimator | bootstrap | t |" in text
-    assert "| mirror | 1.00 / 0.12 | 1.00 / 4.71 |" in text
+    assert "| mirror | 1.00 / 0.118 | 1.00 / 4.71 |" in text
