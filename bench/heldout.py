@@ -161,7 +161,9 @@ def interval_methods(cell: str) -> dict[str, dict[str, dict[str, float]]] | None
 
 
 def _interval_table(title: str, cells: list[str]) -> list[str]:
-    """Mean coverage / width of each estimator's interval methods over ``cells``' finished reports."""
+    """Mean coverage / median width (a cell's width is already a median, and importance-weighted
+    widths span hundreds of orders of magnitude) of each estimator's interval methods over
+    ``cells``' finished reports."""
     graded: dict[str, dict[str, list[tuple[float, float]]]] = {}
     counted = 0
     for cell in cells:
@@ -175,12 +177,13 @@ def _interval_table(title: str, cells: list[str]) -> list[str]:
     if not graded:
         return []
     methods = list(dict.fromkeys(m for by_method in graded.values() for m in by_method))
-    lines = [f"**{title}: interval methods** (mean over {counted} cells of coverage / median width over the "
-             "range of J; the same Ĵ in every column)", "", "| estimator | " + " | ".join(methods) + " |",
+    lines = [f"**{title}: interval methods** (over {counted} cells: mean coverage / median of the cells' median "
+             "width over the range of J; the same Ĵ in every column)", "", "| estimator | " + " | ".join(methods) + " |",
              "|---|" + "---|" * len(methods)]
     for estimator, by_method in sorted(graded.items()):
         lines.append(f"| {estimator} | " + " | ".join(
-            "{:.2f} / {:.3g}".format(*np.nanmean(by_method[m], axis=0)) if m in by_method else "–"
+            "{:.2f} / {:.3g}".format(np.mean([c for c, _ in by_method[m]]), np.nanmedian([w for _, w in by_method[m]]))
+            if m in by_method else "–"
             for m in methods) + " |")
     return lines + [""]
 
