@@ -37,7 +37,7 @@ def harness(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def killed_run(harness, tiny_policies):
-    """The flow in its own process (embedded Prefect), killed once world-model training began:
+    """The flow in its own process (embedded Prefect), killed once world-model training began and ground truth finished:
     (cell path, mtimes of the behaviour and ground-truth artifacts it had finished)."""
     cell = tiny_cell(harness / "tiny-flow.yaml", tiny_policies)
     shutil.rmtree(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"), ignore_errors=True)  # run first
@@ -47,7 +47,9 @@ def killed_run(harness, tiny_policies):
                                    stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 600
-        while not stage_folders("world-model") and process.poll() is None and time.time() < deadline:
+        # ground truth runs beside behaviour → world model in the DAG: wait for it to finish too
+        while not (stage_folders("world-model") and _finished("ground-truth")) and process.poll() is None \
+                and time.time() < deadline:
             time.sleep(0.2)
         assert process.poll() is None, f"the flow ended before world-model training started:\n{log.read_text()[-3000:]}"
         time.sleep(1.0)
@@ -81,6 +83,10 @@ def test_a_killed_run_resumes_from_its_finished_stages_with_nothing_half_written
     leftovers = [name for _, _, names in os.walk(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow"))
                  for name in names if ".tmp" in name]
     assert leftovers == []
+
+
+def _finished(stage: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, "_COMPLETE")) for folder in stage_folders(stage))
 
 
 def stage_folders(stage: str) -> list[str]:
