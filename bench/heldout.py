@@ -133,58 +133,54 @@ def admitted_cells() -> list[str]:
     return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
 
 
-def measured(cell: str, run: bool) -> dict[str, dict] | None:
-    """``{estimator: {"rho", "nmae"}}`` of the finished report of ``cell`` (a cell name or a YAML
-    path; its flow run first with ``run``), or None where the report is not finished under
-    today's code and config."""
+def finished_report(cell: str, run: bool):
+    """The finished report stage of ``cell`` (a cell name or a YAML path; its flow run first with
+    ``run``), or None where it is not finished under today's code and config."""
     config = CellConfig.load(cell_config_path(cell))
     if run:
         subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
     try:
-        report = pipeline.finished(config, "report")
+        return pipeline.finished(config, "report")
     except FileNotFoundError:
+        return None
+
+
+def report_results(report) -> dict[str, dict] | None:
+    """``{estimator: {"rho", "nmae", "coverage", "width"}}`` of a finished report (None: none)."""
+    if report is None:
         return None
     with open(report.file("results")) as f:
         return {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
                 for r in json.load(f)}
 
 
-def interval_methods(cell: str) -> dict[str, dict[str, dict[str, float]]] | None:
-    """estimator → interval method → coverage and width (the report's interval-methods table) of
-    the cell's finished report, or None where it is not finished."""
-    try:
-        report = pipeline.finished(CellConfig.load(cell_config_path(cell)), "report")
-    except FileNotFoundError:
-        return None
-    with open(report.file("curves")) as f:
-        return json.load(f).get("intervals", {})
+def measured(cell: str, run: bool) -> dict[str, dict] | None:
+    """:func:`report_results` of the cell's :func:`finished_report`."""
+    return report_results(finished_report(cell, run))
 
 
-def _interval_table(title: str, cells: list[str]) -> list[str]:
+def _interval_table(title: str, reports: list) -> list[str]:
     """Mean coverage / median width (a cell's width is already a median, and importance-weighted
-    widths span hundreds of orders of magnitude) of each estimator's interval methods over
-    ``cells``' finished reports."""
+    widths span hundreds of orders of magnitude) of each estimator's interval methods over the
+    finished ``reports`` (the report's interval-methods table, from its curves)."""
     graded: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    counted = 0
-    for cell in cells:
-        by_estimator = interval_methods(cell)
-        if by_estimator is None:
-            continue
-        counted += 1
+    finished = [r for r in reports if r is not None]
+    for report in finished:
+        with open(report.file("curves")) as f:
+            by_estimator = json.load(f).get("intervals", {})
         for estimator, by_method in by_estimator.items():
             for method, g in by_method.items():
                 graded.setdefault(estimator, {}).setdefault(method, []).append((g["coverage"], g["width"]))
     if not graded:
         return []
     methods = list(dict.fromkeys(m for by_method in graded.values() for m in by_method))
-    lines = [f"**{title}: interval methods** (over {counted} cells: mean coverage / median of the cells' median "
-             "width over the range of J; the same Ĵ in every column)", "", "| estimator | " + " | ".join(methods) + " |",
-             "|---|" + "---|" * len(methods)]
+    lines = [f"**{title}: interval methods** (over {len(finished)} cells: mean coverage / median of the cells' "
+             "median width over the range of J; the same Ĵ in every column)", "",
+             "| estimator | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for estimator, by_method in sorted(graded.items()):
         lines.append(f"| {estimator} | " + " | ".join(
             "{:.2f} / {:.3g}".format(np.mean([c for c, _ in by_method[m]]), np.nanmedian([w for _, w in by_method[m]]))
-            if m in by_method else "–"
-            for m in methods) + " |")
+            if m in by_method else "–" for m in methods) + " |")
     return lines + [""]
 
 
@@ -218,7 +214,8 @@ def _cell_table(title: str, results: dict[str, dict | None]) -> list[str]:
 def write_table(run: bool) -> dict:
     development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
     test = admitted_cells()
-    results = {cell: measured(cell, run) for cell in development + test}
+    reports = {cell: finished_report(cell, run) for cell in development + test}
+    results = {cell: report_results(report) for cell, report in reports.items()}
     lines = ["# The held-out measuring stick", "",
              "`python bench/heldout.py`: every development cell (`local-*`, tuned on) and every test cell "
              "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
@@ -227,7 +224,8 @@ def write_table(run: bool) -> dict:
              "|Ĵ − J| / range of J.", ""]
     lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development})
     lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test})
-    lines += _interval_table("Development cells", development) + _interval_table("Test cells", test)
+    lines += (_interval_table("Development cells", [reports[c] for c in development])
+              + _interval_table("Test cells", [reports[c] for c in test]))
     measured_test = {c: r for c, r in results.items() if c in test and r is not None}
     others = [e for e in SHOWN if e != ADWM]
     if measured_test:

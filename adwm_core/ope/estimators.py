@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
-from scipy.special import log_softmax
+from scipy.special import log_softmax, logsumexp
 
 from .intervals import concentration_interval, percentile_bootstrap
 from .signed_log import SignedLog, log_abs_and_sign, signed_sum
@@ -113,8 +113,12 @@ class OffPolicyEstimator(ABC):
     def contributions(self, data: LoggedTrajectories) -> tuple[np.ndarray, np.ndarray]:
         """(log|x_i|, sign x_i) of the trajectories' contributions x_i = N · Σ_k term_ik (Ĵ = mean_i x_i)."""
         log_terms, signs = self.terms(data)
-        rows = [signed_sum(log_row, sign_row) for log_row, sign_row in zip(log_terms, signs)]
-        return (np.array([r.log_abs for r in rows]) + np.log(data.n), np.array([r.sign for r in rows]))
+        kept = (signs != 0) & np.isfinite(log_terms)  # the terms signed_sum keeps
+        with np.errstate(divide="ignore"):
+            log_abs, sign = logsumexp(np.where(kept, log_terms, -np.inf), b=np.where(kept, signs, 1.0), axis=1,
+                                      return_sign=True)
+        empty = ~np.isfinite(log_abs) | (sign == 0)
+        return np.where(empty, -np.inf, log_abs + np.log(data.n)), np.where(empty, 0, sign).astype(int)
 
     @classmethod
     def missing(cls, data: LoggedTrajectories) -> list[str]:

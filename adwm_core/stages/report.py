@@ -1,6 +1,7 @@
 """The report stage: every estimator of the cell graded against ground truth (report.py) —
 markdown, results and curves JSON, the plot, and every estimate in one Parquet; the ρ table,
-the coverage and width of each interval method and the trust diagnostics as metrics, the report, curves and plot kept with the tracked run."""
+the coverage and width of each interval method and the trust diagnostics as metrics, the
+report, curves and plot kept with the tracked run."""
 
 from __future__ import annotations
 
