@@ -93,6 +93,9 @@ class TrainConfig(Settings):
     react_actions: bool = False  # key actions by ReAct type (CellConfig: where the env declares them)
     seed: int = 0
     device: str = "auto"
+    # K world models: member 0 on the training episodes, members 1..K−1 each on a bootstrap
+    # resample of them; ADWM's interval then spans the members (ope/evaluate.py)
+    members: int = Field(default=1, ge=1)
 
     @model_validator(mode="before")
     @classmethod

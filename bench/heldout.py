@@ -19,11 +19,11 @@ group of cells with a percentile-bootstrap interval over cells, and the paired d
 ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
 
 ``--set KEY=VALUE`` (repeatable; a dotted key of the cell YAML, the value read as YAML) scores a
-variant on the development cells only — test cells are never tuned on — each cell run as its
+variant on the development cells only (or those named) — test cells are never tuned on — each cell run as its
 config with the settings changed (``--run``: its flow first; only the stages the settings reach
-are recomputed), beside the cell as it stands: ρ and NMAE of ADWM and kNN-WM under both, and
-the share of ADWM's imagined steps each source answered (the log, a carried-over logged
-outcome, the model). It writes ``bench/results/variants/<settings>.{md,json}``.
+are recomputed), beside the cell as it stands: ρ, NMAE and interval coverage of ADWM and kNN-WM
+under both, the share of ADWM's imagined steps each source answered (the log, a carried-over
+logged outcome, the model) and the world model's training seconds (all ensemble members). It writes ``bench/results/variants/<settings>.{md,json}``.
 
 Usage: ``python bench/heldout.py --admit [CELL ...]``; ``python bench/heldout.py [--run]``;
 ``python bench/heldout.py --set adwm.off_log=carry_over [--run]``.
@@ -44,9 +44,11 @@ import yaml
 
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig, assign
+from adwm_core.model.world_model import member_paths
 from adwm_core.ope.intervals import percentile_bootstrap
 from adwm_core.ope.transitions import SOURCES
 from adwm_core.paths import local_cache_dir
+from adwm_core.training.world_model import HISTORY_FILE
 from common import RESULTS, load_cell, machine
 from flows.cells import cell_config_path, cell_names
 from tasks.common import source_version
@@ -291,37 +293,59 @@ def answered_shares(cell: str) -> dict[str, float] | None:
     return {source: float(np.mean([t.get(f"{source}_share", np.nan) for t in timings])) for source in SOURCES}
 
 
-def write_variant(settings: dict[str, object], run: bool) -> dict:
-    """The variant beside the cells as they stand, on the development cells → results/variants/."""
-    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+def world_model_seconds(cell: str) -> float | None:
+    """Training seconds of the cell's finished world model, summed over its ensemble's members
+    (each member's history.json); None where it is not finished."""
+    try:
+        folder = pipeline.finished(CellConfig.load(cell_config_path(cell)), "world-model").file("model")
+    except FileNotFoundError:
+        return None
+    return sum(json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]["seconds"]
+               for member in member_paths(folder))
+
+
+def write_variant(settings: dict[str, object], run: bool, cells: list[str] | None = None) -> dict:
+    """The variant beside the cells as they stand, on the development cells (``cells``: those
+    only) → results/variants/."""
+    development = cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
     shown = (ADWM, "kNN-WM:reward_sum")
     results = {}
     for cell in development:
         path = variant_path(cell, settings)
         results[cell] = {"as_is": measured(cell, False), "variant": measured(path, run),
-                         "shares_as_is": answered_shares(cell), "shares_variant": answered_shares(path)}
+                         "shares_as_is": answered_shares(cell), "shares_variant": answered_shares(path),
+                         "wm_seconds_as_is": world_model_seconds(cell), "wm_seconds_variant": world_model_seconds(path)}
     name = slug(settings)
 
-    def pair(result: dict | None, estimator: str) -> str:
-        return (f"{result[estimator]['rho']:+.2f} / {result[estimator]['nmae']:.2g}"
-                if result is not None and estimator in result else "not measured")
+    def graded(result: dict | None, estimator: str) -> str:
+        if result is None or estimator not in result:
+            return "not measured"
+        r = result[estimator]
+        return f"{r['rho']:+.2f} / {r['nmae']:.2g} / {r['coverage']:.2f} ({r['width']:.2g})"
 
     def shares(values: dict | None) -> str:
         return " / ".join(f"{values[s]:.2f}" for s in SOURCES) if values else "–"
 
+    def seconds(value: float | None) -> str:
+        return "–" if value is None else f"{value:.0f}"
+
     lines = [f"# Variant `{', '.join(f'{k}={v}' for k, v in settings.items())}` on the development cells", "",
              "`python bench/heldout.py --set …`: each development cell as it stands and with the settings changed "
-             "(test cells are never tuned on). ρ / NMAE as in heldout.md; shares: of ADWM's imagined steps "
-             f"answered by {' / '.join(SOURCES)}.", "",
-             "| cell | " + " | ".join(f"{e} as is | {e} variant" for e in shown) + " | shares as is | shares variant |",
-             "|---|" + "---|" * (2 * len(shown) + 2)]
+             "(test cells are never tuned on). ρ / NMAE / coverage of the 95 % intervals (median width over the "
+             f"range of J) as in heldout.md; shares: of ADWM's imagined steps answered by {' / '.join(SOURCES)}; "
+             "world-model training seconds (every ensemble member).", "",
+             "| cell | " + " | ".join(f"{e} as is | {e} variant" for e in shown)
+             + " | shares as is | shares variant | WM s as is | WM s variant |",
+             "|---|" + "---|" * (2 * len(shown) + 4)]
     for cell, r in results.items():
-        lines.append(f"| {cell} | " + " | ".join(f"{pair(r['as_is'], e)} | {pair(r['variant'], e)}" for e in shown)
-                     + f" | {shares(r['shares_as_is'])} | {shares(r['shares_variant'])} |")
+        lines.append(f"| {cell} | " + " | ".join(f"{graded(r['as_is'], e)} | {graded(r['variant'], e)}" for e in shown)
+                     + f" | {shares(r['shares_as_is'])} | {shares(r['shares_variant'])}"
+                     + f" | {seconds(r['wm_seconds_as_is'])} | {seconds(r['wm_seconds_variant'])} |")
     for label, key in (("as is", "as_is"), ("variant", "variant")):
         done = [r[key][ADWM] for r in results.values() if r[key] is not None and ADWM in r[key]]
         lines.append(f"\nMean {ADWM} {label}: " + (f"ρ {np.mean([d['rho'] for d in done]):+.2f}, NMAE "
-                                                  f"{np.mean([d['nmae'] for d in done]):.2f} over {len(done)} cells"
+                                                  f"{np.mean([d['nmae'] for d in done]):.2f}, coverage "
+                                                  f"{np.mean([d['coverage'] for d in done]):.2f} over {len(done)} cells"
                                                   if done else "–"))
     lines += ["", f"Measured at commit `{source_version() or 'unknown'}`; machine: `{json.dumps(machine())}`"]
     folder = RESULTS / "variants"
@@ -335,16 +359,18 @@ def write_variant(settings: dict[str, object], run: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cells", nargs="*", help="test cells (default: every declared test-* cell)")
+    parser.add_argument("cells", nargs="*", help="test cells to admit (default: every declared test-* cell); with "
+                                                 "--set, the development cells to score (default: all)")
     parser.add_argument("--admit", action="store_true", help="run ground truth only and apply the admission rule")
     parser.add_argument("--run", action="store_true", help="run each cell's flow first (finished stages are reused)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="score a variant (a dotted key of the cell YAML) on the development cells")
     args = parser.parse_args()
     if args.set:
-        if args.admit or args.cells:
-            raise SystemExit("--set scores a variant on the development cells only: no --admit, no cells")
-        write_variant(parse_settings(args.set), args.run)
+        outside = [c for c in args.cells if not c.startswith(DEVELOPMENT)]
+        if args.admit or outside:
+            raise SystemExit(f"--set scores a variant on development cells only (local-*): no --admit, not {outside}")
+        write_variant(parse_settings(args.set), args.run, args.cells)
         return
     if args.cells and not args.admit:
         raise SystemExit("cells are named for --admit only; the table reads every development and admitted test cell")

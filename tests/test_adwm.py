@@ -1,5 +1,6 @@
 """The ADWM estimator on the corridor, whose values are known exactly."""
 
+import copy
 
 import numpy as np
 import pyarrow as pa
@@ -472,5 +473,40 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"model"}
     np.testing.assert_allclose(run.reward_sum, expected, rtol=1e-6)
     assert abs(expected).min() > 0  # a value was handed over, not a step reward of 0
-    rows = value_rows(run, bank, cell="corridor", policy="jump", seed=0, config=config)
+    rows = value_rows([run], [bank], cell="corridor", policy="jump", seed=0, config=config)
     assert {r["estimator"] for r in rows} == {"ADWM:reward_sum"}  # no success similarity of a cut path
+
+
+def test_an_ensemble_averages_its_members_and_its_interval_spans_them(corridor):
+    """Every member imagines with the same seeds: two identical members give one member's rows;
+    a member whose reward head pays less pulls Ĵ to the mean of the two members' own estimates,
+    and the interval spans both."""
+    trajectories, model = corridor
+    config = AdwmConfig(reading="retrieval", logged_successors=False, horizon=HORIZON, seeds=(0,), n_rollouts=16,
+                        n_bootstrap=200, reference=False)
+
+    def rows(members):
+        table, runs = evaluate_policy(members, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0),
+                                      config=config)
+        assert len(runs) == len(members)
+        return {(r["estimator"], r["epsilon"]): r for r in table.to_pylist()}
+
+    alone, twice = rows([model]), rows([model, model])
+    assert alone.keys() == twice.keys()
+    for key, row in alone.items():
+        exact, other = {k: v for k, v in row.items() if not isinstance(v, float)}, twice[key]
+        assert exact == {k: v for k, v in other.items() if not isinstance(v, float)}, key
+        assert [other[k] for k in row if k not in exact] == pytest.approx([row[k] for k in row if k not in exact],
+                                                                          rel=1e-9, nan_ok=True), key
+    stingy = copy.deepcopy(model)  # its reward head pays nothing
+    with torch.no_grad():
+        *_, weight, bias = stingy.reward_head.parameters()
+        weight.zero_()
+        bias.fill_(-30.0)
+    poor, both = rows([stingy]), rows([model, stingy])
+    assert alone[("ADWM:reward_sum", 0.0)]["value"] > 0.5
+    for epsilon in (0.0, 1.0):
+        row, mine, theirs = (table[("ADWM:reward_sum", epsilon)] for table in (both, alone, poor))
+        assert theirs["value"] == pytest.approx(0.0, abs=1e-6)
+        assert row["value"] == pytest.approx((mine["value"] + theirs["value"]) / 2)
+        assert row["ci_low"] <= theirs["value"] + 1e-6 and row["ci_high"] >= mine["value"], epsilon

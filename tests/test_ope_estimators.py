@@ -7,7 +7,7 @@ from scipy import stats
 
 from adwm_core.ope.diagnostics import verdicts, weight_diagnostics
 from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
-from adwm_core.ope.intervals import CONCENTRATION, concentration_interval
+from adwm_core.ope.intervals import CONCENTRATION, concentration_interval, members_bootstrap, percentile_bootstrap
 from adwm_core.ope.metrics import (
     kendall,
     normalised_absolute_error,
@@ -325,3 +325,12 @@ def test_clipping_caps_every_cumulative_ratio_at_lambda():
     assert np.exp(clipped.cumulative_log_ratios).max() == pytest.approx(1.5)
     assert value("IS", clipped) == pytest.approx((np.minimum(weights, 1.5) * data.returns).mean(), rel=1e-12)
     assert value("IS", data.clipped(weights.max() * 2)) == pytest.approx(value("IS", data), rel=1e-12)
+
+
+def test_the_members_bootstrap_is_the_rollout_bootstrap_for_one_member_and_spans_members_that_disagree():
+    x = np.random.default_rng(0).normal(size=(1, 40))
+    settings = {"n_resamples": 500, "confidence": 0.95, "seed": 3}
+    assert members_bootstrap(x, **settings) == percentile_bootstrap(lambda r: x[0][r].mean(1), 40, **settings)
+    low, high = members_bootstrap(np.concatenate([x, x + 10]), **settings)
+    assert low < x.mean() and high > x.mean() + 10
+    assert members_bootstrap(np.concatenate([x, x]), **settings) == members_bootstrap(x, **settings)

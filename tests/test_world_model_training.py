@@ -10,15 +10,15 @@ from adwm_core.data import TRAJECTORIES, read_table, table_from_rows
 from adwm_core.data.actions import NULL, UNKNOWN, ActionVocabulary
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.windows import covering_windows, episode_arrays, reward_scale, windows_at
-from adwm_core.model.world_model import WorldModel, WorldModelConfig
+from adwm_core.model.world_model import WorldModel, WorldModelConfig, member_path
 from adwm_core.policies.loading import load_language_model
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.settings import PsiConfig, TrainConfig
 from adwm_core.training.psi import observation_texts, train_psi_adapter
 from adwm_core.training.losses import world_model_losses
 from adwm_core.model.windows import Tokenised
-from adwm_core.training.world_model import (ReachableTokenRows, optimiser_steps, reachable_token_ids, split_indices,
-                                            train_world_model)
+from adwm_core.training.world_model import (ReachableTokenRows, bootstrap_episodes, optimiser_steps,
+                                            reachable_token_ids, split_indices, train_ensemble, train_world_model)
 from conftest import WM_STEPS
 
 
@@ -110,6 +110,34 @@ def test_a_checkpoint_is_kept_when_no_held_out_step_is_reward_supervised(tmp_pat
                                TrainConfig(epochs=2, batch_size=4, device="cpu"))
     assert all(np.isnan(epoch["heldout_reward_mse"]) for epoch in result.history)
     assert result.best_epoch >= 0 and WorldModel.load(str(tmp_path / "wm")) is not None
+
+
+def test_ensemble_members_resample_the_training_episodes_and_keep_the_held_out_ones():
+    train, heldout = split_indices(100, 0.1, 0)
+    assert bootstrap_episodes(train, 0, 0) is train
+    first, second = bootstrap_episodes(train, 0, 1), bootstrap_episodes(train, 0, 2)
+    assert len(first) == len(train) and set(first) <= set(train) and not set(first) & set(heldout)
+    assert len(set(first)) < len(train)  # drawn with replacement: some episodes twice, some never
+    assert not np.array_equal(first, second) and np.array_equal(first, bootstrap_episodes(train, 0, 1))
+
+
+def test_an_ensemble_is_member_zero_where_the_model_always_was_and_the_others_inside_it(tmp_path):
+    """``members=3``: member 0 is the model one training gives (same seed, same data); members 1
+    and 2, trained on resamples from their own seeds, differ from it and load back in order;
+    every member is scored on the same held-out episodes."""
+    rows = [row for e in range(12) for row in _rows(e, [("go north", 0.0)] * (e % 3) + [("take apple", 1.0)])]
+    table, folder = table_from_rows(rows, TRAJECTORIES), str(tmp_path / "wm")
+    config = TrainConfig(steps=2, batch_size=4, device="cpu", members=3)
+    results = train_ensemble(table, folder, config)
+    assert [r.path for r in results] == [folder, f"{folder}/members/1", f"{folder}/members/2"]
+    assert [member_path(folder, k) for k in range(3)] == [r.path for r in results]
+    alone = WorldModel.load(train_world_model(table, str(tmp_path / "alone"), config).path).state_dict()
+    weights = [m.state_dict() for m in WorldModel.load_ensemble(folder)]
+    assert len(weights) == 3 and all(torch.equal(weights[0][name], alone[name]) for name in alone)
+    assert all(any(not torch.equal(w[name], alone[name]) for name in alone) for w in weights[1:])
+    held_out_done_rates = {r.history[0]["heldout_done_error_constant"] for r in results}
+    assert len(held_out_done_rates) == 1
+    assert len(WorldModel.load_ensemble(str(tmp_path / "alone"))) == 1
 
 
 def test_unknown_actions_read_as_null_only_where_training_never_saw_one(tmp_path):

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import get_args
 
+import fsspec
 import torch
 from torch import nn
 
@@ -40,6 +41,7 @@ from .heads import behaviour_cloning_head, inverse_dynamics_head, reward_head, t
 from .score_net import ScoreNetwork
 
 WEIGHTS_FILE = "model.safetensors"
+MEMBERS_DIR = "members"  # an ensemble's members beyond the first, inside the first's folder
 PREDICTIONS, ACTION_INPUTS, OUTCOME_INPUTS = get_args(Prediction), get_args(ActionInput), get_args(OutcomeInput)
 
 
@@ -49,6 +51,20 @@ def word_matches(action_ids: torch.Tensor, action_padding: torch.Tensor, observa
     (the exact-match feature of reading comprehension); padding never matches."""
     present = (action_ids[:, :, None] == observation_ids[:, None, :]) & ~observation_padding[:, None, :]
     return present.any(-1) & ~action_padding
+
+
+def member_path(path: str, member: int) -> str:
+    """Member ``member`` of a world-model ensemble: member 0 at ``path`` (the world model every
+    stage reads), member k > 0 at ``path/members/k``."""
+    return path if member == 0 else f"{path.rstrip('/')}/{MEMBERS_DIR}/{member}"
+
+
+def member_paths(path: str) -> list[str]:
+    """The folders of every member of the world model at ``path``, member 0 first."""
+    fs, root = fsspec.core.url_to_fs(path)
+    folder = f"{root.rstrip('/')}/{MEMBERS_DIR}"
+    count = 1 + (len(fs.ls(folder, detail=False)) if fs.isdir(folder) else 0)
+    return [member_path(path, member) for member in range(count)]
 
 
 def on_latent_manifold(z: torch.Tensor) -> torch.Tensor:
@@ -280,3 +296,8 @@ class WorldModel(nn.Module):
         model = cls(WorldModelConfig.from_json(config))
         model.load_state_dict(weights)
         return model.to(device).eval()
+
+    @classmethod
+    def load_ensemble(cls, path: str, device: str | torch.device = "cpu") -> list["WorldModel"]:
+        """Every member of the world model at ``path``, member 0 (``path`` itself) first."""
+        return [cls.load(member, device) for member in member_paths(path)]

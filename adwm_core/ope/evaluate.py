@@ -9,7 +9,7 @@ reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,44 +23,56 @@ from ..specs import Progress, check_epsilons
 from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
 from .diagnostics import off_log_distance
 from .fqe import FittedQEvaluation
-from .intervals import estimates_row, percentile_bootstrap
-from .rollouts import ImaginedRollouts, Rollouts
+from .intervals import estimates_row, members_bootstrap
+from .rollouts import ImaginedRollouts, ImaginedStep, Rollouts
 from .signed_log import SignedLog
 from .state_bank import StateBank
 from .transitions import Policy
 
 
-def value_rows(rollouts: Rollouts, bank: StateBank, *, cell: str, policy: str, seed: int, config: AdwmConfig,
-               estimator: str = ESTIMATOR) -> list[dict]:
-    """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``): the
-    mean over rollouts and its percentile-bootstrap interval over rollouts (ope/intervals.py),
-    with the share of the ε level's imagined steps the log answered and how far the others'
-    (state, action) pairs are from the log (ope/diagnostics.py)."""
-    rows, by_epsilon = [], defaultdict(list)
-    for step in rollouts.steps:
-        by_epsilon[float(rollouts.epsilons[step.rollout])].append(step)
-    for epsilon in np.unique(rollouts.epsilons):
-        steps = by_epsilon[float(epsilon)]
-        off_log = [s for s in steps if s.source != "log"]
-        diagnostics = {"log_share": 1 - len(off_log) / len(steps) if steps else None,
-                       "off_log_distance": off_log_distance(bank, [s.observation for s in off_log],
-                                                            [s.action for s in off_log]) if off_log else None}
+def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,
+               config: AdwmConfig, estimator: str = ESTIMATOR) -> list[dict]:
+    """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``) from
+    one seed's rollouts in each world-model member (and the member's state bank): the mean over
+    every member's rollouts and its bootstrap interval over members and rollouts
+    (``members_bootstrap``, ope/intervals.py), with the share of the ε level's imagined steps the
+    log answered and how far the others' (state, action) pairs are from the log (ope/diagnostics.py)."""
+    rows, pooled = [], [_steps_by_epsilon(run) for run in members]
+    for epsilon in np.unique(members[0].epsilons):
+        diagnostics = _trust(banks, [steps[float(epsilon)] for steps in pooled])
         for name in VALUE_ESTIMATES:
-            if name == "success_similarity" and np.isnan(rollouts.success_similarity).any():
+            if name == "success_similarity" and np.isnan(members[0].success_similarity).any():
                 continue  # no successful behaviour episode, no success bank
             if name == "success_similarity" and estimator == ESTIMATOR and config.off_log == "fqe":
                 continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
-            x = rollouts.values(name, epsilon)
-            low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x),
-                                             n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+            x = np.stack([run.values(name, epsilon) for run in members])
+            low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
             rows.append(estimates_row(cell=cell, estimator=f"{estimator}:{name}", policy=policy, epsilon=epsilon,
                                       seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(float(low)),
                                       ci_high=SignedLog.of(float(high)), diagnostics=diagnostics))
     return rows
 
 
+def _steps_by_epsilon(rollouts: Rollouts) -> dict[float, list[ImaginedStep]]:
+    by_epsilon = defaultdict(list)
+    for step in rollouts.steps:
+        by_epsilon[float(rollouts.epsilons[step.rollout])].append(step)
+    return by_epsilon
+
+
+def _trust(banks: Sequence[StateBank], members: Sequence[list[ImaginedStep]]) -> dict[str, float | None]:
+    """``log_share`` over every member's steps; ``off_log_distance`` over every member's off-log
+    pairs, each in its member's bank."""
+    steps = sum(map(len, members))
+    off_log = [[s for s in member if s.source != "log"] for member in members]
+    n_off = sum(map(len, off_log))
+    distance = (sum(len(pairs) * off_log_distance(bank, [s.observation for s in pairs], [s.action for s in pairs])
+                    for bank, pairs in zip(banks, off_log) if pairs) / n_off) if n_off else None
+    return {"log_share": 1 - n_off / steps if steps else None, "off_log_distance": distance}
+
+
 def evaluate_policy(
-    world_model: str | WorldModel,
+    world_model: str | WorldModel | Sequence[WorldModel],
     trajectories: str | pa.Table,
     policy: Policy | SoftPromptPolicy,
     *,
@@ -69,31 +81,44 @@ def evaluate_policy(
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
     progress: Progress | None = None,
-    q_by_epsilon: Mapping[float, FittedQEvaluation] | None = None,
+    fit_q: Callable[[WorldModel], Mapping[float, FittedQEvaluation]] | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
-    estimator × value estimate × ε × seed) and ADWM's rollouts of each seed. ``world_model`` and
-    ``trajectories``: loaded, or where they are saved; ``policy``: a :class:`SoftPromptPolicy` for
-    the soft-token reading, anything with ``act(histories)`` for the text readings.
-    ``progress(done, total)`` is told of every finished seed of every world model;
-    ``q_by_epsilon``: FQE's Q-networks per ε where ``off_log='fqe'`` hands off-log pairs to them."""
+    estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
+    ``world_model``: loaded — one model or an ensemble's members, member 0 first — or where it is
+    saved (every member); ``trajectories``: loaded, or where they are saved; ``policy``: a
+    :class:`SoftPromptPolicy` for the soft-token reading, anything with ``act(histories)`` for the
+    text readings. ADWM rolls π_e out in every member with the same seeds; kNN-WM reads member 0's
+    state bank. ``progress(done, total)`` is told of every finished seed of every world model;
+    ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
+    hands off-log pairs to them."""
     check_epsilons(epsilons)
-    model = world_model if isinstance(world_model, WorldModel) else WorldModel.load(world_model)
+    if isinstance(world_model, str):
+        models = WorldModel.load_ensemble(world_model)
+    else:
+        models = [world_model] if isinstance(world_model, WorldModel) else list(world_model)
     table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
              else read_table(trajectories, TRAJECTORIES))
-    bank = StateBank.from_log(BehaviourLog(table), model)
-    imagination = ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
-    imagination.check_policy(policy)
-    transitions = {ESTIMATOR: adwm_transition(model, bank, config, q_by_epsilon)}
+    log = BehaviourLog(table)
+    banks = [StateBank.from_log(log, model) for model in models]
+    imaginations = [ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
+                    for model, bank in zip(models, banks)]
+    imaginations[0].check_policy(policy)
+    members = {ESTIMATOR: [(imagination, adwm_transition(model, bank, config, fit_q(model) if fit_q else None))
+                           for model, bank, imagination in zip(models, banks, imaginations)]}
     if config.reference:
-        transitions[REFERENCE] = reference_transition(bank)
-    runs: dict[str, list[Rollouts]] = {name: [] for name in transitions}
-    total = len(transitions) * len(config.seeds)
-    for name, transition in transitions.items():
-        for seed in config.seeds:
-            runs[name].append(imagination.run(policy, transition, epsilons, seed))
-            if progress is not None:
-                progress(sum(map(len, runs.values())), total)
-    rows = [row for name, seeds in runs.items() for seed, run in zip(config.seeds, seeds)
-            for row in value_rows(run, bank, cell=cell, policy=label, seed=seed, config=config, estimator=name)]
-    return table_from_rows(rows, ESTIMATES), runs[ESTIMATOR]
+        members[REFERENCE] = [(imaginations[0], reference_transition(banks[0]))]
+    runs: dict[str, list[list[Rollouts]]] = {name: [] for name in members}  # estimator → member → seed
+    total, done = sum(map(len, members.values())) * len(config.seeds), 0
+    for name, transitions in members.items():
+        for imagination, transition in transitions:
+            runs[name].append([])
+            for seed in config.seeds:
+                runs[name][-1].append(imagination.run(policy, transition, epsilons, seed))
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
+            for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
+                                  config=config, estimator=name)]
+    return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ESTIMATOR] for run in seeds]

@@ -4,7 +4,10 @@ One bootstrap serves the classical estimators (resampling logged trajectories; t
 are :class:`SignedLog`, ordered by ``order_key``) and ADWM (resampling imagined rollouts):
 Ĵ*_b = Ĵ(resample_b), b = 1..B, each resample n indices drawn with replacement; the interval
 is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)⌉ of the sorted Ĵ*_b. Spearman ρ
-over a cell's points (ope/metrics.py) uses the same bootstrap, over points.
+over a cell's points (ope/metrics.py) uses the same bootstrap, over points. An ensemble of K
+world models (member k > 0 trained on a bootstrap resample of the log) adds the model's own
+uncertainty: each replicate first draws a member k_b uniformly, then resamples its rollouts,
+Ĵ*_b = mean of x_{k_b, i*} (``members_bootstrap``; for K = 1 the bootstrap over rollouts).
 
 Beside it, for an estimate that is the mean of n per-trajectory contributions x_i
 (ope/estimators.py), three intervals by name as SCOPE-RL and Open Bandit Pipeline offer them,
@@ -45,6 +48,14 @@ def percentile_bootstrap(statistic: Callable[[np.ndarray], Sequence[T]], n: int,
         raise ValueError("the statistic is undefined in every bootstrap resample")
     tail, last = (1 - confidence) / 2, len(samples) - 1
     return samples[int(np.floor(tail * last))], samples[int(np.ceil((1 - tail) * last))]
+
+
+def members_bootstrap(x: np.ndarray, *, n_resamples: int, confidence: float, seed: int) -> tuple[float, float]:
+    """(low, high) for the mean of rollout values ``x`` (K members × M rollouts): each replicate
+    draws one member, then M of its rollouts with replacement."""
+    members = np.random.default_rng((seed, 1)).integers(0, len(x), n_resamples)[:, None]
+    return percentile_bootstrap(lambda rollouts: x[members, rollouts].mean(1), x.shape[1],
+                                n_resamples=n_resamples, confidence=confidence, seed=seed)
 
 
 def concentration_interval(log_abs: np.ndarray, signs: np.ndarray, method: str, *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,9 +50,9 @@ def run_adwm(
     given) receives the imagined steps of all seeds, the share of them answered by each source
     (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent
     in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total)`` of
-    finished seeds. With ``off_log='fqe'`` the off-log pairs are handed to FQE
-    (settings ``fqe``, γ of ``config``) fitted per ε level on the behaviour log and π_e's log-probs
-    at ``logprobs``."""
+    finished seeds. Every member of the world model's ensemble imagines (ope/evaluate.py). With
+    ``off_log='fqe'`` the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
+    fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -61,28 +61,39 @@ def run_adwm(
     if config.off_log == "fqe" and logprobs is None:
         raise ValueError("off_log='fqe' fits FQE on π_e's log-probs of the behaviour steps: pass logprobs=<the "
                          "log-prob stage's file>, or choose another off_log")
-    model = WorldModel.load(world_model)  # missing checkpoints fail before the LLM loads
-    table, q_by_epsilon, started = read_table(trajectories, TRAJECTORIES), None, time.perf_counter()
+    members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
+    table, fit_q = read_table(trajectories, TRAJECTORIES), None
     if config.off_log == "fqe":
-        steps = logged_steps(BehaviourLog(table, trajectories),
-                             read_table(logprobs, LOGPROBS), model, scores_name=logprobs)
-        settings = BaselineConfig(gamma=config.gamma, fqe=fqe)
-        q_by_epsilon = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
-    fqe_seconds = time.perf_counter() - started
+        fit_q = _fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
+                                BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
-    estimates, runs = evaluate_policy(model, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                      config=config, progress=progress, q_by_epsilon=q_by_epsilon)
+    estimates, runs = evaluate_policy(members, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
+                                      config=config, progress=progress, fit_q=fit_q)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
-        if q_by_epsilon is not None:
-            timings["fqe_seconds"] = fqe_seconds
+        timings["world_models"] = float(len(members))
         sources = np.array([step.source for run in runs for step in run.steps])
         timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
         for part in sorted({part for run in runs for part in run.seconds}):
             timings[f"{part}_seconds"] = sum(run.seconds.get(part, 0.0) for run in runs)
     return write_table(estimates, out, ESTIMATES, overwrite=overwrite)
+
+
+def _fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilons: Sequence[float],
+                    settings: BaselineConfig, timings: dict | None) -> Callable[[WorldModel], dict]:
+    """``fit_q(member)``: FQE's Q̂ per ε level on the member's latents, its seconds added to
+    ``timings["fqe_seconds"]``."""
+    def fit_q(model: WorldModel) -> dict:
+        started = time.perf_counter()
+        steps = logged_steps(log, scores, model, scores_name=scores_name)
+        fitted = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
+        if timings is not None:
+            timings["fqe_seconds"] = timings.get("fqe_seconds", 0.0) + time.perf_counter() - started
+        return fitted
+
+    return fit_q
 
 
 def compute(run: StageRun) -> None:

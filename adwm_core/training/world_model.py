@@ -22,6 +22,7 @@ Two presets (``TrainConfig.preset``); a field set explicitly overrides its prese
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -40,7 +41,7 @@ from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open, check_output
 from ..data.windows import EpisodeArrays, episode_arrays, reward_scale, sample_windows
 from ..model.windows import Tokenised, encoded_windows
-from ..model.world_model import WorldModel, WorldModelConfig, on_latent_manifold
+from ..model.world_model import WorldModel, WorldModelConfig, member_path, on_latent_manifold
 from ..settings import TrainConfig
 from .losses import world_model_losses
 
@@ -128,6 +129,14 @@ def split_indices(n: int, fraction: float, seed: int, minimum: int = 1) -> tuple
     return np.sort(order[n_heldout:]), np.sort(order[:n_heldout])
 
 
+def bootstrap_episodes(train: np.ndarray, seed: int, member: int) -> np.ndarray:
+    """The training episodes of ensemble member ``member``: ``train`` for member 0, else
+    len(train) draws from it with replacement (seeded by (seed, member))."""
+    if member == 0:
+        return train
+    return np.sort(np.random.default_rng((seed, member)).choice(train, len(train)))
+
+
 @torch.no_grad()
 def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
                     window: int, constants: dict[str, float]) -> dict[str, float]:
@@ -181,20 +190,39 @@ def heldout_metrics(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, e
     }
 
 
+def train_ensemble(
+    trajectories: pa.Table,
+    out_dir: str,
+    config: TrainConfig = TrainConfig(),
+    *,
+    on_epoch: Callable[[int, int, dict[str, float]], None] | None = None,
+) -> list[TrainResult]:
+    """The ``config.members`` world models of a cell: member 0 at ``out_dir``, member k at
+    ``member_path(out_dir, k)`` (``train_world_model(member=k)``). ``on_epoch(member, round,
+    metrics)`` follows every held-out evaluation of every member."""
+    return [train_world_model(trajectories, member_path(out_dir, member), config, member=member,
+                              on_epoch=None if on_epoch is None else functools.partial(on_epoch, member))
+            for member in range(config.members)]
+
+
 def train_world_model(
     trajectories: pa.Table,
     out_dir: str,
     config: TrainConfig = TrainConfig(),
     *,
+    member: int = 0,
     on_epoch: EpochCallback | None = None,
     overwrite: bool = False,
 ) -> TrainResult:
     """Train a world model on behaviour ``trajectories``; the best checkpoint goes to ``out_dir``.
-    ``on_epoch(round, metrics)`` follows every held-out evaluation (``config.rounds`` in all)."""
+    ``on_epoch(round, metrics)`` follows every held-out evaluation (``config.rounds`` in all).
+    ``member`` k > 0 of an ensemble trains on a bootstrap resample of the training episodes
+    (seeded by (seed, k)) from seed + k, and is selected on the same held-out episodes."""
     check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
     behaviour = BehaviourLog(trajectories)
     device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
+    seed = config.seed + member
+    torch.manual_seed(seed)
     actions = behaviour.column("action")
     if config.react_actions:
         vocabulary = ActionVocabulary.for_react()
@@ -203,6 +231,7 @@ def train_world_model(
     scale = reward_scale(behaviour, config.reward_target)
     data = episode_arrays(behaviour, vocabulary, scale)
     train, heldout = split_indices(len(data.lengths), config.heldout_fraction, config.seed)
+    train = bootstrap_episodes(train, config.seed, member)
     window = min(config.window, int(data.lengths.max()))
 
     unknown_trained = bool((data.actions[train] == UNKNOWN).any())
@@ -214,8 +243,8 @@ def train_world_model(
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay,
                                   fused=True)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, config.rounds, config.lr * config.final_lr_fraction)
-    rng = np.random.default_rng(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
     constants = _constants(data, train)
     draws = np.concatenate([train] + [train[data.success[train]]] * (config.success_upsample - 1))
     total_steps = optimiser_steps(config, data, draws, window)
