@@ -24,7 +24,7 @@ from adwm_core.ope.rollouts import ImaginedRollouts
 from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
 from adwm_core.ope.carry_over import CarriedOver, signature
 from adwm_core.ope.diagnostics import verdicts
-from adwm_core.ope.fqe import FittedQEvaluation, word_overlap
+from adwm_core.ope.fqe import FittedQEvaluation
 from adwm_core.ope.state_bank import StateBank
 from adwm_core.ope.evaluate import evaluate_policy, value_rows
 from adwm_core.ope.logged import LoggedTransitions
@@ -469,8 +469,7 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
     run = imagination.run(Jump(), adwm_transition(model, bank, config, {0.0: q}), (0.0,), seed=0)
     starts = torch.stack([bank.latents[s.observation] for s in run.steps]).numpy()
-    overlaps = word_overlap(["jump"] * len(starts), [bank.texts[s.observation] for s in run.steps])
-    expected = q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * len(starts))), overlaps)
+    expected = q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * len(starts))))
     assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"model"}
     np.testing.assert_allclose(run.reward_sum, expected, rtol=1e-6)
     assert abs(expected).min() > 0  # a value was handed over, not a step reward of 0

@@ -7,8 +7,6 @@ from scipy import stats
 
 from adwm_core.ope.diagnostics import verdicts, weight_diagnostics
 from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
-from adwm_core.ope.fqe import FittedQEvaluation, Transitions, word_overlap
-from adwm_core.ope.settings import FQEConfig
 from adwm_core.ope.intervals import CONCENTRATION, concentration_interval, members_bootstrap, percentile_bootstrap
 from adwm_core.ope.metrics import (
     kendall,
@@ -221,6 +219,8 @@ def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_d
 
 
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():
+    from adwm_core.ope.fqe import FittedQEvaluation, Transitions
+    from adwm_core.ope.settings import FQEConfig
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)
@@ -235,7 +235,6 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
     transitions = Transitions(
         states=eye[s[m]], actions=a[m], rewards=data.rewards[m], next_states=eye[nxt_state], done=done,
         next_candidates=np.tile([0, 1], (m.sum(), 1)), next_probabilities=np.where(done[:, None], 0.0, pi_e[nxt_state]),
-        overlaps=np.zeros(m.sum()), next_overlaps=np.zeros((m.sum(), 2)),  # no texts in a tabular MDP
     )
     fqe = FittedQEvaluation(np.eye(2), mdp.n, FQEConfig(epochs=50), seed=0)  # converged by then
     losses = fqe.fit(transitions)
@@ -247,36 +246,13 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
     empirical.P = counts / counts.sum(-1, keepdims=True)
     v_hat, q_hat = empirical.values(pi_e)
     states, actions = np.repeat(eye, 2, axis=0), np.tile([0, 1], mdp.n)
-    fitted = fqe.q_values(states, actions, np.zeros(len(actions)))
+    fitted = fqe.q_values(states, actions)
     np.testing.assert_allclose(fitted, q_hat.reshape(-1), atol=0.05)  # values span −1.8 … 0.05
     np.testing.assert_allclose(fitted, q.reshape(-1), atol=0.1)  # and, with this much data, the true Q
-    v0 = fqe.state_values(eye[:1], np.array([[0, 1]]), pi_e[:1], np.zeros((1, 2)))[0]
+    v0 = fqe.state_values(eye[:1], np.array([[0, 1]]), pi_e[:1])[0]
     assert v0 == pytest.approx(v_hat[0], abs=0.02)
     # the greedy target would be wrong here: V under max_a Q differs from the ε-mixed V
     assert abs(q[0].max() - v[0]) > 0.05
-
-
-def test_fqe_tells_the_action_the_observation_names_by_its_words():
-    """One-step episodes: the observation names one of two actions and only that one pays. The
-    states are noise, so only m(a, o) tells Q which action the observation names: FQE values the
-    policy that follows the sign at 1 and the uniform one at ½."""
-    rng = np.random.default_rng(0)
-    texts, n = ["go left", "go right"], 400
-    named, taken = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    observations = [f"The sign says: {texts[k].upper()}." for k in named]
-    overlaps = word_overlap([texts[a] for a in taken], observations)
-    np.testing.assert_array_equal(overlaps, np.where(taken == named, 1.0, 0.5))  # "go" is in every sign
-    assert word_overlap(["", "look"], ["a room", "you look around"]).tolist() == [0.0, 1.0]
-    states = rng.normal(size=(n, 4))
-    fqe = FittedQEvaluation(np.eye(2), 4, FQEConfig(epochs=30), seed=0)
-    fqe.fit(Transitions(states=states, actions=taken, rewards=(taken == named).astype(float), next_states=states,
-                        done=np.ones(n, bool), next_candidates=np.full((n, 2), -1), next_probabilities=np.zeros((n, 2)),
-                        overlaps=overlaps, next_overlaps=np.zeros((n, 2))))
-    both = np.tile([0, 1], (n, 1))
-    both_overlaps = np.stack([word_overlap([t] * n, observations) for t in texts], 1)
-    follows = fqe.state_values(states, both, np.eye(2)[named], both_overlaps).mean()
-    uniform = fqe.state_values(states, both, np.full((n, 2), 0.5), both_overlaps).mean()
-    assert follows > 0.9 and abs(uniform - 0.5) < 0.1, (follows, uniform)
 
 
 def test_importance_weights_say_how_many_trajectories_carry_the_estimate():

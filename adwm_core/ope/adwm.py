@@ -174,7 +174,7 @@ def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
     if config.off_log == "fqe":
         if q_by_epsilon is None:
             raise ValueError("off_log='fqe' hands off-log pairs to FQE: pass its Q-networks per ε (q_by_epsilon)")
-        return LoggedSuccessors(bank, HandOverToValue(model, bank, q_by_epsilon))
+        return LoggedSuccessors(bank, HandOverToValue(model, q_by_epsilon))
     return LoggedSuccessors(bank, CarriedOver(bank, diffusion) if config.off_log == "carry_over" else diffusion)
 
 

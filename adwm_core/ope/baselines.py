@@ -8,8 +8,7 @@ What the estimators read:
   environment's reward scale — only at terminal steps when the head was supervised there
   only, and only at t = 0 when it was trained on reward-to-go (its output is then a value);
 - FQE, and the Q and V of DR/WDR: states are the world-model latents z_t = LN(f_θ(o_t)),
-  actions the world model's action embeddings e(a) (⟨unk⟩ beyond its vocabulary) with the
-  share m(a, o_t) of the action's words found in the observation (ope/fqe.py). The
+  actions the world model's action embeddings e(a) (⟨unk⟩ beyond its vocabulary). The
   target policy is what π_e^ε does in the environment (``PolicyAgent``): with probability
   1 − ε π_e's greedy action at s (written by log-prob extraction), with probability ε a
   uniformly drawn admissible action; π_e's greedy action alone where no admissible list
@@ -20,7 +19,6 @@ What the estimators read:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,13 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data.actions import normal_action
+from ..data.actions import NULL
 from ..data.behaviour_log import BehaviourLog
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .settings import BaselineConfig
-from .fqe import FittedQEvaluation, Transitions, word_overlap
+from .fqe import FittedQEvaluation, Transitions
 from .intervals import percentile_bootstrap
 
 USES_Q = ("FQE", "DR", "WDR")
@@ -78,11 +76,9 @@ class LoggedSteps:
     latents: np.ndarray  # (N, T+1, d_z) z_0 … z_T
     actions: np.ndarray  # (N, T) vocabulary ids of the logged actions
     predicted_rewards: np.ndarray  # (N, T) DM's R̂, 0 where the head is not read
-    candidates: np.ndarray  # (N, T, K) π_e's greedy id, then the distinct admissible actions' ids; −1 = padding
-    uniform: np.ndarray  # (N, T, K) share of each admissible action in the admissible list
+    candidates: np.ndarray  # (N, T, K) π_e's greedy id, then the admissible ids; −1 = padding
+    uniform: np.ndarray  # (N, T, K) share of each admissible id in the admissible list
     listed: np.ndarray  # (N, T) an admissible list was logged
-    overlaps: np.ndarray  # (N, T) m(a_t, o_t) of the logged action
-    candidate_overlaps: np.ndarray  # (N, T, K) m(candidate, o_t)
 
     @cached_property
     def unknown_ratios(self) -> str | None:
@@ -124,9 +120,9 @@ def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
     if greedy.null_count:
         raise ValueError(f"{scores_name}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
                          "rerun log-prob extraction (files written before the greedy_action column cannot serve FQE)")
-    vocabulary, observations = model.config.actions, table["observation"].to_pylist()
-    candidates, uniform, listed, candidate_overlaps = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
-                                                                  observations, evaluation[epsilons[0]], vocabulary)
+    vocabulary = model.config.actions
+    candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
+                                              evaluation[epsilons[0]], vocabulary)
     arrays = episode_arrays(log, vocabulary, model.config.reward)
     latents, predicted = _encode(model, arrays)
     return LoggedSteps(
@@ -136,8 +132,6 @@ def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
         eval_logp={eps: _on_grid(grid, rows) for eps, rows in evaluation.items()},
         latents=latents, actions=arrays.actions, predicted_rewards=predicted,
         candidates=candidates, uniform=uniform, listed=listed,
-        overlaps=grid.place(episodes, t, word_overlap(table["action"].to_pylist(), observations), 0.0),
-        candidate_overlaps=candidate_overlaps,
     )
 
 
@@ -157,21 +151,27 @@ def _on_grid(grid: StepGrid, rows: pa.Table) -> np.ndarray:
 
 
 def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],
-                observations: Sequence[str], greedy_rows: pa.Table,
-                vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per step: [π_e's greedy action, the distinct admissible actions…] as ids, each admissible
-    action's share of its list, whether a list was logged, and each candidate's m(a, o_t)."""
+                greedy_rows: pa.Table, vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: [greedy id, distinct admissible ids…] and each admissible id's share of the list."""
     greedy = grid.place(greedy_rows["episode"].to_numpy(), greedy_rows["t"].to_numpy(),
-                        np.asarray(greedy_rows["greedy_action"].to_pylist(), dtype=object), None)
-    lists = [Counter(normal_action(a) for a in listed or ()) for listed in admissible]
-    shape = (*grid.shape, 1 + max(map(len, lists), default=0))
-    candidates, uniform, overlaps = np.full(shape, -1, np.int64), np.zeros(shape), np.zeros(shape, np.float32)
-    for i, j, observation, counts in zip(np.searchsorted(grid.episodes, episodes), t, observations, lists):
-        texts = [greedy[i, j], *counts]
-        candidates[i, j, :len(texts)] = vocabulary.ids(texts)
-        overlaps[i, j, :len(texts)] = word_overlap(texts, [observation] * len(texts))
-        uniform[i, j, 1:len(texts)] = np.fromiter(counts.values(), float, len(counts)) / max(counts.total(), 1)
-    return candidates, uniform, grid.place(episodes, t, np.array([bool(c) for c in lists]), False), overlaps
+                        np.asarray(vocabulary.ids(greedy_rows["greedy_action"].to_pylist())), NULL)
+    lists = [a or () for a in admissible]
+    sizes = np.array([len(a) for a in lists])
+    owner = np.repeat(np.arange(len(lists)), sizes)  # the step each listed action belongs to
+    n_ids = len(vocabulary)
+    keys, counts = np.unique(owner * n_ids + np.asarray(vocabulary.ids([a for lst in lists for a in lst]), np.int64),
+                             return_counts=True)
+    step, ids = keys // n_ids, keys % n_ids
+    slot = np.arange(len(keys)) - np.searchsorted(step, step)  # rank of each distinct id within its step
+    k = 1 + (int(slot.max()) + 1 if len(slot) else 0)
+    candidates = np.full((*grid.shape, k), -1, np.int64)
+    uniform = np.zeros((*grid.shape, k))
+    candidates[..., 0] = np.where(grid.mask, greedy, -1)
+    rows = np.searchsorted(grid.episodes, episodes)
+    candidates[rows[step], t[step], 1 + slot] = ids
+    uniform[rows[step], t[step], 1 + slot] = counts / sizes[step]
+    listed = grid.place(episodes, t, sizes > 0, False)
+    return candidates, uniform, listed
 
 
 @torch.no_grad()
@@ -202,9 +202,8 @@ def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Base
     fqe = fit_fqe(steps, model, epsilon, config, seed, rows)
     mask, candidates, states = steps.grid.mask[rows], steps.candidates[rows], steps.latents[rows, :-1]
     q, v = np.zeros(mask.shape), np.zeros(mask.shape)
-    q[mask] = fqe.q_values(states[mask], steps.actions[rows][mask], steps.overlaps[rows][mask])
-    v[mask] = fqe.state_values(states[mask], candidates[mask], steps.candidate_probabilities(epsilon)[rows][mask],
-                               steps.candidate_overlaps[rows][mask])
+    q[mask] = fqe.q_values(states[mask], steps.actions[rows][mask])
+    v[mask] = fqe.state_values(states[mask], candidates[mask], steps.candidate_probabilities(epsilon)[rows][mask])
     return q, v
 
 
@@ -221,8 +220,6 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
     next_candidates = np.concatenate([candidates[:, 1:], np.full((n, 1, k), -1)], 1)
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
     next_probabilities[done] = 0.0
-    overlaps = steps.candidate_overlaps[rows]
-    next_overlaps = np.concatenate([overlaps[:, 1:], np.zeros((n, 1, k), np.float32)], 1)
     states = latents[:, :-1]
     fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
@@ -230,7 +227,6 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
         states=states[mask], actions=steps.actions[rows][mask], rewards=steps.rewards[rows][mask],
         next_states=latents[:, 1:][mask], done=done[mask],
         next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
-        overlaps=steps.overlaps[rows][mask], next_overlaps=next_overlaps[mask],
     ))
     return fqe
 

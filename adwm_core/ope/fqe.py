@@ -1,7 +1,6 @@
 """Fitted Q evaluation of an ε-mixed policy (Le et al., 2019; app:fqe-correction).
 
-Q_φ: [s; e(a)] (and m(a, o), into the first layer) → 128 → 128 → 1 with SiLU, regressed on the
-Bellman target
+Q_φ: [s; e(a)] → 128 → 128 → 1 with SiLU, regressed on the Bellman target
 
     y = r_t + γ (1 − done_t) V_φ′(s_{t+1}),   V_φ′(s) = Σ_a π_e^ε(a|s) Q_φ′(s, a),
 
@@ -9,44 +8,18 @@ the expectation over the ε-mixed policy's candidate actions at s_{t+1} (not a g
 max: the greedy target is wrong for ε > 0). φ′ follows φ by Polyak averaging
 (φ′ ← 0.99 φ′ + 0.01 φ); Adam 3e-4, batch 64, 20 epochs. One FQE is fitted per ε level
 (the paper's per-ε correction): each is evaluated only at its own V(s_0).
-
-m(a, o) (:func:`word_overlap`, beyond the paper) is the share of the action's words found in
-the observation it is taken in: e(a) is read from a table and s from a latent, and neither
-tells an MLP on a few hundred episodes whether a is the action o names ("Simon says, 'eat
-grapefruit'"; the recipe's ingredient), so without it Q came out nearly flat in ε.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import math
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 from .settings import FQEConfig
-
-
-WORD = re.compile(r"[a-z0-9]+")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _words(text: str) -> frozenset[str]:
-    return frozenset(WORD.findall(text.lower()))
-
-
-def word_overlap(actions: Sequence[str], observations: Sequence[str]) -> np.ndarray:
-    """m(a, o) ∈ [0, 1] of each (action, observation) pair: the share of the action's distinct
-    words (lower-case letters and digits) among the observation's; 0 for an action without any."""
-    shares = []
-    for action, observation in zip(actions, observations):
-        words = _words(action)
-        shares.append(len(words & _words(observation)) / len(words) if words else 0.0)
-    return np.asarray(shares, dtype=np.float32)
 
 
 @dataclass
@@ -60,35 +33,15 @@ class Transitions:
     done: np.ndarray  # (M,) the episode ended at t+1 (no bootstrap)
     next_candidates: np.ndarray  # (M, K) action ids at s_{t+1}, −1 = padding
     next_probabilities: np.ndarray  # (M, K) π_e^ε over the candidates, 0 at padding
-    overlaps: np.ndarray  # (M,) m(a_t, o_t)
-    next_overlaps: np.ndarray  # (M, K) m(candidate, o_{t+1})
 
     def __post_init__(self) -> None:
         m = len(self.actions)
         if not all(len(x) == m for x in (self.states, self.rewards, self.next_states, self.done,
-                                         self.next_candidates, self.next_probabilities, self.overlaps,
-                                         self.next_overlaps)):
+                                         self.next_candidates, self.next_probabilities)):
             raise ValueError("every field of Transitions needs one row per transition")
         totals = self.next_probabilities.sum(1)[~self.done]
         if len(totals) and not np.allclose(totals, 1.0, atol=1e-4):
             raise ValueError("next_probabilities must sum to 1 over the candidates of every non-terminal next state")
-
-
-class QNetwork(nn.Module):
-    """Q_φ(s, a) = MLP([s; e(a)]) whose first layer also reads m(a, o): W[s; e(a)] + w_m m + b."""
-
-    def __init__(self, d_in: int, width: int) -> None:
-        super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(d_in, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
-                                 nn.Linear(width, 1))
-        self.overlap = nn.Linear(1, width, bias=False)
-
-    def forward(self, features: torch.Tensor, overlaps: torch.Tensor) -> torch.Tensor:
-        first, *rest = self.mlp
-        hidden = first(features) + self.overlap(overlaps.unsqueeze(-1))
-        for layer in rest:
-            hidden = layer(hidden)
-        return hidden.squeeze(-1)
 
 
 class FittedQEvaluation:
@@ -97,22 +50,22 @@ class FittedQEvaluation:
         torch.manual_seed(seed)
         self.actions = torch.as_tensor(action_features, dtype=torch.float32)
         width = config.hidden
-        self.q = QNetwork(d_state + self.actions.shape[1], config.hidden)
+        self.q = nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), nn.SiLU(),
+                               nn.Linear(width, width), nn.SiLU(), nn.Linear(width, 1))
         self.config, self.gamma, self.seed = config, gamma, seed
 
-    def _q(self, net: nn.Module, states: torch.Tensor, actions: torch.Tensor, overlaps: torch.Tensor) -> torch.Tensor:
-        return net(torch.cat([states, self.actions[actions.clamp(min=0)]], dim=-1), overlaps)
+    def _q(self, net: nn.Module, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return net(torch.cat([states, self.actions[actions.clamp(min=0)]], dim=-1)).squeeze(-1)
 
-    def _v(self, net: nn.Module, states: torch.Tensor, candidates: torch.Tensor, probs: torch.Tensor,
-           overlaps: torch.Tensor) -> torch.Tensor:
+    def _v(self, net: nn.Module, states: torch.Tensor, candidates: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         k = candidates.shape[1]
-        q = self._q(net, states.repeat_interleave(k, 0), candidates.reshape(-1), overlaps.reshape(-1)).reshape(-1, k)
+        q = self._q(net, states.repeat_interleave(k, 0), candidates.reshape(-1)).reshape(-1, k)
         return (q * probs).sum(1)
 
     def fit(self, data: Transitions) -> list[float]:
         """Train on ``data``; returns the mean Bellman loss per epoch."""
         t = {name: torch.as_tensor(np.asarray(getattr(data, name)), dtype=torch.float32)
-             for name in ("states", "rewards", "next_states", "next_probabilities", "overlaps", "next_overlaps")}
+             for name in ("states", "rewards", "next_states", "next_probabilities")}
         actions = torch.as_tensor(data.actions, dtype=torch.long)
         candidates = torch.as_tensor(data.next_candidates, dtype=torch.long)
         not_done = torch.as_tensor(~np.asarray(data.done), dtype=torch.float32)
@@ -126,10 +79,9 @@ class FittedQEvaluation:
             order = rng.permutation(len(actions))
             for rows in np.array_split(order, math.ceil(len(order) / c.batch_size)):
                 with torch.no_grad():
-                    v_next = self._v(target_net, t["next_states"][rows], candidates[rows], t["next_probabilities"][rows],
-                                     t["next_overlaps"][rows])
+                    v_next = self._v(target_net, t["next_states"][rows], candidates[rows], t["next_probabilities"][rows])
                     y = t["rewards"][rows] + self.gamma * not_done[rows] * v_next
-                loss = nn.functional.mse_loss(self._q(self.q, t["states"][rows], actions[rows], t["overlaps"][rows]), y)
+                loss = nn.functional.mse_loss(self._q(self.q, t["states"][rows], actions[rows]), y)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 optimiser.step()
@@ -141,15 +93,11 @@ class FittedQEvaluation:
         return losses
 
     @torch.no_grad()
-    def q_values(self, states: np.ndarray, actions: np.ndarray, overlaps: np.ndarray) -> np.ndarray:
-        """Q(s, a) of each (state, action id, m(a, o)) row."""
-        return self._q(self.q, torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(actions),
-                       torch.as_tensor(overlaps, dtype=torch.float32)).numpy()
+    def q_values(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        return self._q(self.q, torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(actions)).numpy()
 
     @torch.no_grad()
-    def state_values(self, states: np.ndarray, candidates: np.ndarray, probabilities: np.ndarray,
-                     overlaps: np.ndarray) -> np.ndarray:
-        """V(s) = Σ_a π_e^ε(a|s) Q(s, a) over each state's candidates (and their m(a, o))."""
+    def state_values(self, states: np.ndarray, candidates: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+        """V(s) = Σ_a π_e^ε(a|s) Q(s, a) over each state's candidates."""
         return self._v(self.q, torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(candidates),
-                       torch.as_tensor(probabilities, dtype=torch.float32),
-                       torch.as_tensor(overlaps, dtype=torch.float32)).numpy()
+                       torch.as_tensor(probabilities, dtype=torch.float32)).numpy()

@@ -2,7 +2,7 @@
 the rollout is answered from the log while the log holds π_e's (state, action) pairs, and at
 the first pair it never took the rollout ends with
 
-    r̂_t = Q̂_ε(z_t, a_t)   (with m(a_t, o_t) of the observation π_e read),
+    r̂_t = Q̂_ε(z_t, a_t),
 
 FQE's value of π_e^ε from there on (ope/fqe.py, fitted on the behaviour log per ε level), so
 reward_sum = Σ_{u<t} γ^u r_u + γ^t Q̂_ε(z_t, a_t). No pessimism penalty: π_e's rewarded steps
@@ -16,16 +16,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..model.world_model import WorldModel
-from .fqe import FittedQEvaluation, word_overlap
-from .state_bank import StateBank
+from .fqe import FittedQEvaluation
 from .transitions import Outcome, Query
 
 
 class HandOverToValue:
     """Every pair it is asked about ends its rollout with FQE's Q̂ of the rollout's ε level."""
 
-    def __init__(self, model: WorldModel, bank: StateBank, q_by_epsilon: Mapping[float, FittedQEvaluation]) -> None:
-        self.vocabulary, self.bank, self.q_by_epsilon = model.config.actions, bank, dict(q_by_epsilon)
+    def __init__(self, model: WorldModel, q_by_epsilon: Mapping[float, FittedQEvaluation]) -> None:
+        self.vocabulary, self.q_by_epsilon = model.config.actions, dict(q_by_epsilon)
 
     def __call__(self, query: Query) -> Outcome:
         if query.epsilons is None:
@@ -35,10 +34,9 @@ class HandOverToValue:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
         actions = np.asarray(self.vocabulary.ids(query.actions))
-        overlaps = word_overlap(query.actions, [self.bank.texts[i] for i in query.read])
         value = np.zeros(len(actions))
         for epsilon, q in self.q_by_epsilon.items():
             rows = query.epsilons == epsilon
             if rows.any():
-                value[rows] = q.q_values(states[rows], actions[rows], overlaps[rows])
+                value[rows] = q.q_values(states[rows], actions[rows])
         return Outcome.answered_by("model", query.past[:, -1].clone(), value, np.ones(len(actions), bool))
