@@ -180,3 +180,38 @@ def test_a_json_array_of_episodes_reads_as_jsonl(exported, native, tmp_path):
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps(records, indent=1))
     assert _sorted(read_logs(LogSource(str(path)), cell=native["cell"][0].as_py())).equals(native)
+
+
+def test_an_agentgym_evaluator_file_with_integer_and_string_flags_round_trips(tmp_path):
+    """AgentGym's evaluation scripts write one JSON line per task: item_id "<task>_<n>", the
+    conversation with its instruction preamble (turns carry ``loss``), the final reward and
+    ``"success": 1`` / ``0``; other evaluators write flags as strings."""
+    def evaluated(n: int, reward: float, success) -> dict:
+        return {"conversations": [
+            {"from": "human", "loss": None, "value": "You are web shopping. Reply with Action: search[...] or click[...]."},
+            {"from": "gpt", "loss": False, "value": "Ok."},
+            {"from": "human", "loss": None, "value": f"WebShop [SEP] Instruction: item {n} [SEP] Search"},
+            {"from": "gpt", "loss": True, "value": f"Thought: find it.\nAction: search[item {n}]"},
+            {"from": "human", "loss": None, "value": f"Results: B0{n}"},
+            {"from": "gpt", "loss": True, "value": f"Action: click[B0{n}]"}],
+            "item_id": f"webshop_{n}", "reward": reward, "success": success}
+
+    path = tmp_path / "webshop_eval.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in (evaluated(1, 1.0, 1), evaluated(2, 0.25, 0),
+                                                        evaluated(3, 1.0, "True"), evaluated(4, 0.0, "false"))) + "\n")
+    out = tmp_path / "trajectories.parquet"
+    imported = import_logs(LogSource(str(path), preamble_turns=2), str(out), cell="mine")
+    last = {r["episode"]: r for r in imported.to_pylist() if r["done"]}
+    assert [(last[e]["success"], last[e]["reward"]) for e in sorted(last)] == [
+        (True, 1.0), (False, 0.25), (True, 1.0), (False, 0.0)]
+    assert [r["action"] for r in imported.to_pylist()][:2] == ["search[item 1]", "click[B01]"]
+    back = tmp_path / "back.jsonl"
+    export_jsonl(imported, str(back))
+    again = read_logs(LogSource(str(back)), cell="mine")
+    columns = ["episode", "t", "action", "reward", "done", "success", "observation"]
+    assert _sorted(again).select(columns).to_pylist() == _sorted(imported).select(columns).to_pylist()
+    path.write_text(json.dumps(evaluated(5, 1.0, 2)) + "\n" + json.dumps(evaluated(6, 1.0, "yes please")) + "\n")
+    with pytest.raises(LogFormatError) as error:
+        read_logs(LogSource(str(path), preamble_turns=2), cell="mine")
+    assert ":1: success: expected true or false (or 1 / 0), got int 2" in str(error.value)
+    assert ":2: success: expected true or false (or 1 / 0), got str 'yes please'" in str(error.value)

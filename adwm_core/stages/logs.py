@@ -182,11 +182,23 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+FLAG_SPELLINGS = {True: True, False: False, "true": True, "false": False, "1": True, "0": False}  # 1 == True, 0 == False
+
+
+def _flag(value) -> bool | None:
+    """A flag as evaluators write it — true/false, 1/0 (AgentGym's ``"success": 1``), or those as
+    strings in any case — as a bool; None for anything else."""
+    key = value.strip().lower() if isinstance(value, str) else value
+    if isinstance(key, float) and key.is_integer():
+        key = int(key)
+    return FLAG_SPELLINGS.get(key) if isinstance(key, (bool, int, str)) else None
+
+
 # the value types a log field may have: a check and how an error names it
 KINDS = {
     "string": (lambda v: isinstance(v, str), "a string"),
     "strings": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of strings"),
-    "flag": (lambda v: isinstance(v, bool), "true or false"),
+    "flag": (lambda v: _flag(v) is not None, "true or false (or 1 / 0)"),
     "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     "number": (_number, "a finite number"),
     "logprob": (lambda v: _number(v) and v <= 0.0, "a finite log-probability (≤ 0)"),
@@ -194,13 +206,14 @@ KINDS = {
 
 
 def _typed(record: Mapping, key: str, kind: str, problems: _Problems, line: int, where: str = ""):
-    """``record[key]`` if present and of ``kind`` (:data:`KINDS`; else a problem and None)."""
+    """``record[key]`` if present and of ``kind`` (:data:`KINDS`; else a problem and None); a flag
+    as a bool."""
     value = record.get(key)
     check, expected = KINDS[kind]
     if value is not None and not check(value):
         problems.add(line, f"{where}{key}", f"expected {expected}, got {type(value).__name__} {value!r:.60}")
         return None
-    return value
+    return _flag(value) if kind == "flag" and value is not None else value
 
 
 def _conversation_table(records: Iterable[tuple[int, Any]], source: LogSource, cell: str) -> pa.Table:
