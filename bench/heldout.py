@@ -135,16 +135,20 @@ def admitted_cells() -> list[str]:
     return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
 
 
-def finished_report(cell: str, run: bool):
-    """The finished report stage of ``cell`` (a cell name or a YAML path; its flow run first with
-    ``run``), or None where it is not finished under today's code and config."""
-    config = CellConfig.load(cell_config_path(cell))
-    if run:
-        subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
+def finished_stage(cell: str, stage: str, policy=None):
+    """The finished artifact of ``stage`` of ``cell`` (a cell name or a YAML path; for π_e
+    ``policy``), or None where it is not finished under today's code and config."""
     try:
-        return pipeline.finished(config, "report")
+        return pipeline.finished(CellConfig.load(cell_config_path(cell)), stage, policy)
     except FileNotFoundError:
         return None
+
+
+def finished_report(cell: str, run: bool):
+    """:func:`finished_stage` of the report, the cell's flow run first with ``run``."""
+    if run:
+        subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
+    return finished_stage(cell, "report")
 
 
 def report_results(report) -> dict[str, dict] | None:
@@ -284,24 +288,21 @@ def slug(settings: dict[str, object]) -> str:
 def answered_shares(cell: str) -> dict[str, float] | None:
     """The share of ADWM's imagined steps each source answered, over the cell's π_e (mean), from
     the finished ADWM stages; None where one is not finished."""
-    config = CellConfig.load(cell_config_path(cell))
-    try:
-        timings = [json.loads(open(pipeline.finished(config, "adwm", p).file("timings")).read())
-                   for p in config.evaluation.policies]
-    except FileNotFoundError:
+    stages = [finished_stage(cell, "adwm", p) for p in CellConfig.load(cell_config_path(cell)).evaluation.policies]
+    if None in stages:
         return None
+    timings = [json.loads(open(stage.file("timings")).read()) for stage in stages]
     return {source: float(np.mean([t.get(f"{source}_share", np.nan) for t in timings])) for source in SOURCES}
 
 
 def world_model_seconds(cell: str) -> float | None:
     """Training seconds of the cell's finished world model, summed over its ensemble's members
     (each member's history.json); None where it is not finished."""
-    try:
-        folder = pipeline.finished(CellConfig.load(cell_config_path(cell)), "world-model").file("model")
-    except FileNotFoundError:
+    stage = finished_stage(cell, "world-model")
+    if stage is None:
         return None
     return sum(json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]["seconds"]
-               for member in member_paths(folder))
+               for member in member_paths(stage.file("model")))
 
 
 def write_variant(settings: dict[str, object], run: bool, cells: list[str] | None = None) -> dict:
