@@ -130,15 +130,16 @@ class CellConfig(Settings):
         return value
 
     @classmethod
-    def for_logs(cls, logs: LogSource, env: str, agent: PolicySpec, *, name: str | None = None, task: str = "*",
-                 epsilons: tuple[float, ...] = EPSILONS, overrides: Mapping[str, Any] | None = None) -> "CellConfig":
+    def for_logs(cls, logs: LogSource, env: str, agents: Sequence[PolicySpec], *, name: str | None = None,
+                 task: str = "*", epsilons: tuple[float, ...] = EPSILONS,
+                 overrides: Mapping[str, Any] | None = None) -> "CellConfig":
         """The cell of ``adwm evaluate``: the user's logs of environment ``env`` as behaviour data,
-        ``agent`` as the π_e family, no ground truth, imagined states read by retrieval (what an
+        each of ``agents`` with its π_e family, no ground truth, imagined states read by retrieval (what an
         endpoint allows); ``overrides`` maps dotted keys to values (``{"world_model.steps": 200}``).
         The cell is named after the logs unless ``name`` is given."""
         raw: dict[str, Any] = {
             "name": name or logs_cell_name(logs.path), "env": {"name": env, "task": task},
-            "behaviour": {"logs": logs}, "evaluation": {"policies": [agent], "epsilons": list(epsilons)},
+            "behaviour": {"logs": logs}, "evaluation": {"policies": list(agents), "epsilons": list(epsilons)},
             "adwm": {"reading": "retrieval"}}
         for dotted, value in (overrides or {}).items():
             assign(raw, dotted, value)

@@ -4,16 +4,22 @@ which runs the evaluate-logs flow (Prefect and MLflow live here, not in adwm_cor
 from __future__ import annotations
 
 import argparse
-import sys
-
 import json
+import os
+import sys
 
 import fsspec
 
 from adwm_core import cli as core
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
+from adwm_core.ope.settings import AdwmConfig, BaselineConfig
+from adwm_core.policies.openai_backend import MODES
+from adwm_core.ranking import rank_agents, ranking_lines
 from adwm_core.report import interval_lines, not_applicable_lines, trust_lines
+from adwm_core.settings import PsiConfig, TrainConfig
+
+RANKED_BY = "ADWM:reward_sum"
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -34,54 +40,109 @@ go to $ADWM_HOME/cells/<name>/, tracking to MLflow, the run to Prefect, as for a
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
-    evaluate = sub.add_parser("evaluate", help="estimate your agent's value from your own behaviour logs",
+    evaluate = sub.add_parser("evaluate", help="estimate your agents' values from your own behaviour logs",
                               description=EVALUATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     evaluate.add_argument("--logs", required=True, help="behaviour logs: JSONL file, dataset folder or name, Parquet")
     evaluate.add_argument("--env", required=True, help="the environment the logs come from (see `adwm envs`)")
-    evaluate.add_argument("--agent-model", required=True,
-                          help="the agent: its model name at the endpoint, or a model folder with --agent-backend")
-    evaluate.add_argument("--agent-base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
-                          "(API key from $OPENAI_API_KEY)")
+    evaluate.add_argument("--agent-model", action="append", default=[],
+                          help="an agent: its model name at the endpoint, or a model folder with --agent-backend; "
+                          "repeat it to score and rank several agents on one world model (default: $ADWM_AGENT_MODEL)")
+    evaluate.add_argument("--agent-base-url", default=os.environ.get("ADWM_AGENT_BASE_URL"),
+                          help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (…/v1/completions and "
+                          "…/v1/chat/completions are read as …/v1; API key from $OPENAI_API_KEY; "
+                          "default: $ADWM_AGENT_BASE_URL)")
     evaluate.add_argument("--agent-backend", choices=("transformers", "vllm"),
                           help="load --agent-model in this process instead of reaching an endpoint")
     evaluate.add_argument("--agent-tokenizer", help="tokenizer folder or cached hub name of an endpoint's model "
                           "(default: the model name)")
-    evaluate.add_argument("--agent-mode", choices=("completions", "chat"), default="completions",
+    evaluate.add_argument("--agent-mode", choices=MODES,
                           help="completions (default; log-probs, so importance sampling runs) or chat")
+    evaluate.add_argument("--concurrency", type=int, default=8, help="requests in flight to the endpoint (default 8)")
+    evaluate.add_argument("--max-retries", type=int, default=5,
+                          help="retries of a failed request (429, 5xx, connection), with backoff (default 5)")
+    evaluate.add_argument("--timeout", type=float, default=120.0, help="seconds before a request is given up "
+                          "(default 120)")
     evaluate.add_argument("--format", dest="logs_format", choices=("jsonl", "hf", "parquet"),
                           help="format of --logs (default: from its suffix)")
     evaluate.add_argument("--preamble-turns", type=int, default=0, metavar="N",
                           help="turns opening every conversation that are no step (AgentTraj-L: 2, the instruction "
                           "and the agent's OK); the first gives the task description")
+    evaluate.add_argument("--limit", type=int, metavar="N",
+                          help="only the first N episodes of the logs: a quick try (its own cell, <name>-firstN)")
     evaluate.add_argument("--task", default="*", help="task type(s) of the environment (default: all)")
     evaluate.add_argument("--name", help="cell name for artifacts and tracking (default: logs-<file stem>)")
     evaluate.add_argument("--epsilons", default="0,0.25,0.5,0.75,1", help="ε levels (default 0,0.25,0.5,0.75,1)")
+    evaluate.add_argument("--seed", type=int, default=0,
+                          help="shift every seed of the run by this much: world model, ψ, ADWM's and the baselines' "
+                          "seed lists (default 0: the recipe's own seeds; --set overrides it key by key)")
+    evaluate.add_argument("--output-path", help="write one JSON there: the estimates, the full config, library "
+                          "versions and the commit")
     evaluate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
+
+
+def endpoint(base_url: str, mode: str | None) -> tuple[str, str]:
+    """The base URL the OpenAI client takes (…/v1) and the request mode, from a base URL or a full
+    route as lm-evaluation-harness users give it (…/v1/completions, …/v1/chat/completions)."""
+    url = base_url.rstrip("/")
+    for route, implied in (("/chat/completions", "chat"), ("/completions", "completions")):
+        if url.endswith(route):
+            if mode not in (None, implied):
+                raise ValueError(f"--agent-base-url {base_url} is the {implied} route, but --agent-mode is {mode}: "
+                                 f"give the base URL {url[:-len(route)]} or drop --agent-mode")
+            return url[:-len(route)], implied
+    return url, mode or "completions"
+
+
+def seed_overrides(seed: int) -> dict:
+    """Every seed of the run shifted by ``seed`` (0: the recipe's own seeds, nothing overridden)."""
+    if seed == 0:
+        return {}
+    return {"world_model.seed": TrainConfig().seed + seed, "psi.seed": PsiConfig().seed + seed,
+            "adwm.seeds": [s + seed for s in AdwmConfig().seeds],
+            "baselines.seeds": [s + seed for s in BaselineConfig().seeds]}
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from flows.evaluate_logs import evaluate_logs
     from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
 
-    if args.agent_base_url and args.agent_backend:
-        raise ValueError("give --agent-base-url (an endpoint) or --agent-backend (a local folder), not both")
-    if not args.agent_base_url and not args.agent_backend:
-        raise ValueError("say where the agent runs: --agent-base-url http://…/v1, or --agent-backend transformers "
-                         "with --agent-model a model folder")
+    models = args.agent_model or ([os.environ["ADWM_AGENT_MODEL"]] if os.environ.get("ADWM_AGENT_MODEL") else [])
+    if not models:
+        raise ValueError("name the agent: --agent-model <name at the endpoint or model folder> (repeatable), "
+                         "or set $ADWM_AGENT_MODEL")
+    base_url, mode = args.agent_base_url, args.agent_mode
+    if base_url and args.agent_backend:
+        raise ValueError("give --agent-base-url (an endpoint) or --agent-backend (a local folder), not both "
+                         "(unset $ADWM_AGENT_BASE_URL to load a local folder)")
+    if not base_url and not args.agent_backend:
+        raise ValueError("say where the agent runs: --agent-base-url http://…/v1 (or $ADWM_AGENT_BASE_URL), or "
+                         "--agent-backend transformers with --agent-model a model folder")
+    if base_url:
+        base_url, mode = endpoint(base_url, mode)
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1 episode, got {args.limit}")
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    state = evaluate_logs(args.logs, args.env, args.agent_model, agent_base_url=args.agent_base_url,
-                          agent_backend=args.agent_backend, agent_tokenizer=args.agent_tokenizer,
-                          agent_mode=args.agent_mode, logs_format=args.logs_format,
-                          preamble_turns=args.preamble_turns, task=args.task, name=args.name,
-                          epsilons=epsilons, overrides=parse_assignments(args.overrides), return_state=True)
+    state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
+                          agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
+                          logs_format=args.logs_format, preamble_turns=args.preamble_turns, task=args.task,
+                          name=args.name, epsilons=epsilons,
+                          overrides={**seed_overrides(args.seed), **parse_assignments(args.overrides)},
+                          limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
+                          agent_timeout=args.timeout, output_path=args.output_path, return_state=True)
     folder = state.result()  # raises the failed stage's own error
     with fsspec.open(f"{folder}/{CURVES}") as f:
         curves = json.load(f)
+    estimates = read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES)
     print("\nĴ [95 % bootstrap interval] per estimator and ε (seed 0; no ground truth: ungraded)")
-    print("\n".join(interval_lines(read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES))))
+    print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
+    if len(models) > 1:
+        epsilon = min(epsilons)
+        print("\n" + "\n".join(ranking_lines(rank_agents(estimates, epsilon=epsilon), RANKED_BY, epsilon)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
+    if args.output_path:
+        print(f"results  {args.output_path}")
     return 0
 
 
