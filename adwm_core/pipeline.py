@@ -26,7 +26,9 @@ A stage's artifacts go to ``$ADWM_HOME/cells/<cell>/<stage>/<key[:16]>/``; a ``_
 marker is written after ``compute`` returned. A run that finds the marker reuses the folder;
 one that finds another process computing the same key (a file lock under
 ``$ADWM_HOME/locks``, released by the kernel if that process dies) waits, then reuses it; a
-killed run's leftovers are removed before computing again. On an fsspec URL root (``s3://…``)
+killed run's leftovers are removed before computing again, except the finished units a stage
+kept under ``_units/`` (``StageRun.units``; the ADWM stage: one per estimator, world model and
+seed), which the new run reads instead of computing them again. On an fsspec URL root (``s3://…``)
 no lock holds: two runs reaching one stage at once both compute it, and the second to finish
 overwrites the first's files with its own (same key, same settings) — the deployments' per-cell
 concurrency limit keeps two runs of one cell apart (prefect.yaml).
@@ -39,6 +41,7 @@ import functools
 import hashlib
 import json
 import os
+import posixpath
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -55,6 +58,7 @@ from .paths import artifact_path
 from .specs import REMOTE_BACKENDS, UNKEYED_OPTIONS, PolicySpec, Progress
 
 MARKER = "_COMPLETE"
+UNITS = "_units"  # StageRun.units: finished units of a stage's work, kept across a kill
 ENVIRONMENT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envs", "data")  # read by the adapters
 UNKEYED_SETTINGS = frozenset({"device"})  # fields of any settings section left out of keys
 
@@ -104,6 +108,12 @@ class StageRun:
 
     def output(self, role: str) -> str:
         return self.artifact.file(role)
+
+    @property
+    def units(self) -> str:
+        """Where the stage may keep finished units of its work: the one part of a killed run's
+        folder that is kept, so the next run resumes from them; removed once the stage finished."""
+        return f"{self.artifact.path}/{UNITS}"
 
     def input(self, stage: str, role: str) -> str:
         """The file ``role`` of the one artifact of input ``stage``."""
@@ -413,11 +423,17 @@ def run(cell: CellConfig, name: str, policy: PolicySpec | None = None, *, tracke
         if on_start is not None:
             on_start(artifact, False)
         fs, root = fsspec.core.url_to_fs(artifact.path)
-        if fs.exists(root):  # a killed run's leftovers, half-written files included
-            log(f"{name}: {artifact.path} was left unfinished; computing it again from scratch")
-            fs.rm(root, recursive=True)
+        if fs.exists(root):  # a killed run's leftovers, half-written files included: all but its finished units
+            units = fs.ls(f"{root}/{UNITS}", detail=False) if fs.exists(f"{root}/{UNITS}") else []
+            log(f"{name}: {artifact.path} was left unfinished; computing it again"
+                + (f", resuming from {len(units)} finished unit(s)" if units else " from scratch"))
+            for entry in fs.ls(root, detail=False):
+                if posixpath.basename(entry.rstrip("/")) != UNITS:
+                    fs.rm(entry, recursive=True)
         fs.makedirs(root, exist_ok=True)
         stage(name).compute(work)
+        if fs.exists(f"{root}/{UNITS}"):
+            fs.rm(f"{root}/{UNITS}", recursive=True)
         with fs.open(f"{root}/{MARKER}", "w") as f:
             f.write(artifact.key)
     return artifact

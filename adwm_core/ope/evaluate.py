@@ -8,13 +8,16 @@ reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 
 from __future__ import annotations
 
+import pickle
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 
 from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
+from ..data.io import atomic_open
 from ..data.behaviour_log import BehaviourLog
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
@@ -82,6 +85,7 @@ def evaluate_policy(
     config: AdwmConfig = AdwmConfig(),
     progress: Progress | None = None,
     fit_q: Callable[[WorldModel], Mapping[float, FittedQEvaluation]] | None = None,
+    units: str | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
@@ -91,7 +95,8 @@ def evaluate_policy(
     text readings. ADWM rolls π_e out in every member with the same seeds; kNN-WM reads member 0's
     state bank. ``progress(done, total)`` is told of every finished seed of every world model;
     ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
-    hands off-log pairs to them."""
+    hands off-log pairs to them; ``units``: a folder keeping each finished (estimator, member,
+    seed) unit's rollouts, read back instead of imagined again (a killed stage resumes there)."""
     check_epsilons(epsilons)
     if isinstance(world_model, str):
         models = WorldModel.load_ensemble(world_model)
@@ -111,10 +116,14 @@ def evaluate_policy(
     runs: dict[str, list[list[Rollouts]]] = {name: [] for name in members}  # estimator → member → seed
     total, done = sum(map(len, members.values())) * len(config.seeds), 0
     for name, transitions in members.items():
-        for imagination, transition in transitions:
+        for member, (imagination, transition) in enumerate(transitions):
             runs[name].append([])
             for seed in config.seeds:
-                runs[name][-1].append(imagination.run(policy, transition, epsilons, seed))
+                unit = None if units is None else f"{units}/{name}-member{member}-seed{seed}.pkl"
+                rollouts = _finished_unit(unit)
+                if rollouts is None:
+                    rollouts = _kept(unit, imagination.run(policy, transition, epsilons, seed))
+                runs[name][-1].append(rollouts)
                 done += 1
                 if progress is not None:
                     progress(done, total)
@@ -122,3 +131,22 @@ def evaluate_policy(
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
                                   config=config, estimator=name)]
     return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ESTIMATOR] for run in seeds]
+
+
+def _finished_unit(path: str | None) -> Rollouts | None:
+    """The rollouts a unit file holds, None where there is none."""
+    if path is None:
+        return None
+    fs, local = fsspec.core.url_to_fs(path)
+    if not fs.exists(local):
+        return None
+    with fs.open(local, "rb") as f:
+        return pickle.load(f)  # written by _kept in this stage's own folder
+
+
+def _kept(path: str | None, rollouts: Rollouts) -> Rollouts:
+    """``rollouts``, written to the unit file ``path`` first (atomically) where there is one."""
+    if path is not None:
+        with atomic_open(path) as f:
+            pickle.dump(rollouts, f)
+    return rollouts

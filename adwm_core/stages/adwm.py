@@ -44,6 +44,7 @@ def run_adwm(
     overwrite: bool = False,
     timings: dict | None = None,
     progress: Progress | None = None,
+    units: str | None = None,
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
@@ -52,7 +53,8 @@ def run_adwm(
     in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total)`` of
     finished seeds. Every member of the world model's ensemble imagines (ope/evaluate.py). With
     ``off_log='fqe'`` the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
-    fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``."""
+    fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``.
+    ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -70,7 +72,7 @@ def run_adwm(
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
     estimates, runs = evaluate_policy(members, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                      config=config, progress=progress, fit_q=fit_q)
+                                      config=config, progress=progress, fit_q=fit_q, units=units)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["world_models"] = float(len(members))
@@ -107,7 +109,7 @@ def compute(run: StageRun) -> None:
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,
                  logprobs=run.input("logprobs", "logprobs") if "logprobs" in run.inputs else None,
-                 fqe=cell.baselines.fqe, timings=timings, progress=progress)
+                 fqe=cell.baselines.fqe, timings=timings, progress=progress, units=run.units)
     timings["wall_seconds"] = time.perf_counter() - started
     with atomic_open(run.output("timings"), "w") as f:
         json.dump(timings, f, indent=2)
