@@ -1,8 +1,10 @@
 """One Prefect task per stage of the registry (adwm_core/pipeline.py): the stage runs in an
 MLflow run nested under the flow run's (named ``"<stage> [<π_e label>]"`` per π_e), its key,
 folder and whether it was reused as the run's parameters, its metrics and kept files in it,
-its progress as a Prefect progress artifact. Stages hand each other folders found by key, not
-objects: ``after`` only orders the tasks (and draws the DAG in the Prefect UI)."""
+its progress as a Prefect progress artifact; the behaviour log is the behaviour and world-model
+runs' dataset input and each world model a registered MLflow model (tasks/registry.py). Stages
+hand each other folders found by key, not objects: ``after`` only orders the tasks (and draws
+the DAG in the Prefect UI)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from adwm_core.pipeline import Artifact, Tracker
 from adwm_core.specs import PolicySpec
 
 from .common import stage_progress, stage_run
+from .registry import behaviour_of, log_behaviour_input, register_world_model
+
+TRAINED_ON_BEHAVIOUR = {"behaviour": "behaviour", "world-model": "training"}  # stage → dataset input context
 
 
 class MlflowTracker(Tracker):
@@ -49,9 +54,15 @@ def _run_stage(name: str, cell: CellConfig, policy: PolicySpec | None, parent_ru
     def started(artifact: Artifact, reused: bool) -> None:
         if mlflow.active_run() is not None:
             mlflow.log_params({"stage_key": artifact.key[:16], "artifact": artifact.path, "reused": reused})
+            if name in TRAINED_ON_BEHAVIOUR:
+                log_behaviour_input(cell, behaviour_of(cell, name, artifact), TRAINED_ON_BEHAVIOUR[name])
 
-    with stage_run(parent_run, pipeline.stage(name).run_name(None if policy is None else policy.label)):
-        return pipeline.run(cell, name, policy, tracker=MlflowTracker(cell.name), log=logger.info, on_start=started)
+    with stage_run(parent_run, pipeline.stage(name).run_name(None if policy is None else policy.label)) as run:
+        artifact = pipeline.run(cell, name, policy, tracker=MlflowTracker(cell.name), log=logger.info,
+                                on_start=started)
+        if run is not None and name == "world-model":
+            logger.info(f"world model registered as {register_world_model(cell, artifact, run.info.run_id)}")
+        return artifact
 
 
 def _task(stage: pipeline.Stage) -> Task:

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import tomllib
 import re
 
 import pytest
@@ -142,6 +143,8 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
     with open(os.path.join(DEPLOYMENTS, "..", "prefect.yaml")) as f:
         project = yaml.safe_load(f)
     cells = {os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DEPLOYMENTS, "*.yaml"))}
+    with open(os.path.join(DEPLOYMENTS, "..", "pyproject.toml"), "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
     by_flow: dict[str, set] = {}
     for deployment in project["deployments"]:
         flow = deployment["entrypoint"].rsplit(":", 1)[1]
@@ -150,6 +153,14 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
         assert deployment["work_pool"]["name"] == "gpu"
         if flow in ("ope_cell", "full_suite"):  # a second run of one cell (or suite) waits for the first
             assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}, deployment["name"]
+        # what the Prefect UI shows and filters by: a description, tags and the project's version
+        assert deployment["description"] and deployment["version"] == version, deployment["name"]
+        if flow == "ope_cell":
+            with open(os.path.join(DEPLOYMENTS, f"{deployment['name']}.yaml")) as f:
+                config = yaml.safe_load(f)
+            kind = {"local": "development", "test": "test"}.get(deployment["name"].split("-")[0], "seed")
+            assert deployment["tags"] == ["ope-cell", kind, config["env"]["name"],
+                                          "gpu" if config.get("needs_gpu") else "cpu"], deployment["name"]
     assert by_flow["ope_cell"] == cells
     assert {"textworld-express", "scienceworld", "hotpotqa", "alfworld", "webshop"} <= by_flow["evaluate_policy"]
     assert {"nightly", "local", "smoke"} <= by_flow["full_suite"]

@@ -124,6 +124,13 @@ def test_mlflow_has_a_parent_run_with_a_nested_run_per_stage(first_run):
     checkpoint = {a.path for a in client.list_artifacts(children["world-model"].info.run_id, "world_model")}
     assert any(path.endswith(".safetensors") for path in checkpoint), checkpoint
     assert "ADWM_reward_sum.rho" in children["report"].data.metrics
+    (behaviour,), (model,) = stage_folders("behaviour"), stage_folders("world-model")
+    for stage, context in (("behaviour", "behaviour"), ("world-model", "training")):  # the log as a dataset input
+        (used,) = children[stage].inputs.dataset_inputs
+        assert {t.key: t.value for t in used.tags}["mlflow.data.context"] == context
+        assert json.loads(used.dataset.source)["uri"] == os.path.join(behaviour, "trajectories.parquet")
+    registered = client.get_model_version_by_alias("adwm-world-model", "tiny-flow")  # models:/…@<cell>
+    assert os.path.normpath(registered.tags["adwm.path"]) == os.path.normpath(model)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                              capture_output=True, text=True).stdout.strip()
@@ -245,23 +252,30 @@ def test_a_pool_without_a_success_is_refused_before_world_model_training(harness
     assert not os.path.exists(os.path.join(cell, "world-model"))
 
 
+def evaluate_argv(first_run, logs, *options: str) -> list[str]:
+    """``adwm evaluate`` on the tiny cell's behaviour exported to JSONL at ``logs``, at toy sizes,
+    its agents loaded in-process, ``options`` added (the agents among them)."""
+    from adwm_core.stages.logs import export_jsonl
+
+    (behaviour,) = stage_folders("behaviour")
+    export_jsonl(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES), str(logs))
+    config = yaml.safe_load(open(first_run[0]))
+    settings = ["world_model.steps=20", "adwm.n_rollouts=4", "adwm.horizon=4", "adwm.seeds=[0]", "adwm.n_bootstrap=50",
+                "adwm.guidance=none", "baselines.n_bootstrap=50", "baselines.fqe.epochs=2"]
+    return ["evaluate", "--logs", str(logs), "--env", config["env"]["name"], "--task", config["env"]["task"],
+            "--agent-backend", "transformers", "--epsilons", "0,1", *options,
+            *(arg for setting in settings for arg in ("--set", setting))]
+
+
 def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_model(first_run, tiny_policies,
                                                                                      harness, capsys):
     """The command line on the tiny cell's behaviour exported to JSONL (no log-probs in it, no
     pool): Ĵ with intervals per estimator and ε, the importance-sampling family not applicable;
     run again, every stage is reused; malformed logs stop it before any stage, with file and line."""
-    from adwm_core.stages.logs import export_jsonl
     from flows.cli import main
 
-    (behaviour,) = stage_folders("behaviour")
-    logs = str(harness / "tiny-logs.jsonl")
-    export_jsonl(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES), logs)
-    config = yaml.safe_load(open(first_run[0]))
-    settings = ["world_model.steps=20", "adwm.n_rollouts=4", "adwm.horizon=4", "adwm.seeds=[0]", "adwm.n_bootstrap=50",
-                "adwm.guidance=none", "baselines.n_bootstrap=50", "baselines.fqe.epochs=2"]
-    argv = ["evaluate", "--logs", logs, "--env", config["env"]["name"], "--task", config["env"]["task"],
-            "--agent-model", tiny_policies["late"], "--agent-backend", "transformers", "--epsilons", "0,1",
-            *(arg for setting in settings for arg in ("--set", setting))]
+    argv = evaluate_argv(first_run, harness / "tiny-logs.jsonl", "--agent-model", tiny_policies["late"])
+    logs = argv[argv.index("--logs") + 1]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "Ĵ [95 % bootstrap interval]" in out
@@ -282,6 +296,88 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
     error = capsys.readouterr().err
     assert f"{broken}:2: conversations: empty episode" in error
     assert not os.path.exists(os.path.join(os.environ["ADWM_HOME"], "cells", "logs-broken", "world-model"))
+
+
+def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_run(first_run, tiny_policies, harness,
+                                                                                  capsys, monkeypatch):
+    """Two agents in one run (--agent-model twice) on the logs' first 6 episodes: one import and
+    one world model, both agents ranked with P(best); --seed shifts the recipe's seeds except
+    where --set names them; --output-path writes the estimates, the config, versions and the
+    commit; an endpoint in $ADWM_AGENT_BASE_URL beside a local backend is refused."""
+    from flows.cli import main
+
+    output = harness / "ranked.json"
+    monkeypatch.delenv("ADWM_AGENT_BASE_URL", raising=False)
+    argv = evaluate_argv(first_run, harness / "ranked.jsonl", "--agent-model", tiny_policies["late"], "--agent-model",
+                         tiny_policies["early"], "--limit", "6", "--seed", "3", "--output-path", str(output))
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    ranking = out[out.index("agents ranked by ADWM:reward_sum at ε=0"):].splitlines()[1:3]
+    assert sorted(line.split()[1] for line in ranking) == ["early@p0", "late@p0"], out
+    assert sum(float(line.rsplit("P(best) = ", 1)[1]) for line in ranking) == pytest.approx(1.0, abs=0.011)
+
+    cell = os.path.join(os.environ["ADWM_HOME"], "cells", "logs-ranked-first6")
+    assert len(glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))) == 1
+    (imported,) = glob.glob(os.path.join(cell, "behaviour", "*", "trajectories.parquet"))
+    assert len(set(read_table(imported, TRAJECTORIES)["episode"].to_pylist())) == 6
+
+    record = json.loads(output.read_text())
+    assert {(r["policy"], r["estimator"], r["epsilon"]) for r in record["results"]} >= {
+        (agent, "ADWM:reward_sum", eps) for agent in ("early@p0", "late@p0") for eps in (0.0, 1.0)}
+    assert record["config"]["world_model"]["seed"] == 3 and record["config"]["baselines"]["seeds"] == [3]
+    assert record["config"]["adwm"]["seeds"] == [0]  # --set names it: the user's value wins
+    assert {"torch", "prefect", "mlflow"} <= set(record["versions"]) and "commit" in record
+
+    monkeypatch.setenv("ADWM_AGENT_BASE_URL", "http://127.0.0.1:9/v1/completions")
+    assert main(argv) == 2  # an endpoint from the environment and a local backend: refused before any stage
+    assert "not both" in capsys.readouterr().err
+
+
+def test_a_killed_adwm_stage_resumes_from_its_finished_seeds(first_run, harness, monkeypatch):
+    """The ADWM stage with a third seed, killed (SIGKILL) once some (estimator, seed) units were
+    kept: the rerun imagines only the missing units, and every seed's rows are those an
+    uninterrupted run gives (seeds 0 and 1: the first run's own rows)."""
+    from adwm_core import pipeline
+    from adwm_core.cell import CellConfig
+    from adwm_core.ope.rollouts import ImaginedRollouts
+
+    config = yaml.safe_load(open(first_run[0]))
+    config["adwm"]["seeds"] = [0, 1, 2]
+    path = harness / "tiny-flow-three-seeds.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cell = CellConfig.load(str(path))
+    (policy,) = cell.evaluation.policies
+    folder = pipeline.stage_key(cell, "adwm", policy)[0][:16]
+    units = os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-flow", "adwm", folder, pipeline.UNITS)
+    script = ("import sys; from adwm_core import pipeline; from adwm_core.cell import CellConfig; "
+              "c = CellConfig.load(sys.argv[1]); pipeline.run(c, 'adwm', c.evaluation.policies[0])")
+    process = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 600
+        while len(glob.glob(os.path.join(units, "*.pkl"))) < 2 and process.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, "the stage finished before it could be killed"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    kept = len(glob.glob(os.path.join(units, "*.pkl")))
+    assert 2 <= kept < 6 and not os.path.exists(os.path.join(os.path.dirname(units), "_COMPLETE"))
+
+    imagined = []
+    run = ImaginedRollouts.run
+    monkeypatch.setattr(ImaginedRollouts, "run", lambda self, *a, **k: imagined.append(a[-1]) or run(self, *a, **k))
+    messages = []
+    artifact = pipeline.run(cell, "adwm", policy, log=messages.append)
+    assert len(imagined) == 6 - kept  # ADWM and kNN-WM × 3 seeds, less the units kept
+    assert any(f"resuming from {kept} finished unit(s)" in m for m in messages), messages
+    assert not os.path.exists(units)  # a finished stage keeps no units
+    resumed = read_table(artifact.file("estimates"), ESTIMATES).to_pylist()
+    first = pipeline.run(CellConfig.load(first_run[0]), "adwm", policy, log=messages.append)  # reused
+    before = read_table(first.file("estimates"), ESTIMATES).to_pylist()
+    assert len(imagined) == 6 - kept  # the first run's stage was reused, not imagined again
+    assert [r for r in resumed if r["seed"] < 2] == before and {r["seed"] for r in resumed} == {0, 1, 2}
 
 
 def stage_reuse(flow_run_id: str) -> dict[str, bool]:

@@ -73,13 +73,17 @@ def prefect(env, *args, timeout=600) -> str:
 
 
 def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, tiny_policies, tmp_path):
-    """Through full-suite/test, which runs the cell as its own flow run of deployment ope-cell/tiny-flow."""
+    """Through full-suite/test, which runs the cell as its own flow run of deployment ope-cell/tiny-flow
+    (registered with the description, tags and version the project's prefect.yaml gives a cell)."""
     cell = tiny_cell(tmp_path / "tiny-flow.yaml", tiny_policies)
+    with open(os.path.join(REPO, "prefect.yaml")) as f:
+        (shipped,) = [d for d in yaml.safe_load(f)["deployments"] if d["name"] == "local-simonsays"]
+    labels = {key: shipped[key] for key in ("description", "tags", "version")}
     project = {
         "name": "adwm-test", "prefect-version": "3.7.7",
         "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": REPO}}],
         "deployments": [{"name": "tiny-flow", "entrypoint": "flows/ope_cell.py:ope_cell",
-                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"},
+                         "parameters": {"cell": cell}, "work_pool": {"name": "gpu"}, **labels,
                          "concurrency_limit": {"limit": 1, "collision_strategy": "ENQUEUE"}},
                         {"name": "test", "entrypoint": "flows/full_suite.py:full_suite",
                          "parameters": {"cells": ["tiny-flow"]}, "work_pool": {"name": "gpu"}}],
@@ -89,6 +93,7 @@ def test_a_deployment_runs_through_the_cli_to_completed_and_is_tracked(stack, ti
     registered = json.loads(prefect(stack, "deployment", "inspect", "ope-cell/tiny-flow", "-o", "json"))
     assert registered["global_concurrency_limit"]["limit"] == 1  # prefect.yaml's one run at a time
     assert registered["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+    assert {key: registered[key] for key in labels} == labels  # what the Prefect UI filters and shows
     output = prefect(stack, "deployment", "run", "full-suite/test", "--watch")
     assert "Flow run finished successfully in 'Completed'" in output, output[-3000:]
     suite_run = re.search(r"UUID:\s*([0-9a-f-]{36})", output).group(1)
