@@ -18,11 +18,16 @@ import ast
 import functools
 import hashlib
 import os
+import threading
 from collections.abc import Iterable
 
 PACKAGE = "adwm_core"
 _ROOT = os.path.dirname(os.path.abspath(__file__))
 _SAMPLE = 1 << 20  # bytes hashed at each end of a large file
+# Stage keys are computed on the task runner's threads, and CPython 3.11's AST construction
+# keeps its recursion depth in state shared between threads: two parses at once can fail with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905).
+_PARSING = threading.Lock()
 
 
 def module_file(module: str) -> str | None:
@@ -86,7 +91,7 @@ def _without_docstrings(tree: ast.Module) -> ast.Module:
 @functools.lru_cache(maxsize=None)
 def _parsed(module: str) -> tuple[str, frozenset[str]]:
     """(digest of the module's code, the ``adwm_core`` modules it imports)."""
-    with open(module_file(module), encoding="utf-8") as f:
+    with open(module_file(module), encoding="utf-8") as f, _PARSING:
         tree = ast.parse(f.read())
     imports = frozenset(_imported(module, tree))
     digest = hashlib.sha256(ast.dump(_without_docstrings(tree)).encode()).hexdigest()
