@@ -120,8 +120,6 @@ def _evaluate(args: argparse.Namespace) -> int:
                          "--agent-backend transformers with --agent-model a model folder")
     if base_url:
         base_url, mode = endpoint(base_url, mode)
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1 episode, got {args.limit}")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",

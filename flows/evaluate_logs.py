@@ -12,6 +12,7 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from prefect import flow
 
 from adwm_core.cell import CellConfig, logs_cell_name
@@ -65,7 +66,7 @@ def first_episodes(source: LogSource, limit: int, name: str) -> LogSource:
         raise ValueError(f"--limit must be at least 1 episode, got {limit}")
     table = read_logs(source, cell=name)
     kept = list(dict.fromkeys(table["episode"].to_pylist()))[:limit]
-    table = table.filter(pa.compute.is_in(table["episode"], pa.array(kept, table["episode"].type)))
+    table = table.filter(pc.is_in(table["episode"], pa.array(kept, table["episode"].type)))
     out = artifact_path("limited", f"{name}-first{limit}.parquet")
     write_table(table, out, TRAJECTORIES, overwrite=True)
     return LogSource(out, "parquet")
