@@ -70,6 +70,35 @@ def corridor(tmp_path_factory):
     return path, WorldModel.load(str(root / "wm"))
 
 
+class Counting(East):
+    """East, counting the histories it is asked."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def act(self, histories):
+        self.asked += len(histories)
+        return super().act(histories)
+
+
+def test_memoised_decisions_give_the_same_rows_and_ask_each_history_once(corridor):
+    """π_e behind the stage's memo: the estimates are those of the bare policy, π_e is asked once
+    per distinct history (every rollout's first step is shared across ε levels and seeds, so
+    most are hits), and the hit rate says so."""
+    from adwm_core.ope.memo import MemoisedPolicy
+
+    trajectories, model = corridor
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=50)
+    bare, inner = Counting(), Counting()
+    memoised = MemoisedPolicy(inner)
+    rows = [evaluate_policy(model, trajectories, policy, cell="c", label="east", epsilons=(0.0, 0.5, 1.0),
+                            config=config)[0].to_pylist() for policy in (bare, memoised)]
+    assert rows[0] == rows[1]
+    assert memoised.asked == bare.asked and inner.asked == len(memoised.memo) < bare.asked / 2
+    assert memoised.hit_rate == pytest.approx(1 - inner.asked / bare.asked)
+    assert memoised.act([]) == [] and MemoisedPolicy(East()).hit_rate == 0.0
+
+
 def test_the_corridor_values_are_exact():
     for eps, truth in zip((0.0, 1.0), (TRUTH[0], TRUTH[-1])):
         success = [e.success for e in corridor_episodes(EpsilonGoldAgent(eps), 400)]

@@ -8,6 +8,7 @@ reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -86,6 +87,7 @@ def evaluate_policy(
     progress: Progress | None = None,
     fit_q: Callable[[WorldModel], Mapping[float, FittedQEvaluation]] | None = None,
     units: str | None = None,
+    samples: str | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
@@ -96,7 +98,8 @@ def evaluate_policy(
     state bank. ``progress(done, total)`` is told of every finished seed of every world model;
     ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
     hands off-log pairs to them; ``units``: a folder keeping each finished (estimator, member,
-    seed) unit's rollouts, read back instead of imagined again (a killed stage resumes there)."""
+    seed) unit's rollouts, read back instead of imagined again (a killed stage resumes there);
+    ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``)."""
     check_epsilons(epsilons)
     if isinstance(world_model, str):
         models = WorldModel.load_ensemble(world_model)
@@ -127,10 +130,41 @@ def evaluate_policy(
                 done += 1
                 if progress is not None:
                     progress(done, total)
+    if samples is not None:
+        with atomic_open(samples, "w") as f:
+            for member, (bank, by_seed) in enumerate(zip(banks, runs[ESTIMATOR])):
+                for seed, rollouts in zip(config.seeds, by_seed):
+                    for record in imagined_episodes(rollouts, bank, policy=label, seed=seed, member=member):
+                        f.write(json.dumps(record, ensure_ascii=False) + "\n")
     rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
                                   config=config, estimator=name)]
     return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ESTIMATOR] for run in seeds]
+
+
+def imagined_episodes(rollouts: Rollouts, bank: StateBank, *, policy: str, seed: int, member: int) -> list[dict]:
+    """One seed's rollouts as episodes of the JSONL import format (stages/logs.py), to read: per
+    step the behaviour observation nearest to the imagined state z_t (what π_e reads under the
+    retrieval reading), π_e^ε's action, the imagined reward r̂_t and what answered the step
+    (``source``: the log, a carried-over logged outcome, the model); per episode its ε, seed,
+    world-model member and whether the model ended it (``done``). Imagination predicts rewards
+    and the end, not the engine's win flag: ``success`` is written false."""
+    by_rollout = defaultdict(list)
+    for step in rollouts.steps:
+        by_rollout[step.rollout].append(step)
+    episodes = []
+    for rollout, steps in sorted(by_rollout.items()):
+        turns = []
+        for step in steps:
+            turns += [{"from": "human", "value": bank.texts[step.observation]},
+                      {"from": "gpt", "value": step.action, "action": step.action, "reward": step.reward,
+                       "source": step.source}]
+        episodes.append({"item_id": rollout, "policy": policy, "epsilon": float(rollouts.epsilons[rollout]),
+                         "seed": seed, "member": member, "imagined": True,
+                         "task_description": bank.task_descriptions[rollouts.starts[rollout]], "conversations": turns,
+                         "reward": float(sum(step.reward for step in steps)), "success": False,
+                         "done": steps[-1].done})
+    return episodes
 
 
 def _finished_unit(path: str | None) -> Rollouts | None:

@@ -62,6 +62,7 @@ class Rollouts:
     reward_sum: np.ndarray  # (R,)
     success_similarity: np.ndarray  # (R,)
     lengths: np.ndarray  # (R,) imagined steps taken
+    starts: np.ndarray  # (R,) the bank row each rollout started from
     seconds: dict[str, float] = field(default_factory=dict)  # transition, policy (and the transition's parts)
     steps: list[ImaginedStep] = field(default_factory=list)
 
@@ -131,7 +132,7 @@ class ImaginedRollouts:
                 steps.append(ImaginedStep(int(r), t, int(i), a, str(source), float(r_hat), bool(ends)))
             lengths[rows] += 1
             alive[rows[outcome.done]] = False
-        return Rollouts(eps_of, reward_sum, similarity, lengths, seconds, steps)
+        return Rollouts(eps_of, reward_sum, similarity, lengths, starts, seconds, steps)
 
     def _observed(self, row: int) -> str:
         """The observation text π_e is shown for bank row ``row``: its text under the retrieval

@@ -20,6 +20,7 @@ from ..ope.baselines import fit_fqe, logged_steps
 from ..ope.settings import AdwmConfig, BaselineConfig, FQEConfig
 from ..ope.transitions import SOURCES
 from ..ope.evaluate import evaluate_policy
+from ..ope.memo import MemoisedPolicy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
 from ..specs import EPSILONS, PolicySpec, Progress, check_epsilons
@@ -45,6 +46,7 @@ def run_adwm(
     timings: dict | None = None,
     progress: Progress | None = None,
     units: str | None = None,
+    samples: str | None = None,
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
@@ -54,7 +56,8 @@ def run_adwm(
     finished seeds. Every member of the world model's ensemble imagines (ope/evaluate.py). With
     ``off_log='fqe'`` the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
     fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``.
-    ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes."""
+    ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
+    ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -70,12 +73,15 @@ def run_adwm(
                                 BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
-    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else llm
+    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
     estimates, runs = evaluate_policy(members, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                      config=config, progress=progress, fit_q=fit_q, units=units)
+                                      config=config, progress=progress, fit_q=fit_q, units=units,
+                                      samples=samples)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["world_models"] = float(len(members))
+        if isinstance(reader, MemoisedPolicy):  # decisions π_e was asked for, and the share the memo answered
+            timings["decisions"], timings["decision_memo_hit_rate"] = float(reader.asked), reader.hit_rate
         sources = np.array([step.source for run in runs for step in run.steps])
         timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
         for part in sorted({part for run in runs for part in run.seconds}):
@@ -109,7 +115,8 @@ def compute(run: StageRun) -> None:
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,
                  logprobs=run.input("logprobs", "logprobs") if "logprobs" in run.inputs else None,
-                 fqe=cell.baselines.fqe, timings=timings, progress=progress, units=run.units)
+                 fqe=cell.baselines.fqe, timings=timings, progress=progress, units=run.units,
+                 samples=run.output("samples"))
     timings["wall_seconds"] = time.perf_counter() - started
     with atomic_open(run.output("timings"), "w") as f:
         json.dump(timings, f, indent=2)
