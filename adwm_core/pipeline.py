@@ -209,7 +209,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           environment=True, gpu=True),
     Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": _evaluation(cell, policy),
                                         **({"fqe": cell.baselines.fqe} if cell.adwm.off_log == "fqe" else {})},
-          {"estimates": "estimates.parquet", "timings": "timings.json"}, "adwm_core.stages.adwm",
+          {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl"},
+          "adwm_core.stages.adwm",
           inputs=lambda cell: ("behaviour", "world-model", *_maybe(cell.adwm.reading == "soft_tokens", "psi"),
                                *_maybe(cell.adwm.off_log == "fqe", "logprobs")),
           per_policy=True, environment=True, gpu=True),
@@ -444,4 +445,18 @@ def _reused(artifact: Artifact, name: str, log: Callable[[str], None],
     log(f"{name}: reusing {artifact.path} (same settings, inputs and code)")
     if on_start is not None:
         on_start(artifact, True)
+    return artifact
+
+
+def run_all(cell: CellConfig, *, log: Callable[[str], None] = print) -> Artifact:
+    """Every stage of ``cell``, one after another in this process, without an orchestrator (the
+    Python API, adwm_core/api.py; the flow ope-cell runs the same stages, independent branches
+    concurrently): the report's artifact. Stages the cell skips (``psi`` unless π_e reads soft
+    tokens, ``ground-truth`` without a ground-truth section) are skipped here too."""
+    skipped = {"psi": cell.adwm.reading != "soft_tokens", "ground-truth": cell.ground_truth is None}
+    for name in stage_names(cell):
+        if skipped.get(name):
+            continue
+        for policy in cell.evaluation.policies if stage(name).per_policy else [None]:
+            artifact = run(cell, name, policy, log=log)
     return artifact

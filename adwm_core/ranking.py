@@ -26,16 +26,20 @@ class AgentRank:
     p_best: float
 
 
-def rank_agents(estimates: pa.Table, *, estimator: str = "ADWM:reward_sum", epsilon: float = 0.0, seed: int = 0,
-                confidence: float = 0.95, draws: int = 20_000, rng_seed: int = 0) -> list[AgentRank]:
+def rank_agents(estimates: pa.Table, *, estimator: str = "ADWM:reward_sum", epsilon: float = 0.0,
+                seed: int | None = None, confidence: float = 0.95, draws: int = 20_000,
+                rng_seed: int = 0) -> list[AgentRank]:
     """The agents of ``estimates`` (its ``policy`` column) by ``estimator``'s Ĵ at ``epsilon``
-    (seed ``seed``), best first, with P(best) as in the module docstring."""
-    rows = [r for r in estimates.to_pylist()
-            if r["estimator"] == estimator and r["epsilon"] == epsilon and r["seed"] == seed]
+    (seed ``seed``; None: the estimator's first seed), best first, with P(best) as in the module
+    docstring."""
+    candidates = [r for r in estimates.to_pylist() if r["estimator"] == estimator and r["epsilon"] == epsilon]
+    if seed is None and candidates:
+        seed = min(r["seed"] for r in candidates)
+    rows = [r for r in candidates if r["seed"] == seed]
     if not rows:
         known = sorted({(r["estimator"], r["epsilon"]) for r in estimates.to_pylist()})
-        raise ValueError(f"no {estimator} estimate at ε={epsilon:g}, seed {seed} to rank agents by; the estimates "
-                         f"hold (estimator, ε): {known}")
+        raise ValueError(f"no {estimator} estimate at ε={epsilon:g}{'' if seed is None else f', seed {seed}'} to "
+                         f"rank agents by; the estimates hold (estimator, ε): {known}")
     values = np.array([r["value"] for r in rows])
     z = norm.ppf(0.5 + confidence / 2)
     scales = np.array([max(r["ci_high"] - r["ci_low"], 0.0) / (2 * z) for r in rows])

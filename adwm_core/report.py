@@ -228,12 +228,21 @@ def not_applicable_lines(curves: dict) -> list[str]:
     return [f"not applicable: {', '.join(names)} — {reason}" for reason, names in by_reason.items()]
 
 
-def interval_lines(estimates: pa.Table, seed: int = 0) -> list[str]:
-    """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of one seed, a line each."""
-    rows = [r for r in estimates.to_pylist() if r["seed"] == seed]
-    rows.sort(key=lambda r: (r["estimator"], r["policy"], r["epsilon"]))
+def first_seed_rows(estimates: pa.Table) -> list[dict]:
+    """Every estimator's rows of its first seed (the seed lists differ by estimator: ``--seed``
+    shifts them all), sorted by estimator, π_e and ε."""
+    rows = estimates.to_pylist()
+    first: dict[str, int] = {}
+    for r in rows:
+        first[r["estimator"]] = min(first.get(r["estimator"], r["seed"]), r["seed"])
+    return sorted((r for r in rows if r["seed"] == first[r["estimator"]]),
+                  key=lambda r: (r["estimator"], r["policy"], r["epsilon"]))
+
+
+def interval_lines(estimates: pa.Table) -> list[str]:
+    """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of its first seed, a line each."""
     return [f"{r['estimator']:<26} {r['policy']:<20} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  "
-            f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in rows]
+            f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in first_seed_rows(estimates)]
 
 
 def _point_labels(curves: dict) -> list[str]:

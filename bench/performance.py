@@ -53,7 +53,7 @@ def child(kind: str, cell: str, facts_path: str) -> None:
     """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
     from adwm_core import pipeline
     from adwm_core.stages.collection import ground_truth_rollouts
-    from flows.evaluate_logs import agent_spec
+    from adwm_core.api import agent as agent_spec
     from flows.evaluate_policy import evaluate_policy
 
     config = load_cell(cell)

@@ -11,13 +11,12 @@ import sys
 import fsspec
 
 from adwm_core import cli as core
+from adwm_core.api import endpoint, seed_overrides
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
-from adwm_core.ope.settings import AdwmConfig, BaselineConfig
 from adwm_core.policies.openai_backend import MODES
 from adwm_core.ranking import rank_agents, ranking_lines
 from adwm_core.report import interval_lines, not_applicable_lines, trust_lines
-from adwm_core.settings import PsiConfig, TrainConfig
 
 RANKED_BY = "ADWM:reward_sum"
 
@@ -77,30 +76,11 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           "seed lists (default 0: the recipe's own seeds; --set overrides it key by key)")
     evaluate.add_argument("--output-path", help="write one JSON there: the estimates, the full config, library "
                           "versions and the commit")
+    evaluate.add_argument("--log-samples", metavar="PATH", help="write ADWM's imagined episodes there as JSONL in the "
+                          "logs' import format (each step: the observation read, the action, the imagined reward "
+                          "and what answered it)")
     evaluate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
-
-
-def endpoint(base_url: str, mode: str | None) -> tuple[str, str]:
-    """The base URL the OpenAI client takes (…/v1) and the request mode, from a base URL or a full
-    route as lm-evaluation-harness users give it (…/v1/completions, …/v1/chat/completions)."""
-    url = base_url.rstrip("/")
-    for route, implied in (("/chat/completions", "chat"), ("/completions", "completions")):
-        if url.endswith(route):
-            if mode not in (None, implied):
-                raise ValueError(f"--agent-base-url {base_url} is the {implied} route, but --agent-mode is {mode}: "
-                                 f"give the base URL {url[:-len(route)]} or drop --agent-mode")
-            return url[:-len(route)], implied
-    return url, mode or "completions"
-
-
-def seed_overrides(seed: int) -> dict:
-    """Every seed of the run shifted by ``seed`` (0: the recipe's own seeds, nothing overridden)."""
-    if seed == 0:
-        return {}
-    return {"world_model.seed": TrainConfig().seed + seed, "psi.seed": PsiConfig().seed + seed,
-            "adwm.seeds": [s + seed for s in AdwmConfig().seeds],
-            "baselines.seeds": [s + seed for s in BaselineConfig().seeds]}
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -127,20 +107,22 @@ def _evaluate(args: argparse.Namespace) -> int:
                           name=args.name, epsilons=epsilons,
                           overrides={**seed_overrides(args.seed), **parse_assignments(args.overrides)},
                           limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
-                          agent_timeout=args.timeout, output_path=args.output_path, return_state=True)
+                          agent_timeout=args.timeout, output_path=args.output_path, log_samples=args.log_samples,
+                          return_state=True)
     folder = state.result()  # raises the failed stage's own error
     with fsspec.open(f"{folder}/{CURVES}") as f:
         curves = json.load(f)
     estimates = read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES)
-    print("\nĴ [95 % bootstrap interval] per estimator and ε (seed 0; no ground truth: ungraded)")
+    print("\nĴ [95 % bootstrap interval] per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
     print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     if len(models) > 1:
         epsilon = min(epsilons)
         print("\n" + "\n".join(ranking_lines(rank_agents(estimates, epsilon=epsilon), RANKED_BY, epsilon)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
-    if args.output_path:
-        print(f"results  {args.output_path}")
+    for what, path in (("results", args.output_path), ("samples", args.log_samples)):
+        if path:
+            print(f"{what:<8} {path}")
     return 0
 
 

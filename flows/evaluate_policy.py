@@ -10,9 +10,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from adwm_core import pipeline
+from adwm_core.api import agent as agent_spec
 from adwm_core.cell import CellConfig
 from flows.cells import cell_config_path
-from flows.evaluate_logs import agent_spec
 from tasks.common import cell_run
 from tasks.policies import prepare_policies
 from tasks.stages import call

@@ -1,63 +1,14 @@
-"""Before any stage: check that this machine can run the cell, and split a GPU among its engines."""
+"""Before any stage: the cell checked and its GPU shared (adwm_core/runnable.py), as a Prefect task."""
 
 from __future__ import annotations
 
-import os
-
-import torch
 from prefect import task
 
-from adwm_core.cell import LOCAL_PREFIX, CellConfig
-from adwm_core.policies.vllm_backend import share_gpu_memory
-from adwm_core.specs import REMOTE_BACKENDS
+from adwm_core.cell import CellConfig
+from adwm_core.runnable import prepared
 
 
 @task(name="prepare-policies")
 def prepare_policies(cell: CellConfig, environment: bool = True) -> CellConfig:
-    """The cell, checked (:func:`check_runnable`), with each vLLM engine's share of the GPU
-    where CUDA is present (not part of any stage key)."""
-    check_runnable(cell, environment=environment)
-    if torch.cuda.is_available():
-        cell = cell.with_policies(share_gpu_memory(cell.policies()))
-    return cell
-
-
-def check_runnable(cell: CellConfig, environment: bool = True) -> None:
-    """Fail the first stage, naming what is missing, when this machine cannot run the cell: its GPU,
-    its models' weights, its environment (the engine's own error: Java, a package, a data
-    folder's missing file, an unknown task; skipped with ``environment=False``)."""
-    if cell.needs_gpu and not torch.cuda.is_available():
-        raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
-                           "a worker of work pool 'gpu' (see README, 'Running it')")
-    for where, spec in cell.policies():
-        if spec.model.startswith(LOCAL_PREFIX) or spec.backend in REMOTE_BACKENDS:  # an endpoint: checked when reached
-            continue
-        folder = os.path.expanduser(spec.model)
-        if os.path.isabs(folder) or os.path.isdir(folder):
-            if not os.path.isfile(os.path.join(folder, "config.json")):
-                raise FileNotFoundError(f"cell {cell.name}: {where}.model = {spec.model} holds no Hugging Face "
-                                        "model (no config.json); download the weights there or point the field "
-                                        "(or its environment variable) at them")
-        elif not _on_hub(spec.model):
-            raise FileNotFoundError(
-                f"cell {cell.name}: {where}.model = {spec.model!r} is neither a local folder nor in this machine's "
-                "Hugging Face cache, and the hub cannot be reached: on a connected machine run "
-                f"`hf download {spec.model}` (then copy the cache, $HF_HOME) or point the field (or its "
-                "environment variable) at a folder holding the weights")
-    if environment and cell.runs_environment:
-        cell.env.instances()
-
-
-def _on_hub(name: str) -> bool:
-    """The model is in the local Hugging Face cache, or (unless HF_HUB_OFFLINE) the hub answers for it."""
-    import huggingface_hub
-
-    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
-        return True
-    if huggingface_hub.constants.HF_HUB_OFFLINE:
-        return False
-    try:
-        huggingface_hub.model_info(name, timeout=10)
-    except Exception:  # offline, unknown, gated: the loader would fail the same way, later
-        return False
-    return True
+    """:func:`adwm_core.runnable.prepared` in the flow run."""
+    return prepared(cell, environment=environment)

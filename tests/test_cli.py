@@ -28,7 +28,8 @@ def test_collect_refuses_bad_input_before_running_anything(tmp_path, capsys):
 
 
 def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agent(monkeypatch, capsys):
-    from flows.cli import endpoint, main, seed_overrides
+    from adwm_core.api import endpoint, seed_overrides
+    from flows.cli import main
 
     assert endpoint("http://h:8000/v1/completions", None) == ("http://h:8000/v1", "completions")
     assert endpoint("http://h:8000/v1/chat/completions/", None) == ("http://h:8000/v1", "chat")

@@ -14,6 +14,7 @@ import sys
 import time
 
 import mlflow
+import numpy as np
 import pytest
 import yaml
 
@@ -331,6 +332,84 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     monkeypatch.setenv("ADWM_AGENT_BASE_URL", "http://127.0.0.1:9/v1/completions")
     assert main(argv) == 2  # an endpoint from the environment and a local backend: refused before any stage
     assert "not both" in capsys.readouterr().err
+
+
+def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(first_run, tiny_policies, harness,
+                                                                            capsys):
+    """The Python API, without Prefect: the logs as a file and as a DataFrame of steps give the
+    same trajectories; two agents run in this process; `adwm evaluate` with the same arguments
+    then reuses every stage and its results hold the API's numbers; another alpha recomputes
+    the estimator stages only, with narrower intervals; select_best ranks the agents with
+    P(best), and each estimator's ρ and regret@k against given true values."""
+    from adwm_core.api import LoggedEpisodes, OffPolicyEvaluation, agent
+    from flows.cli import main
+
+    output, samples = harness / "api.json", harness / "api-samples.jsonl"
+    argv = evaluate_argv(first_run, harness / "api-logs.jsonl", "--agent-model", tiny_policies["late"],
+                         "--agent-model", tiny_policies["early"], "--name", "api-example", "--output-path", str(output),
+                         "--log-samples", str(samples))
+    settings = dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--set")
+    settings = {key: yaml.safe_load(value) for key, value in settings.items()}
+    env, task = argv[argv.index("--env") + 1], argv[argv.index("--task") + 1]
+
+    logs = LoggedEpisodes.from_file(argv[argv.index("--logs") + 1], env, task)
+    steps = logs.to_pandas()
+    columns = ["episode", "t", "observation", "action", "reward", "success", "done", "next_observation",
+               "task_description"]
+    from_frame = LoggedEpisodes.from_dataframe(steps[columns].sample(frac=1.0, random_state=0), env, task)
+    assert from_frame.n_episodes == logs.n_episodes > 1
+    assert from_frame.steps.select(columns).equals(logs.steps.select(columns))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['success'\]"):
+        LoggedEpisodes.from_dataframe(steps.drop(columns="success"), env, task)
+
+    messages: list[str] = []
+    agents = [agent(tiny_policies["late"], backend="transformers"), agent(tiny_policies["early"], backend="transformers")]
+    ope = OffPolicyEvaluation(logs, agents, epsilons=[0, 1], settings=settings, name="api-example", log=messages.append)
+    values = ope.estimate_policy_values()
+    assert set(values.index) == {(a, e) for a in ("late@p0", "early@p0") for e in (0.0, 1.0)}
+    assert {"ADWM:reward_sum", "kNN-WM:reward_sum", "DM", "FQE"} <= set(values.columns)
+    cell = os.path.join(os.environ["ADWM_HOME"], "cells", "api-example")
+    computed = sorted(glob.glob(os.path.join(cell, "*", "*", "_COMPLETE")))
+
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert sorted(glob.glob(os.path.join(cell, "*", "*", "_COMPLETE"))) == computed  # the CLI computed nothing
+    record = json.loads(output.read_text())
+    first_seed = {}
+    for row in record["results"]:
+        first_seed[row["estimator"]] = min(first_seed.get(row["estimator"], row["seed"]), row["seed"])
+    cli = {(r["policy"], r["epsilon"], r["estimator"]): r["value"] for r in record["results"]
+           if r["seed"] == first_seed[r["estimator"]]}
+    for (label, epsilon), row in values.iterrows():
+        for estimator, value in row.dropna().items():
+            assert cli[label, epsilon, estimator] == value
+
+    # --log-samples: ADWM's imagined episodes (2 agents × 2 ε × 4 rollouts × 1 seed), readable as logs
+    assert ope.log_samples(str(harness / "api-samples-again.jsonl")) == 16
+    assert samples.read_text() == (harness / "api-samples-again.jsonl").read_text()
+    imagined = LoggedEpisodes.from_file(str(samples), env, task)
+    assert imagined.n_episodes == 16 and set(imagined.steps["policy"].to_pylist()) == {"late@p0", "early@p0"}
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert {(r["policy"], r["epsilon"]) for r in records} == set(values.index)
+    assert all(turn["source"] in ("log", "carried", "model") for r in records for turn in r["conversations"][1::2])
+
+    wide, narrow = ope.estimate_intervals(alpha=0.05), ope.estimate_intervals(alpha=0.5)
+    assert len(glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))) == 1
+    assert len(glob.glob(os.path.join(cell, "adwm", "*", "_COMPLETE"))) == 4  # two agents × two levels
+    adwm = (wide.estimator == "ADWM:reward_sum")
+    assert ((narrow.upper - narrow.lower)[adwm] <= (wide.upper - wide.lower)[adwm] + 1e-12).all()
+    assert (wide.value == narrow.value).all()
+    student = ope.estimate_intervals(ci="t")
+    assert set(student.estimator) == {"DM", "FQE"}  # no concentration interval for imagined rollouts
+
+    truth = {("late@p0", 0.0): 1.0, ("early@p0", 0.0): 0.2, ("late@p0", 1.0): 0.1, ("early@p0", 1.0): 0.0}
+    selection = ope.select_best(true_values=truth, top_k=2)
+    assert selection.best == selection.ranking.agent[0] and set(selection.ranking.agent) == {"late@p0", "early@p0"}
+    assert selection.ranking.p_best.sum() == pytest.approx(1.0, abs=0.01)
+    metrics = selection.metrics.set_index("estimator")
+    assert {"ADWM:reward_sum", "FQE"} <= set(metrics.index) and (metrics.n_points == 4).all()
+    assert (metrics.regret_at_2 <= metrics.regret_at_1).all() and (metrics.rho.between(-1, 1) | metrics.rho.isna()).all()
+    assert np.isnan(metrics.rho["DM"])  # DM never reads π_e: one value for every candidate, no ranking (NaN)
 
 
 def test_a_killed_adwm_stage_resumes_from_its_finished_seeds(first_run, harness, monkeypatch):

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from adwm_core.cell import CellConfig
-from tasks.policies import check_runnable
+from adwm_core.runnable import check_runnable
 
 DEPLOYMENTS = os.path.join(os.path.dirname(__file__), "..", "deployments")
 SCIENCEWORLD_VARIABLES = ("SCIENCEWORLD_SFT_MODEL", "SCIENCEWORLD_ETO_MODEL")

@@ -6,8 +6,9 @@
   resamples in which either side is constant, ρ undefined, are dropped and counted) and the
   exact permutation p-value of ρ (all n! pairings for n ≤ 10);
 - per-seed ρ (one ρ per seed's Ĵ curve) and avg-Ĵ ρ (ρ of the seed-averaged Ĵ);
-- regret@1: (max J − mean J over the policies Ĵ ranks first) / (J_max − J_min); ties at
-  the top are broken uniformly at random, in expectation;
+- regret@k: (max J − E[max J over the k policies Ĵ ranks highest]) / (J_max − J_min); ties
+  at the k-th place are broken uniformly at random, in expectation (regret@1: max J − the mean
+  J of the policies tied first);
 - normalised absolute error: mean |Ĵ − J| / (J_max − J_min).
 """
 
@@ -19,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import stats
+from scipy.special import comb
 
 from .intervals import percentile_bootstrap
 
@@ -134,10 +136,24 @@ def per_seed_spearman(estimates_by_seed: Sequence[Sequence[float]], truth: Seque
     return [spearman(curve, truth) for curve in curves], spearman(curves.mean(0), truth)
 
 
-def regret_at_1(estimates: Sequence[float], truth: Sequence[float]) -> float:
+def regret_at_k(estimates: Sequence[float], truth: Sequence[float], k: int) -> float:
+    """regret@k (module docstring): how far the best of the top-k by Ĵ falls short of the best
+    policy, over the truth's range. The top-k holds every policy whose Ĵ is above the k-th
+    highest and r of the m tied at it, drawn at random: P(max over the r drawn ≤ the j-th
+    smallest tied J) = C(j, r) / C(m, r)."""
     x, y = _pair(estimates, truth)
-    top = x == x.max()
-    return float((y.max() - y[top].mean()) / _range(y))
+    if not 1 <= k <= len(x):
+        raise ValueError(f"k = {k}: the top-k of {len(x)} policies needs 1 ≤ k ≤ {len(x)}")
+    kth = np.sort(x)[::-1][k - 1]
+    above, tied = y[x > kth], np.sort(y[x == kth])
+    at_most = comb(np.arange(1, len(tied) + 1), k - len(above)) / comb(len(tied), k - len(above))
+    best = np.maximum(tied, above.max()) if len(above) else tied  # the top-k's best J, by the drawn max
+    best_in_top = float(np.dot(best, np.diff(at_most, prepend=0.0)))
+    return float((y.max() - best_in_top) / _range(y))
+
+
+def regret_at_1(estimates: Sequence[float], truth: Sequence[float]) -> float:
+    return regret_at_k(estimates, truth, 1)
 
 
 def normalised_absolute_error(estimates: Sequence[float], truth: Sequence[float]) -> float:

@@ -1,0 +1,409 @@
+"""The Python API: score agents from behaviour logs in a notebook, in the habits of SCOPE-RL and
+Open Bandit Pipeline — the logged data built in memory, one evaluation object running a list of
+estimators, ``estimate_policy_values``, ``estimate_intervals(alpha=…)`` and the selection of the
+best candidate with its ranking metrics — without Prefect or MLflow::
+
+    from adwm_core.api import LoggedEpisodes, OffPolicyEvaluation, agent
+
+    logs = LoggedEpisodes.from_file("examples/simonsays-logs.jsonl", env="textworld-express", task="simonsays")
+    ope = OffPolicyEvaluation(logs, [agent("my-agent", "http://127.0.0.1:8000/v1")], epsilons=[0, 1])
+    ope.estimate_policy_values()            # Ĵ per (agent, ε), a column per estimator
+    ope.estimate_intervals(alpha=0.05)      # Ĵ with its 1 − α interval, a row per estimator
+    ope.select_best(true_values={...})      # the agents ranked, P(best), ρ and regret@k per estimator
+
+It builds the cell ``adwm evaluate`` builds from the same arguments (``logs_cell``; the command
+line is flows/cli.py) and runs its stages in this process (``pipeline.run_all``) under the same
+keys: a run of either reuses what the other computed, and both print the same numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import pipeline
+from .cell import CellConfig, logs_cell_name
+from .data import ESTIMATES, TRAJECTORIES, read_table, write_table
+from .data.io import atomic_open
+from .ope.intervals import CONCENTRATION
+from .ope.metrics import normalised_absolute_error, regret_at_k, spearman
+from .ope.settings import AdwmConfig, BaselineConfig, EstimatorName
+from .ope.signed_log import SignedLog
+from .paths import artifact_path
+from .ranking import rank_agents
+from .runnable import prepared
+from .settings import PsiConfig, TrainConfig
+from .specs import EPSILONS, LogSource, PolicySpec
+from .stages.logs import read_logs
+
+CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/estimators.py)
+WORLD_MODELS = ("ADWM", "kNN-WM")  # the ADWM stage's: imagination in the learned and in the reference world model
+RANKED_BY = "ADWM:reward_sum"
+STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # what from_dataframe needs
+
+
+# ------------------------------------------------------------------------------- the cell, shared
+
+def endpoint(base_url: str, mode: str | None) -> tuple[str, str]:
+    """The base URL the OpenAI client takes (…/v1) and the request mode, from a base URL or a full
+    route as lm-evaluation-harness users give it (…/v1/completions, …/v1/chat/completions)."""
+    url = base_url.rstrip("/")
+    for route, implied in (("/chat/completions", "chat"), ("/completions", "completions")):
+        if url.endswith(route):
+            if mode not in (None, implied):
+                raise ValueError(f"--agent-base-url {base_url} is the {implied} route, but --agent-mode is {mode}: "
+                                 f"give the base URL {url[:-len(route)]} or drop --agent-mode")
+            return url[:-len(route)], implied
+    return url, mode or "completions"
+
+
+def agent(model: str, base_url: str | None = None, *, backend: str | None = None, tokenizer: str | None = None,
+          mode: str | None = None, concurrency: int = 8, max_retries: int = 5, timeout: float = 120.0,
+          label: str | None = None, variant: str = "p0") -> PolicySpec:
+    """π_e: a model at an OpenAI-compatible endpoint (``base_url``: …/v1, or its completions or
+    chat route), else a Hugging Face folder loaded in-process (``backend``: transformers or
+    vllm); labelled after the model's name."""
+    label = label or os.path.basename(model.rstrip("/"))
+    if base_url is None:
+        return PolicySpec(label, model, backend or "transformers", variant)
+    base_url, mode = endpoint(base_url, mode)
+    options = {"base_url": base_url, "mode": mode, "concurrency": concurrency, "max_retries": max_retries,
+               "timeout": timeout}
+    if tokenizer is not None:
+        options["tokenizer"] = tokenizer
+    return PolicySpec(label, model, "openai", variant, options)
+
+
+def seed_overrides(seed: int) -> dict:
+    """Every seed of the run shifted by ``seed`` (0: the recipe's own seeds, nothing overridden)."""
+    if seed == 0:
+        return {}
+    return {"world_model.seed": TrainConfig().seed + seed, "psi.seed": PsiConfig().seed + seed,
+            "adwm.seeds": [s + seed for s in AdwmConfig().seeds],
+            "baselines.seeds": [s + seed for s in BaselineConfig().seeds]}
+
+
+def logs_cell(source: LogSource, env: str, agents: Sequence[PolicySpec], *, task: str = "*", name: str | None = None,
+              epsilons: Sequence[float] | None = None, overrides: Mapping[str, Any] | None = None,
+              limit: int | None = None) -> CellConfig:
+    """The cell of the logs ``source`` and ``agents``; ``limit``: only the logs' first ``limit``
+    episodes, as a cell of its own (``<name>-first<limit>``)."""
+    name = name or logs_cell_name(source.path)
+    if limit is not None:
+        source, name = first_episodes(source, limit, name), f"{name}-first{limit}"
+    return CellConfig.for_logs(source, env, list(agents), name=name, task=task, epsilons=tuple(epsilons or EPSILONS),
+                               overrides=overrides)
+
+
+def first_episodes(source: LogSource, limit: int, name: str) -> LogSource:
+    """The first ``limit`` episodes of ``source`` (in the logs' order) as a trajectories Parquet
+    under ``$ADWM_HOME/limited/`` (rewritten each time, so it follows the logs), read like any logs."""
+    if limit < 1:
+        raise ValueError(f"--limit must be at least 1 episode, got {limit}")
+    table = read_logs(source, cell=name)
+    kept = list(dict.fromkeys(table["episode"].to_pylist()))[:limit]
+    table = table.filter(pc.is_in(table["episode"], pa.array(kept, table["episode"].type)))
+    out = artifact_path("limited", f"{name}-first{limit}.parquet")
+    write_table(table, out, TRAJECTORIES, overwrite=True)
+    return LogSource(out, "parquet")
+
+
+def write_samples(config: CellConfig, path: str) -> int:
+    """Every π_e's imagined episodes (the ADWM stage's ``samples``, the JSONL import format) in
+    one file at ``path``; returns how many episodes it holds."""
+    episodes = 0
+    with atomic_open(path, "w") as out:
+        for policy in config.evaluation.policies:
+            with fsspec.open(pipeline.finished(config, "adwm", policy).file("samples"), "r") as f:
+                for line in f:
+                    out.write(line)
+                    episodes += 1
+    return episodes
+
+
+# --------------------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class LoggedEpisodes:
+    """Behaviour logs of environment ``env`` (task type ``task``; ``*``: all), read and checked
+    when built: a malformed episode is refused here, with its line and field, before any stage."""
+
+    source: LogSource
+    env: str
+    task: str = "*"
+
+    @classmethod
+    def from_file(cls, path: str, env: str, task: str = "*", *, format: str | None = None,
+                  fields: Mapping[str, str] | None = None, split: str | None = None,
+                  preamble_turns: int = 0) -> "LoggedEpisodes":
+        """Logs in a file or dataset, as ``adwm evaluate --logs`` reads them (README, 'Logs')."""
+        logs = cls(LogSource(path, format, fields=dict(fields or {}), split=split, preamble_turns=preamble_turns),
+                   env, task)
+        logs.steps  # noqa: B018 — read now, so bad logs fail before any stage
+        return logs
+
+    @classmethod
+    def from_records(cls, episodes: Sequence[Mapping], env: str, task: str = "*", *, name: str = "episodes",
+                     fields: Mapping[str, str] | None = None, preamble_turns: int = 0) -> "LoggedEpisodes":
+        """Episodes in memory, each a record of the JSONL format (``conversations`` of observation
+        and action turns, ``reward``, ``success``: adwm_core/stages/logs.py); line N of an error
+        is episode N. They are written once to ``$ADWM_HOME/imported/<content digest>/<name>.jsonl``,
+        so the same episodes give the same cell ``logs-<name>`` and reuse its stages."""
+        if isinstance(episodes, Mapping) or not len(episodes):
+            raise ValueError("episodes: give a non-empty list of episode records (one mapping per episode)")
+        text = "".join(json.dumps(dict(e), ensure_ascii=False, default=_plain, allow_nan=False) + "\n"
+                       for e in episodes)
+        path = artifact_path("imported", hashlib.sha256(text.encode()).hexdigest()[:16], f"{name}.jsonl")
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with atomic_open(path, "w") as f:
+                f.write(text)
+        return cls.from_file(path, env, task, format="jsonl", fields=fields, preamble_turns=preamble_turns)
+
+    @classmethod
+    def from_dataframe(cls, frame, env: str, task: str = "*", *, name: str = "steps") -> "LoggedEpisodes":
+        """A pandas DataFrame of steps, one row per action: ``episode``, ``observation`` (what the
+        agent saw), ``action``, ``reward``, ``success`` (of the episode, read on its last row);
+        optional ``t`` (the order within the episode; else the rows' order), ``next_observation``,
+        ``done``, ``response`` (the agent's raw text), ``logprob`` (log π_b of the action),
+        ``admissible``, ``valid``, and per episode ``task_description``, ``policy``, ``task``,
+        ``variation``, ``seed``."""
+        missing = [c for c in STEP_COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"the steps DataFrame lacks column(s) {missing}: it needs {list(STEP_COLUMNS)}, one row "
+                             "per action (see LoggedEpisodes.from_dataframe)")
+        steps = frame.sort_values(["episode", "t"], kind="stable") if "t" in frame.columns else frame
+        episodes = [_episode_of_steps(rows) for _, rows in steps.groupby("episode", sort=False)]
+        return cls.from_records(episodes, env, task, name=name)
+
+    @cached_property
+    def steps(self) -> pa.Table:
+        """The logs as the trajectories contract (adwm_core/data/schemas.py)."""
+        return read_logs(self.source, cell=logs_cell_name(self.source.path))
+
+    @property
+    def n_episodes(self) -> int:
+        return len(pc.unique(self.steps["episode"]))
+
+    def to_pandas(self):
+        return self.steps.to_pandas()
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as JSON takes them."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _episode_of_steps(rows) -> dict:
+    """One episode's step rows as a conversation record of the JSONL format."""
+    steps = [{k: v for k, v in row.items() if _present(v)} for row in rows.to_dict("records")]
+    turns = []
+    for i, step in enumerate(steps):
+        turn = {"from": "gpt", "value": step.get("response", step["action"]), "action": step["action"],
+                "reward": step["reward"]}
+        for key in ("logprob", "admissible", "valid"):
+            if key in step:
+                turn[key] = step[key]
+        following = steps[i + 1]["observation"] if i + 1 < len(steps) else None
+        if "next_observation" in step and following is not None and step["next_observation"] != following:
+            turn["next_observation"] = step["next_observation"]
+        turns += [{"from": "human", "value": step["observation"]}, turn]
+    first, last = steps[0], steps[-1]
+    if "next_observation" in last:
+        turns.append({"from": "human", "value": last["next_observation"]})
+    record = {"conversations": turns, "success": last["success"],
+              **{key: first[key] for key in ("task_description", "policy", "task", "variation", "seed") if key in first}}
+    if "done" in last:
+        record["done"] = last["done"]
+    if isinstance(first["episode"], (int, np.integer)):
+        record["item_id"] = first["episode"]
+    return record
+
+
+# ----------------------------------------------------------------------------------- evaluation
+
+@dataclass(frozen=True)
+class Selection:
+    """The agents ranked by one estimator (best first, with P(best)), the best one, and — where
+    the true values are known — how well every estimator ranks the candidates."""
+
+    best: str
+    ranking: Any  # DataFrame: agent, value, lower, upper, p_best
+    metrics: Any | None  # DataFrame per estimator: rho, regret_at_1, regret_at_k, nmae, n_points; None: no truth
+
+
+class OffPolicyEvaluation:
+    """Every estimator of ``estimators`` (None: all — ADWM, the kNN-WM reference, and the eight
+    classical ones of the baselines stage) for each of ``agents`` at each ε of ``epsilons``,
+    from ``logs``. ``settings`` maps dotted cell keys to values (``{"world_model.steps": 500}``,
+    as ``--set``), ``seed`` shifts every seed of the recipe, ``limit`` keeps the logs' first
+    episodes, ``name`` names the cell — all as ``adwm evaluate`` takes them. The stages run on
+    the first call that needs their numbers, once; ``log`` gets their messages."""
+
+    def __init__(self, logs: LoggedEpisodes, agents: PolicySpec | Sequence[PolicySpec], *,
+                 estimators: Sequence[str] | None = None, epsilons: Sequence[float] | None = None,
+                 settings: Mapping[str, Any] | None = None, seed: int = 0, limit: int | None = None,
+                 name: str | None = None, log: Callable[[str], None] = print) -> None:
+        self.logs, self.log = logs, log
+        self.agents = [agents] if isinstance(agents, PolicySpec) else list(agents)
+        self.estimators = None if estimators is None else _checked_estimators(estimators)
+        self._cell = dict(task=logs.task, name=name, epsilons=epsilons, limit=limit)
+        self._overrides = {**seed_overrides(seed), **_estimator_settings(self.estimators), **(settings or {})}
+        self.config = self._config()
+        prepared(self.config)  # the agents' weights, the GPU, a graded environment: checked before any stage
+        self._reports: dict[float, str] = {}
+
+    def _config(self, confidence: float | None = None) -> CellConfig:
+        extra = {} if confidence is None else {"adwm.confidence": confidence, "baselines.confidence": confidence}
+        return logs_cell(self.logs.source, self.logs.env, self.agents, overrides={**self._overrides, **extra},
+                         **self._cell)
+
+    def run(self, alpha: float | None = None) -> str:
+        """The report folder of the cell (its intervals at 1 − ``alpha``; None: the config's),
+        every stage computed here unless finished already."""
+        config = self.config if alpha is None else self._config(confidence=1 - alpha)
+        confidence = config.adwm.confidence
+        if confidence not in self._reports:
+            self._reports[confidence] = pipeline.run_all(config, log=self.log).path
+        return self._reports[confidence]
+
+    def _rows(self, alpha: float | None = None, ci: str = "bootstrap") -> list[dict]:
+        """Each estimator's estimate rows at its first seed (what ``adwm evaluate`` prints), with
+        the ``ci`` interval; estimators without that interval are left out."""
+        from .report import first_seed_rows
+
+        if ci != "bootstrap" and ci not in CONCENTRATION:
+            raise ValueError(f"ci={ci!r}: choose bootstrap or one of {', '.join(CONCENTRATION)}")
+        folder = self.run(alpha)
+        rows = first_seed_rows(read_table(f"{folder}/{pipeline.stage('report').outputs['estimates']}", ESTIMATES))
+        picked = []
+        for row in rows:
+            name, _, interval = row["estimator"].partition("@")
+            if (interval or "bootstrap") == ci and _selected(name, self.estimators):
+                picked.append({**row, "estimator": name})
+        return picked
+
+    def estimate_policy_values(self):
+        """Ĵ of every (agent, ε): a DataFrame indexed by agent and ε, a column per estimator."""
+        import pandas as pd
+
+        frame = pd.DataFrame(self._rows()).rename(columns={"policy": "agent"})
+        return frame.pivot(index=["agent", "epsilon"], columns="estimator", values="value")
+
+    def estimate_intervals(self, alpha: float = 0.05, ci: str = "bootstrap"):
+        """Ĵ with its 1 − ``alpha`` interval, a row per (agent, ε, estimator): ``ci`` is the
+        percentile bootstrap (every estimator; ADWM's over imagined rollouts) or, for the classical
+        estimators, ``hoeffding``, ``bernstein`` or ``t`` over the trajectories' contributions
+        (ope/intervals.py). An ``alpha`` other than the config's recomputes the estimator stages
+        only; the world model is reused."""
+        import pandas as pd
+
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha={alpha}: the interval's level is 1 − alpha, so 0 < alpha < 1")
+        rows = self._rows(alpha, ci)
+        return pd.DataFrame([{"agent": r["policy"], "epsilon": r["epsilon"], "estimator": r["estimator"],
+                              "value": r["value"], "lower": r["ci_low"], "upper": r["ci_high"]} for r in rows])
+
+    def true_values(self) -> dict[tuple[str, float], float]:
+        """J of every (agent, ε) from the cell's ground-truth stage (``settings={"ground_truth.episodes":
+        N}`` plays each agent N episodes per ε in the environment); empty without one."""
+        if self.config.ground_truth is None:
+            return {}
+        self.run()
+        truth = {}
+        for policy in self.config.evaluation.policies:
+            summary = read_table(pipeline.finished(self.config, "ground-truth", policy).file("summary"))
+            truth.update({(policy.label, row["epsilon"]): row["mean_return"] for row in summary.to_pylist()})
+        return truth
+
+    def select_best(self, estimator: str = RANKED_BY, epsilon: float | None = None, *,
+                    true_values: Mapping | None = None, top_k: int = 3, alpha: float = 0.05) -> Selection:
+        """The agents ranked by ``estimator``'s Ĵ at ``epsilon`` (None: the lowest ε, the agents
+        themselves at ε = 0), with P(best) (adwm_core/ranking.py); and, where the true values
+        are known — ``true_values`` as {agent: J} (at that ε) or {(agent, ε): J}, else the cell's
+        ground truth — each estimator's Spearman ρ, regret@1, regret@``top_k`` and NMAE over the
+        (agent, ε) candidates that have a true value."""
+        import pandas as pd
+
+        epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
+        folder = self.run(alpha)
+        estimates = read_table(f"{folder}/{pipeline.stage('report').outputs['estimates']}", ESTIMATES)
+        ranked = rank_agents(estimates, estimator=estimator, epsilon=epsilon, confidence=1 - alpha)
+        ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
+                                 "p_best": a.p_best} for a in ranked])
+        truth = self.true_values() if true_values is None else {
+            key if isinstance(key, tuple) else (key, epsilon): float(value) for key, value in true_values.items()}
+        metrics = pd.DataFrame(_ranking_metrics(self._rows(alpha), truth, top_k)) if truth else None
+        return Selection(ranked[0].policy, ranking, metrics)
+
+    def log_samples(self, path: str) -> int:
+        """ADWM's imagined episodes of every agent, ε and seed as JSONL at ``path`` (the logs' import
+        format, with each step's imagined reward and what answered it); returns how many."""
+        self.run()
+        return write_samples(self.config, path)
+
+
+def _checked_estimators(names: Sequence[str]) -> tuple[str, ...]:
+    known = (*WORLD_MODELS, *CLASSICAL)
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"estimators {list(names)}: {'unknown ' + str(unknown) if unknown else 'none named'}; "
+                         f"choose among {', '.join(known)}")
+    return tuple(names)
+
+
+def _estimator_settings(estimators: tuple[str, ...] | None) -> dict:
+    """The cell settings that compute just ``estimators``: kNN-WM is ADWM's reference rollout;
+    the baselines stage runs the classical ones named (DM alone, the cheapest, where none is:
+    the report reads that stage)."""
+    if estimators is None:
+        return {}
+    classical = [n for n in estimators if n in CLASSICAL]
+    return {"adwm.reference": "kNN-WM" in estimators, "baselines.estimators": classical or ["DM"]}
+
+
+def _selected(row_estimator: str, estimators: tuple[str, ...] | None) -> bool:
+    """Whether a row's estimator (``ADWM:reward_sum``, ``WIS:clipped``, ``FQE``) is one of ``estimators``."""
+    return estimators is None or row_estimator.split(":")[0] in estimators
+
+
+def _ranking_metrics(rows: list[dict], truth: Mapping[tuple[str, float], float], top_k: int) -> list[dict]:
+    """ρ (by each Ĵ's order, ``SignedLog.order_key``), regret@1, regret@k and NMAE per estimator
+    over the points with a true value."""
+    by_estimator: dict[str, list[dict]] = {}
+    for row in rows:
+        if (row["policy"], row["epsilon"]) in truth:
+            by_estimator.setdefault(row["estimator"], []).append(row)
+    if not by_estimator:
+        raise ValueError(f"no estimate at the points of the true values {sorted(truth)}: name them as (agent, ε) "
+                         "with the agents' labels and the run's ε levels")
+    metrics = []
+    for name, points in sorted(by_estimator.items()):
+        order = [SignedLog(r["log_abs_value"], r["sign"]).order_key for r in points]
+        values = [r["value"] for r in points]
+        truths = [truth[r["policy"], r["epsilon"]] for r in points]
+        k = min(top_k, len(points))
+        metrics.append({"estimator": name, "rho": spearman(order, truths), "regret_at_1": regret_at_k(order, truths, 1),
+                        f"regret_at_{top_k}": regret_at_k(order, truths, k),
+                        "nmae": normalised_absolute_error(values, truths) if np.isfinite(values).all() else math.inf,
+                        "n_points": len(points)})
+    return metrics
