@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from . import pipeline
 from .cell import CellConfig, logs_cell_name
-from .data import ESTIMATES, TRAJECTORIES, read_table, write_table
+from .data import ESTIMATES, GROUND_TRUTH, TRAJECTORIES, read_table, write_table
 from .data.io import atomic_open
 from .ope.intervals import CONCENTRATION
 from .ope.metrics import normalised_absolute_error, regret_at_k, spearman
@@ -331,8 +331,8 @@ class OffPolicyEvaluation:
         self.run()
         truth = {}
         for policy in self.config.evaluation.policies:
-            summary = read_table(pipeline.finished(self.config, "ground-truth", policy).file("summary"))
-            truth.update({(policy.label, row["epsilon"]): row["mean_return"] for row in summary.to_pylist()})
+            summary = read_table(pipeline.finished(self.config, "ground-truth", policy).file("summary"), GROUND_TRUTH)
+            truth.update({(row["policy"], row["epsilon"]): row["mean_return"] for row in summary.to_pylist()})
         return truth
 
     def select_best(self, estimator: str = RANKED_BY, epsilon: float | None = None, *,

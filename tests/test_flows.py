@@ -347,7 +347,7 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     output, samples = harness / "api.json", harness / "api-samples.jsonl"
     argv = evaluate_argv(first_run, harness / "api-logs.jsonl", "--agent-model", tiny_policies["late"],
                          "--agent-model", tiny_policies["early"], "--name", "api-example", "--output-path", str(output),
-                         "--log-samples", str(samples))
+                         "--log-samples", str(samples), "--set", "ground_truth.episodes=4")
     settings = dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--set")
     settings = {key: yaml.safe_load(value) for key, value in settings.items()}
     env, task = argv[argv.index("--env") + 1], argv[argv.index("--task") + 1]
@@ -410,6 +410,12 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     assert {"ADWM:reward_sum", "FQE"} <= set(metrics.index) and (metrics.n_points == 4).all()
     assert (metrics.regret_at_2 <= metrics.regret_at_1).all() and (metrics.rho.between(-1, 1) | metrics.rho.isna()).all()
     assert np.isnan(metrics.rho["DM"])  # DM never reads π_e: one value for every candidate, no ranking (NaN)
+    graded = ope.select_best(top_k=2).metrics.set_index("estimator")  # by the cell's own ground truth
+    truth = ope.true_values()
+    assert set(truth) == set(values.index) and (graded.n_points == 4).all()
+    first_seed_adwm = values["ADWM:reward_sum"]
+    assert graded.nmae["ADWM:reward_sum"] == pytest.approx(
+        np.mean([abs(first_seed_adwm[point] - truth[point]) for point in truth]) / np.ptp(list(truth.values())))
 
 
 def test_a_killed_adwm_stage_resumes_from_its_finished_seeds(first_run, harness, monkeypatch):
