@@ -100,6 +100,11 @@ def _evaluate(args: argparse.Namespace) -> int:
                          "--agent-backend transformers with --agent-model a model folder")
     if base_url:
         base_url, mode = endpoint(base_url, mode)
+    for flag, path in (("--output-path", args.output_path), ("--log-samples", args.log_samples)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise ValueError(f"{flag} {path}: no writable folder {folder} to write it in; create it or choose another "
+                             "path (checked before any stage runs)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",

@@ -42,6 +42,10 @@ def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agen
     monkeypatch.delenv("ADWM_AGENT_MODEL", raising=False)
     assert main(["evaluate", "--logs", "x.jsonl", "--env", "webshop", "--agent-base-url", "http://h/v1"]) == 2
     assert "name the agent: --agent-model" in capsys.readouterr().err
+    nowhere = "/no/such/folder/samples.jsonl"
+    assert main(["evaluate", "--logs", "x.jsonl", "--env", "webshop", "--agent-base-url", "http://h/v1",
+                 "--agent-model", "m", "--log-samples", nowhere]) == 2
+    assert f"--log-samples {nowhere}: no writable folder /no/such/folder" in capsys.readouterr().err
 
 
 def test_agents_are_ranked_best_first_with_the_probability_of_being_best():
