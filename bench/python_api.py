@@ -37,6 +37,7 @@ def main() -> None:
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environment, capture_output=True, text=True)
         seconds = time.perf_counter() - started
+        (REPO / "imagined.jsonl").unlink(missing_ok=True)  # the block's log_samples output
     if done.returncode:
         raise SystemExit(f"the README's example failed ({done.returncode}):\n{done.stderr[-4000:]}")
     facts = {"machine": machine(), "wall_seconds": round(seconds, 1), "printed": done.stdout}

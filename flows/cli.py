@@ -84,9 +84,6 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from flows.evaluate_logs import evaluate_logs
-    from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
-
     models = args.agent_model or ([os.environ["ADWM_AGENT_MODEL"]] if os.environ.get("ADWM_AGENT_MODEL") else [])
     if not models:
         raise ValueError("name the agent: --agent-model <name at the endpoint or model folder> (repeatable), "
@@ -106,6 +103,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} {path}: no writable folder {folder} to write it in; create it or choose another "
                              "path (checked before any stage runs)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
+    from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
+    from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
+
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
                           logs_format=args.logs_format, preamble_turns=args.preamble_turns, task=args.task,
