@@ -271,6 +271,7 @@ class OffPolicyEvaluation:
         self.config = self._config()
         prepared(self.config)  # the agents' weights, the GPU, a graded environment: checked before any stage
         self._reports: dict[float, str] = {}
+        self._tables: dict[str, pa.Table] = {}
 
     def _config(self, confidence: float | None = None) -> CellConfig:
         extra = {} if confidence is None else {"adwm.confidence": confidence, "baselines.confidence": confidence}
@@ -286,6 +287,13 @@ class OffPolicyEvaluation:
             self._reports[confidence] = pipeline.run_all(config, log=self.log).path
         return self._reports[confidence]
 
+    def _estimates(self, alpha: float | None = None) -> pa.Table:
+        """Every estimate row of the cell's report (intervals at 1 − ``alpha``), read once per level."""
+        folder = self.run(alpha)
+        if folder not in self._tables:
+            self._tables[folder] = read_table(f"{folder}/{pipeline.stage('report').outputs['estimates']}", ESTIMATES)
+        return self._tables[folder]
+
     def _rows(self, alpha: float | None = None, ci: str = "bootstrap") -> list[dict]:
         """Each estimator's estimate rows at its first seed (what ``adwm evaluate`` prints), with
         the ``ci`` interval; estimators without that interval are left out."""
@@ -293,8 +301,7 @@ class OffPolicyEvaluation:
 
         if ci != "bootstrap" and ci not in CONCENTRATION:
             raise ValueError(f"ci={ci!r}: choose bootstrap or one of {', '.join(CONCENTRATION)}")
-        folder = self.run(alpha)
-        rows = first_seed_rows(read_table(f"{folder}/{pipeline.stage('report').outputs['estimates']}", ESTIMATES))
+        rows = first_seed_rows(self._estimates(alpha))
         picked = []
         for row in rows:
             name, _, interval = row["estimator"].partition("@")
@@ -345,9 +352,7 @@ class OffPolicyEvaluation:
         import pandas as pd
 
         epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
-        folder = self.run(alpha)
-        estimates = read_table(f"{folder}/{pipeline.stage('report').outputs['estimates']}", ESTIMATES)
-        ranked = rank_agents(estimates, estimator=estimator, epsilon=epsilon, confidence=1 - alpha)
+        ranked = rank_agents(self._estimates(alpha), estimator=estimator, epsilon=epsilon, confidence=1 - alpha)
         ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
                                  "p_best": a.p_best} for a in ranked])
         truth = self.true_values() if true_values is None else {
