@@ -14,34 +14,53 @@ steps of the cell's behaviour data (the prompts π_e sees at those steps), in to
 stage evaluate-policy ran keeps in its artifact: imagined steps/s and where its time went. The header names the device (the
 GPU when one is present).
 
+``--before REV`` times ``evaluate-policy`` a second time under the code of git revision ``REV``
+(a temporary worktree; every stage its code shares with today's is reused), in the same run
+and on the same machine, so a speed change is measured against what it replaced; the ADWM
+estimates of both runs are compared row by row (same estimator, policy, ε and seed). The
+profile table splits the ADWM stage's wall time as its timings record it: π_e's decisions
+(asked and memoised), the transition (of which guidance and FQE's fits) and the rest.
+
 Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
 file's earlier run when it was on the same machine (each row names the day it was measured).
-Usage: ``python bench/performance.py [CELL ...]``.
+Usage: ``python bench/performance.py [--before REV] [CELL ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
+
+from adwm_core.paths import artifact_path
 from common import RESULTS, artifact, evaluated, load_cell, machine
 from flows.cells import cell_names
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
 
-def measure(kind: str, cell: str) -> dict:
-    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process: wall s, peak RSS
-    and the facts the child wrote (a file, not a pipe: a full pipe would block the child)."""
+def measure(kind: str, cell: str, code: Path | None = None) -> dict:
+    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process — under the code
+    checked out at ``code`` when given — : wall s, peak RSS and the facts the child wrote (a
+    file, not a pipe: a full pipe would block the child)."""
+    script, env = Path(__file__), None
+    if code is not None:
+        script, env = code / "bench" / "performance.py", {**os.environ, "PYTHONPATH": str(code)}
     with tempfile.TemporaryDirectory() as scratch:
         facts = os.path.join(scratch, "facts.json")
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, __file__, "--child", kind, cell, facts])
+        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts], env=env,
+                                   cwd=code)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - started
         if os.waitstatus_to_exitcode(status) != 0:
@@ -106,6 +125,96 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
             "scored_tokens_per_s": (count(prompts) + int(action_tokens.sum())) / score_s}
 
 
+@contextlib.contextmanager
+def checkout(revision: str):
+    """A temporary git worktree of ``revision`` (removed afterwards)."""
+    top = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "code"
+        subprocess.run(["git", "-C", str(top), "worktree", "add", "--detach", str(folder), revision], check=True,
+                       capture_output=True)
+        try:
+            yield folder
+        finally:
+            subprocess.run(["git", "-C", str(top), "worktree", "remove", "--force", str(folder)], check=False)
+
+
+def adwm_folder(cell: str, timings: dict) -> Path:
+    """The ADWM stage folder that kept ``timings`` (an evaluate-policy run's, under any code: its
+    key is not recomputed here, the folder is found by the timings it wrote)."""
+    for path in glob.glob(artifact_path("cells", cell, "adwm", "*", "timings.json")):
+        if json.loads(Path(path).read_text()) == timings:
+            return Path(path).parent
+    raise FileNotFoundError(f"no ADWM stage of {cell} kept the timings {timings}")
+
+
+def estimates_change(cell: str, before: dict, after: dict) -> dict:
+    """Row-by-row change of ADWM's estimates between two evaluate-policy runs: rows compared
+    (same estimator, ε and seed), rows bitwise equal and the largest |Ĵ_after − Ĵ_before|."""
+    def rows(timings: dict) -> dict:
+        table = pq.read_table(adwm_folder(cell, timings) / "estimates.parquet").to_pylist()
+        return {(r["estimator"], r["epsilon"], r["seed"]): r["value"] for r in table}
+
+    old, new = rows(before), rows(after)
+    common = sorted(set(old) & set(new))
+    change = [abs(new[k] - old[k]) for k in common]
+    return {"rows": len(common), "bitwise_equal": sum(new[k] == old[k] for k in common),
+            "max_abs_change": float(np.max(change)) if change else None,
+            "only_before": len(set(old) - set(new)), "only_after": len(set(new) - set(old))}
+
+
+def profile(adwm: dict) -> dict:
+    """Where the ADWM stage's wall time went, from its timings: π_e's decisions, the transition
+    (guidance and FQE's fits within it or beside it) and the rest (bank lookups, bookkeeping)."""
+    wall = adwm["wall_seconds"]
+    parts = {"policy": adwm.get("policy_seconds", 0.0), "transition": adwm.get("transition_seconds", 0.0),
+             "fqe fits": adwm.get("fqe_seconds", 0.0)}
+    parts["other"] = max(wall - sum(parts.values()), 0.0)
+    return {"wall_s": wall, "seconds": parts, "guidance_s": adwm.get("guidance_seconds", 0.0),
+            "decisions": adwm.get("decisions"), "memo_hit_rate": adwm.get("decision_memo_hit_rate"),
+            "imagined_steps": adwm["imagined_steps"]}
+
+
+def before_after_lines(rows: list[dict]) -> list[str]:
+    """The before/after table of the rows measured with ``--before`` (same run, same machine)."""
+    paired = [r for r in rows if "before" in r]
+    if not paired:
+        return []
+    lines = ["", f"## Before and after (`evaluate-policy` under `{paired[0]['before']['revision']}` and under this "
+             "code, the same live run as the denominator)", "",
+             "| cell | measured | evaluate s before → after | ratio before → after | imagined steps/s before → after "
+             "| speed-up | ADWM rows equal bitwise | largest \|ΔĴ\| |", "|---|---|---|---|---|---|---|---|"]
+    for r in paired:
+        b, change = r["before"], r["before"]["estimates_change"]
+        largest = "–" if change["max_abs_change"] is None else f"{change['max_abs_change']:.3g}"
+        lines.append(f"| {r['cell']} | {r['measured']} | {b['evaluate_policy']['wall_s']:.0f} → "
+                     f"{r['evaluate_policy']['wall_s']:.0f} | {b['ratio']:.2f} → {r['ratio']:.2f} | "
+                     f"{b['imagined_steps_per_s']:.1f} → {r['imagined_steps_per_s']:.1f} | "
+                     f"{r['imagined_steps_per_s'] / b['imagined_steps_per_s']:.1f}× | "
+                     f"{change['bitwise_equal']} of {change['rows']} | {largest} |")
+    return lines
+
+
+def profile_lines(rows: list[dict]) -> list[str]:
+    """Where the ADWM stage's time went, per cell (and under the earlier code where measured)."""
+    lines = ["", "## Where the ADWM stage's time goes", "",
+             "Seconds of the stage evaluate-policy ran (its timings): π_e's decisions (every rollout's step in one "
+             "call), the transition (log lookups, the denoiser; guidance within it), FQE's fits for the hand-over, "
+             "and the rest (bank lookups, bookkeeping).", "",
+             "| cell | code | stage s | π_e s | decisions asked (share the memo answered) | transition s (guidance) | FQE fits s | "
+             "other s | imagined steps |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for code, measured in (("before", r.get("before", {}).get("profile")), ("after", r.get("profile"))):
+            if measured is None:
+                continue
+            s, asked = measured["seconds"], measured["decisions"]
+            memo = "–" if asked is None else f"{asked:.0f} ({measured['memo_hit_rate']:.0%})"
+            lines.append(f"| {r['cell']} | {code} | {measured['wall_s']:.1f} | {s['policy']:.1f} | {memo} | "
+                         f"{s['transition']:.1f} ({measured['guidance_s']:.1f}) | {s['fqe fits']:.1f} | "
+                         f"{s['other']:.1f} | {measured['imagined_steps']:.0f} |")
+    return lines
+
+
 def throughput(result: dict, adwm: dict) -> dict:
     """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
     ADWM stage ``evaluate-policy`` just ran (``adwm``: the timings it kept)."""
@@ -118,6 +227,7 @@ def throughput(result: dict, adwm: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
+    parser.add_argument("--before", metavar="REV", help="also time evaluate-policy under the code of this git revision")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "CELL", "FACTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -135,12 +245,22 @@ def main() -> None:
     same_machine = {k: v for k, v in kept["machine"].items() if k != "date"} == {k: v for k, v in host.items() if k != "date"}
     rows = [{"measured": kept["machine"].get("date"), **r}
             for r in kept["cells"] if same_machine and r["cell"] not in cells]
-    for cell in cells:
-        evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
-        rows.append({"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live,
-                     "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm,
-                     **throughput(runs[cell], evaluate["adwm"])})
-        print(cell, json.dumps(rows[-1]), flush=True)
+    with contextlib.ExitStack() as stack:
+        before = stack.enter_context(checkout(args.before)) if args.before else None
+        for cell in cells:
+            evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
+            row = {"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live,
+                   "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm, "profile": profile(evaluate["adwm"]),
+                   **throughput(runs[cell], evaluate["adwm"])}
+            if before is not None:
+                earlier_code = measure("evaluate", cell, before)
+                row["before"] = {"revision": args.before, "evaluate_policy": earlier_code,
+                                 "ratio": earlier_code["wall_s"] / live["wall_s"], "profile": profile(earlier_code["adwm"]),
+                                 "imagined_steps_per_s": earlier_code["adwm"]["imagined_steps"]
+                                 / earlier_code["adwm"]["wall_seconds"],
+                                 "estimates_change": estimates_change(cell, earlier_code["adwm"], evaluate["adwm"])}
+            rows.append(row)
+            print(cell, json.dumps(row), flush=True)
     order = {cell: i for i, cell in enumerate(cell_names())}
     rows.sort(key=lambda r: order.get(r["cell"], len(order)))
     device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}, {host['torch_threads']} torch thread(s) a process")
@@ -159,6 +279,7 @@ def main() -> None:
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
                      f"{r['llm']['scored_tokens_per_s']:.0f} |")
+    lines += before_after_lines(rows) + profile_lines(rows)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
