@@ -71,6 +71,9 @@ class CarriedOver:
             by_signature[key].append(int(i))
             seen[episode] = seen[episode] | words(observation)
         self.by_signature = {key: np.sort(rows) for key, rows in by_signature.items()}
+        # task descriptions as codes, so a signature's candidates are matched on their task in one comparison
+        self.task_code = {task: code for code, task in enumerate(dict.fromkeys(logged.tasks))}
+        self.task_codes = np.array([self.task_code[task] for task in logged.tasks], np.int64)
 
     def __call__(self, query: Query) -> Outcome:
         logged, t = self.bank.transitions, query.t
@@ -83,10 +86,9 @@ class CarriedOver:
             candidates = self.by_signature.get(key)
             if candidates is None:
                 continue
-            for keep in ((np.asarray([logged.tasks[i] == history.task_description for i in candidates])
-                          & (logged.steps[candidates] == t)),
-                         np.asarray([logged.tasks[i] == history.task_description for i in candidates]),
-                         logged.steps[candidates] == t):
+            same_task = self.task_codes[candidates] == self.task_code.get(history.task_description, -1)
+            same_step = logged.steps[candidates] == t
+            for keep in (same_task & same_step, same_task, same_step):
                 if keep.any():
                     candidates = candidates[keep]
                     break
