@@ -143,11 +143,13 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
     noise = torch.randn((model.config.n_denoise + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
     query = Query(East(), histories, actions, read, bank.latents[read][:, None], noise)
     diffusion = DiffusionTransition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
-    hybrid = adwm_transition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0))
+    hybrid = adwm_transition(model, bank, AdwmConfig(preset="diffusion", reading="retrieval", eta_max=0.0))
     diffusion_only = adwm_transition(model, bank, AdwmConfig(reading="retrieval", eta_max=0.0,
                                                              logged_successors=False))
     assert isinstance(hybrid, LoggedSuccessors) and isinstance(diffusion_only, DiffusionTransition)
     assert not AdwmConfig(preset="paper").logged_successors
+    assert AdwmConfig().off_log == "carry_over" and AdwmConfig(preset="diffusion").off_log == "diffusion"
+    assert AdwmConfig(logged_successors=False).off_log == "diffusion"  # the only answer without logged successors
     with torch.no_grad():
         answer, asked, every = hybrid(query), diffusion(query.subset(np.arange(2, 4))), diffusion_only(query)
     z, reward, done = answer.z_next, answer.reward, answer.done
@@ -359,7 +361,8 @@ def test_likelihood_guidance_steers_imagination_through_psi_and_the_llm(tiny_beh
     model = WorldModel.load(tiny_world_model[0].path)
     reader = SoftPromptPolicy(ModelCache().policy(tiny_pool[1], TINY_ENV[0]), PsiAdapter.load(tiny_psi))
     bank = StateBank.from_log(BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES)), model)
-    guided = AdwmConfig(reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3, guided_steps=4, eta_max=2.0)
+    guided = AdwmConfig(preset="diffusion", reading="soft_tokens", guidance="likelihood", n_rollouts=3, horizon=3,
+                        guided_steps=4, eta_max=2.0)  # off-log pairs to the guided model, none carried over
     imagination = ImaginedRollouts(bank, guided, model.diffusion.n_steps)
     first, again = (imagination.run(reader, adwm_transition(model, bank, guided), (0.0,), seed=5) for _ in range(2))
     plain = imagination.run(reader, adwm_transition(model, bank, guided.replace(guidance="none")), (0.0,), seed=5)

@@ -52,10 +52,15 @@ class BaselineConfig(Settings):
     fqe: FQEConfig = FQEConfig()
 
 
+# paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from
+# the log, the others from the diffusion model); default: off-log pairs carried over by their
+# action's signature first (chosen 2026-11-26 on the development cells: README "Which off-log answer")
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
                           "off_log": "diffusion"},
+                "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
+                              "off_log": "diffusion"},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                            "off_log": "diffusion"}}
+                            "off_log": "carry_over"}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -68,9 +73,12 @@ class AdwmConfig(Settings):
     a behaviour episode succeeded and no continuation guidance where none did (logs of agents
     that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
     default answers a (state, action) pair the log holds by a logged successor
-    (``logged_successors``), the paper always by the diffusion model."""
+    (``logged_successors``) and one it never took by a logged transition of the same action
+    signature (``off_log: carry_over``, ope/carry_over.py), by the diffusion model where the log
+    holds none; the ``diffusion`` preset answers every off-log pair by the diffusion model, the
+    paper every pair."""
 
-    preset: Literal["paper", "default"] = "default"
+    preset: Literal["paper", "diffusion", "default"] = "default"
     reading: Reading | None = None
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
@@ -96,6 +104,8 @@ class AdwmConfig(Settings):
     @model_validator(mode="before")
     @classmethod
     def _from_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("logged_successors") is False and data.get("off_log") is None:
+            data = {**data, "off_log": "diffusion"}  # every pair to the model: the only off-log answer that fits
         return filled_from_preset(data, ADWM_PRESETS, "ADWM config")
 
     @model_validator(mode="after")
