@@ -180,6 +180,23 @@ def test_text_actions_give_every_action_an_id_and_read_it_against_its_observatio
             model.predicted_reward(None, torch.zeros(1, 128))
 
 
+def test_actions_are_read_under_bf16_autocast_as_training_on_a_gpu_runs(tmp_path):
+    """Training on CUDA runs under bf16 autocast: the action reader's bf16 vectors join the
+    float32 ∅ vector (a GPU worker once failed there), here under the CPU's bf16 autocast."""
+    rows = [row for e in range(6) for row in _rows(e, [("go north", 0.0), ("take apple", 1.0)])]
+    model = WorldModel.load(train_world_model(table_from_rows(rows, TRAJECTORIES), str(tmp_path / "wm"),
+                                              TrainConfig(steps=1, batch_size=4, device="cpu")).path)
+    ids = model.action_ids(["take apple", "open door", "go north"])
+    ids[1] = NULL
+    with torch.no_grad():
+        plain = model.action_vectors(ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = model.action_vectors(ids)
+    assert mixed.dtype == plain.dtype == torch.float32
+    torch.testing.assert_close(mixed[1], plain[1])  # ∅ stays the parameter itself
+    torch.testing.assert_close(mixed, plain, atol=0.1, rtol=0.05)
+
+
 def test_training_through_the_reachable_token_rows_is_training_on_the_whole_table():
     """The loss through the rows the training texts reach has the gradient of the loss through the
     whole 32,768-row table: the same for every other parameter, the table's own on those rows and

@@ -228,7 +228,8 @@ class WorldModel(nn.Module):
         read = self.action_text(self.observation_encoder.tokens(ids), action_padding,
                                 None if states is None else states[named], None if padding is None else padding[named],
                                 matched)
-        return out.masked_scatter(named.unsqueeze(-1), read) if len(read) else out
+        # under CUDA's bf16 autocast the read vectors are bf16 and the ∅ vector a float32 parameter
+        return out.masked_scatter(named.unsqueeze(-1), read.to(out.dtype)) if len(read) else out
 
     def conditions(self, actions: torch.Tensor, observations: Sequence[str] | None = None) -> torch.Tensor:
         """e(a_t | o_t) of each action id in the observation text beside it (``None``: without):
