@@ -151,6 +151,11 @@ def main() -> None:
         return make_stand_in(args.make_stand_in)
     if not args.run or not args.stand_in:
         parser.error("--run OUT and --stand-in DIR, or --table CPU.json GPU.json")
+    if not (Path(args.stand_in) / "config.json").exists():
+        parser.error(f"--stand-in {args.stand_in}: no model folder there (config.json missing); "
+                     "write one with --make-stand-in DIR")
+    if not (REPO / "deployments" / f"{args.cell}.yaml").exists():
+        parser.error(f"--cell {args.cell}: no deployments/{args.cell}.yaml")
     run(args.run, args.cell, args.stand_in)
 
 

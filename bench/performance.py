@@ -129,6 +129,10 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
 def checkout(revision: str):
     """A temporary git worktree of ``revision`` (removed afterwards)."""
     top = Path(__file__).resolve().parent.parent
+    known = subprocess.run(["git", "-C", str(top), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+                           capture_output=True)
+    if known.returncode != 0:
+        raise SystemExit(f"--before {revision!r} names no commit of {top}: give a revision `git log` lists")
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "code"
         subprocess.run(["git", "-C", str(top), "worktree", "add", "--detach", str(folder), revision], check=True,
