@@ -25,7 +25,18 @@ def test_the_task_runner_comes_from_the_environment(monkeypatch):
         cell_task_runner()
 
 
-def test_ground_truth_rollouts_run_on_a_dask_worker(tmp_path, tiny_policies, monkeypatch):
+@pytest.fixture
+def environment_restored():
+    """os.environ as it was before the test: Dask's nanny writes its workers' environment
+    (OMP_NUM_THREADS=1, PYTHONHASHSEED, …) into this process's before it spawns them, and every
+    later subprocess of the session would inherit it (a single-threaded torch there)."""
+    kept = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(kept)
+
+
+def test_ground_truth_rollouts_run_on_a_dask_worker(environment_restored, tmp_path, tiny_policies, monkeypatch):
     import dask
     from distributed import Client, LocalCluster, get_task_stream
     from prefect import flow
