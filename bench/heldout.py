@@ -10,9 +10,10 @@ stated there on ground truth alone:
 It writes ``bench/results/admission.{md,json}``; no estimator runs.
 
 Without ``--admit`` it reads the finished report stage of every development cell
-(``local-*``) and every admitted test cell — as their configs stand, so a cell whose stages
-are stale under today's code shows as not measured (``--run`` runs its flow first, reusing
-every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
+(``local-*``) and every admitted test cell — as their configs stand; a cell whose stages
+are stale under today's code keeps its row of the previous run, marked with the commit and day
+it was measured at (never mixed in silently), else shows as not measured (``--run`` runs its
+flow first, reusing every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
 NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, with the share of its
 95 % intervals (every point and seed) that hold the true J, the mean ρ over each
 group of cells with a percentile-bootstrap interval over cells, and the paired difference
@@ -198,23 +199,50 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
     return float(x.mean()), float(low), float(high)
 
 
-def _cell_table(title: str, results: dict[str, dict | None]) -> list[str]:
-    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals)", "", "| cell | " + " | ".join(SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
+def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict]) -> list[str]:
+    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals)", "",
+             "| cell | measured | " + " | ".join(SHOWN) + " |", "|---|---|" + "---|" * len(SHOWN)]
     for cell, by_estimator in results.items():
         if by_estimator is None:
-            lines.append(f"| {cell} | " + " | ".join("not measured" for _ in SHOWN) + " |")
+            lines.append(f"| {cell} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
             continue
         cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g} / {by_estimator[e]['coverage']:.2f}"
                  if e in by_estimator else "–" for e in SHOWN]
-        lines.append(f"| {cell} | " + " | ".join(cells) + " |")
+        lines.append(f"| {cell} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
     done = [r for r in results.values() if r is not None]
     if done:
         row = []
         for e in SHOWN:
             rhos = [r[e]["rho"] for r in done if e in r and np.isfinite(r[e]["rho"])]
             row.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
-        lines.append(f"| **mean ρ [CI95 over cells]** ({len(done)} cells) | " + " | ".join(row) + " |")
+        earlier = sum(not measured_at[c]["current"] for c, r in results.items() if r is not None)
+        counted = f"{len(done)} cells, {earlier} under earlier code" if earlier else f"{len(done)} cells"
+        lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | " + " | ".join(row) + " |")
     return lines + [""]
+
+
+def _provenance(measured: dict) -> str:
+    """Where a row's figures come from: today's code, or the commit and day of an earlier run."""
+    where = f"`{measured.get('commit') or 'unknown'}` {measured['date']}"
+    return where if measured["current"] else f"{where}, **earlier code**"
+
+
+def fill_earlier_rows(cells: list[str], results: dict[str, dict | None]) -> dict[str, dict]:
+    """Provenance of every measured row (``{"commit", "date", "current"}``). A cell not finished
+    under today's code gets (in ``results``) its row from the previous heldout.json, marked as measured under
+    earlier code (``current`` false) — rerunning every cell after each change is a day's work,
+    and a row is never shown without the commit it was measured at."""
+    path = RESULTS / "heldout.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    today = {"commit": source_version(), "date": time.strftime("%Y-%m-%d"), "current": True}
+    measured_at = {}
+    for cell in cells:
+        earlier = previous.get("measured", {}).get(cell)
+        if results[cell] is not None:
+            measured_at[cell] = today
+        elif earlier is not None and previous["results"].get(cell) is not None:
+            results[cell], measured_at[cell] = previous["results"][cell], {**earlier, "current": False}
+    return measured_at
 
 
 def write_table(run: bool) -> dict:
@@ -222,16 +250,18 @@ def write_table(run: bool) -> dict:
     test = admitted_cells()
     reports = {cell: finished_report(cell, run) for cell in development + test}
     results = {cell: report_results(report) for cell, report in reports.items()}
+    measured_at = fill_earlier_rows(development + test, results)
     lines = ["# The held-out measuring stick", "",
              "`python bench/heldout.py`: every development cell (`local-*`, tuned on) and every test cell "
              "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
-             "today's code and config; `not measured`: the cell's stages are not all finished under them. "
-             "ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; NMAE: mean "
-             "|Ĵ − J| / range of J.", ""]
-    lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development})
-    lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test})
-    lines += (_interval_table("Development cells", [reports[c] for c in development])
-              + _interval_table("Test cells", [reports[c] for c in test]))
+             "today's code and config; a cell whose stages are not all finished under them keeps its row "
+             "of the previous run, marked **earlier code** with the commit it was measured at, or shows "
+             "`not measured`. ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; "
+             "NMAE: mean |Ĵ − J| / range of J.", ""]
+    lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development}, measured_at)
+    lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test}, measured_at)
+    lines += (_interval_table("Development cells (today's code only)", [reports[c] for c in development])
+              + _interval_table("Test cells (today's code only)", [reports[c] for c in test]))
     measured_test = {c: r for c, r in results.items() if c in test and r is not None}
     others = [e for e in SHOWN if e != ADWM]
     if measured_test:
@@ -250,7 +280,8 @@ def write_table(run: bool) -> dict:
         lines.append("")
     lines.append(f"Machine: `{json.dumps(machine())}`")
     (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
-    report = {"machine": machine(), "development": development, "test": test, "results": results}
+    report = {"machine": machine(), "development": development, "test": test, "results": results,
+              "measured": measured_at}
     (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))
     return report
