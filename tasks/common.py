@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import mlflow
@@ -28,20 +29,25 @@ def stage_run(parent_run: str | None, stage: str) -> Iterator[object]:
 
 
 @contextlib.contextmanager
-def stage_progress(cell: str, what: str) -> Iterator[Callable[[int, int], None]]:
-    """``update(done, total)`` for a long stage: a Prefect progress artifact (updated per whole
-    percent) and a progress bar on the CLI (stderr)."""
+def stage_progress(cell: str, what: str) -> Iterator[Callable[..., None]]:
+    """``update(done, total, **counts)`` for a long stage: a Prefect progress artifact (updated per
+    whole percent) and a progress bar on the CLI (stderr); each count (``imagined_steps``: a running
+    total) is shown on both as a rate per second since the stage started."""
     artifact = create_progress_artifact(0.0, description=f"{cell}: {what}")
     bar = tqdm(desc=f"{cell}: {what}", file=sys.stderr, leave=False, dynamic_ncols=True)
-    shown = -1
+    shown, started = -1, time.perf_counter()
 
-    def update(done: int, total: int) -> None:
+    def update(done: int, total: int, **counts: int) -> None:
         nonlocal shown
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        rates = {name.replace("_", " "): f"{count / elapsed:.1f}/s" for name, count in counts.items()}
         bar.total, bar.n = total, done
+        bar.set_postfix(rates, refresh=False)
         bar.refresh()
         percent = int(100 * done / total)
         if percent > shown:
-            update_progress_artifact(artifact, float(percent))
+            rated = "".join(f", {name} {rate}" for name, rate in rates.items())
+            update_progress_artifact(artifact, float(percent), description=f"{cell}: {what}{rated}" if rated else None)
             shown = percent
 
     try:

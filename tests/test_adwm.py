@@ -99,6 +99,28 @@ def test_memoised_decisions_give_the_same_rows_and_ask_each_history_once(corrido
     assert memoised.act([]) == [] and MemoisedPolicy(East()).hit_rate == 0.0
 
 
+def test_progress_counts_the_steps_imagined_in_this_run_and_none_for_a_unit_read_back(corridor, tmp_path):
+    """``progress(done, total, imagined_steps=n)`` per finished seed, n the running total of the
+    steps imagined in this run: what a display shows as imagined steps per second."""
+    trajectories, model = corridor
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_rollouts=8, n_bootstrap=20,
+                        reference=False)
+    calls = []
+
+    def run():
+        calls.clear()
+        return evaluate_policy(model, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config,
+                               progress=lambda done, total, **counts: calls.append((done, total, counts)),
+                               units=str(tmp_path))[1]
+
+    runs = run()
+    lengths = [int(r.lengths.sum()) for r in runs]
+    assert min(lengths) > 0
+    assert calls == [(1, 2, {"imagined_steps": lengths[0]}), (2, 2, {"imagined_steps": sum(lengths)})]
+    run()  # both units are read back from the folder: nothing is imagined
+    assert calls == [(1, 2, {"imagined_steps": 0}), (2, 2, {"imagined_steps": 0})]
+
+
 def test_the_corridor_values_are_exact():
     for eps, truth in zip((0.0, 1.0), (TRUTH[0], TRUTH[-1])):
         success = [e.success for e in corridor_episodes(EpsilonGoldAgent(eps), 400)]

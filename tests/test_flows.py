@@ -7,6 +7,7 @@ evaluate-policy, and a rerun after a stage lost its completion marker."""
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -171,6 +172,10 @@ def test_prefect_holds_the_results_table_and_the_report(first_run):
     assert table is not None and "ADWM:reward_sum" in str(table.data)
     assert Artifact.get("tiny-flow-report") is not None
     assert progress_artifacts().get("tiny-flow: world-model rounds") == 100.0
+    imagination = {d: v for d, v in progress_artifacts().items() if d.startswith("tiny-flow: imagined rollouts")}
+    assert imagination and all(v == 100.0 and re.fullmatch(r"tiny-flow: imagined rollouts \[late\], seeds, "
+                                                            r"imagined steps \d+\.\d/s", d)
+                               for d, v in imagination.items()), imagination
 
 
 def progress_artifacts() -> dict[str, float]:

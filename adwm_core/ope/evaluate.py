@@ -23,7 +23,7 @@ from ..data.behaviour_log import BehaviourLog
 from ..model.world_model import WorldModel
 from ..policies.soft_prompt import SoftPromptPolicy
 from .settings import VALUE_ESTIMATES, AdwmConfig
-from ..specs import Progress, check_epsilons
+from ..specs import check_epsilons
 from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
 from .diagnostics import off_log_distance
 from .fqe import FittedQEvaluation
@@ -84,7 +84,7 @@ def evaluate_policy(
     label: str,
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
-    progress: Progress | None = None,
+    progress: Callable[..., None] | None = None,
     fit_q: Callable[[WorldModel], Mapping[float, FittedQEvaluation]] | None = None,
     units: str | None = None,
     samples: str | None = None,
@@ -95,7 +95,8 @@ def evaluate_policy(
     saved (every member); ``trajectories``: loaded, or where they are saved; ``policy``: a
     :class:`SoftPromptPolicy` for the soft-token reading, anything with ``act(histories)`` for the
     text readings. ADWM rolls π_e out in every member with the same seeds; kNN-WM reads member 0's
-    state bank. ``progress(done, total)`` is told of every finished seed of every world model;
+    state bank. ``progress(done, total, imagined_steps=n)`` is told of every finished seed of every
+    world model, with the steps imagined so far in this run (a unit read back adds none);
     ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
     hands off-log pairs to them; ``units``: a folder keeping each finished (estimator, member,
     seed) unit's rollouts, read back instead of imagined again (a killed stage resumes there);
@@ -117,7 +118,7 @@ def evaluate_policy(
     if config.reference:
         members[REFERENCE] = [(imaginations[0], reference_transition(banks[0]))]
     runs: dict[str, list[list[Rollouts]]] = {name: [] for name in members}  # estimator → member → seed
-    total, done = sum(map(len, members.values())) * len(config.seeds), 0
+    total, done, imagined = sum(map(len, members.values())) * len(config.seeds), 0, 0
     for name, transitions in members.items():
         for member, (imagination, transition) in enumerate(transitions):
             runs[name].append([])
@@ -126,10 +127,11 @@ def evaluate_policy(
                 rollouts = _finished_unit(unit)
                 if rollouts is None:
                     rollouts = _kept(unit, imagination.run(policy, transition, epsilons, seed))
+                    imagined += int(rollouts.lengths.sum())
                 runs[name][-1].append(rollouts)
                 done += 1
                 if progress is not None:
-                    progress(done, total)
+                    progress(done, total, imagined_steps=imagined)
     if samples is not None:
         with atomic_open(samples, "w") as f:
             for member, (bank, by_seed) in enumerate(zip(banks, runs[ESTIMATOR])):

@@ -23,7 +23,7 @@ from ..ope.evaluate import evaluate_policy
 from ..ope.memo import MemoisedPolicy
 from ..policies.loading import ModelCache
 from ..policies.soft_prompt import SoftPromptPolicy
-from ..specs import EPSILONS, PolicySpec, Progress, check_epsilons
+from ..specs import EPSILONS, PolicySpec, check_epsilons
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
@@ -44,7 +44,7 @@ def run_adwm(
     fqe: FQEConfig = FQEConfig(),
     overwrite: bool = False,
     timings: dict | None = None,
-    progress: Progress | None = None,
+    progress: Callable[..., None] | None = None,
     units: str | None = None,
     samples: str | None = None,
 ) -> pa.Table:
@@ -52,8 +52,9 @@ def run_adwm(
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
     given) receives the imagined steps of all seeds, the share of them answered by each source
     (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent
-    in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total)`` of
-    finished seeds. Every member of the world model's ensemble imagines (ope/evaluate.py). With
+    in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total,
+    imagined_steps=n)`` of finished seeds. Every member of the world model's ensemble imagines
+    (ope/evaluate.py). With
     ``off_log='fqe'`` the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
     fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``.
     ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
