@@ -33,6 +33,8 @@ from pathlib import Path
 
 import yaml
 
+from flows.cells import cell_config_path
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 
@@ -76,13 +78,13 @@ def device() -> dict:
     return facts
 
 
-def run(out: Path, cell: str, stand_in: str) -> None:
+def run(out: Path, cell_yaml: str, stand_in: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["ADWM_HOME"] = str(Path(scratch) / "home")
         from adwm_core import pipeline
         from adwm_core.smoke import smoke_cell
 
-        config, _ = smoke_cell(str(on_transformers(REPO / "deployments" / f"{cell}.yaml", Path(scratch))), stand_in,
+        config, _ = smoke_cell(str(on_transformers(Path(cell_yaml), Path(scratch))), stand_in,
                                data_root=str(Path(scratch) / "data"))
         skipped = {"psi": config.adwm.reading != "soft_tokens", "ground-truth": config.ground_truth is None}
         facts = {"cell": config.name, "stand_in": Path(stand_in).name, "device": device(), "complete": False,
@@ -154,9 +156,11 @@ def main() -> None:
     if not (Path(args.stand_in) / "config.json").exists():
         parser.error(f"--stand-in {args.stand_in}: no model folder there (config.json missing); "
                      "write one with --make-stand-in DIR")
-    if not (REPO / "deployments" / f"{args.cell}.yaml").exists():
-        parser.error(f"--cell {args.cell}: no deployments/{args.cell}.yaml")
-    run(args.run, args.cell, args.stand_in)
+    try:
+        cell_yaml = cell_config_path(args.cell)
+    except FileNotFoundError as missing:
+        parser.error(f"--cell: {missing}")
+    run(args.run, cell_yaml, args.stand_in)
 
 
 if __name__ == "__main__":
