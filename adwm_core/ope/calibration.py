@@ -1,0 +1,88 @@
+"""ADWM calibrated by a few live episodes of π_e: prediction-powered inference with power tuning
+(PPI++, Angelopoulos, Duchi & Zrnic 2023), the world model as the predictor.
+
+With k live episodes j of π_e^ε (return G_j, first observation s_j) and ADWM's N imagined
+rollouts of the same π_e^ε (return x_r from start s_r), m(s) is ADWM's mean imagined return of
+the rollouts started at s (x̄, the mean of every rollout, where none did), and
+
+    θ̂_λ = λ x̄ + (1/k) Σ_j (G_j − λ m(s_j)),
+    Var θ̂_λ ≈ Var(G − λ m)/k + λ² Var(x)/N,
+    λ = clip(Cov(G, m) / ((1 + k/N) Var(m)), 0, 1)   (the variance-minimising power),
+
+with the interval θ̂_λ ± t_{k−1, (1+c)/2} √Var (Student's t: k is small). λ = 0 is the live mean
+alone, λ = 1 classical PPI: the rectifier (1/k) Σ (G_j − m(s_j)) removes ADWM's bias at the live
+episodes' starts, and where m tracks G the interval is narrower than the live mean's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A calibrated value with its interval."""
+
+    value: float
+    low: float
+    high: float
+    power: float  # PPI: λ; the linear map: its slope b
+    matched: float = 1.0  # PPI: the share of live episodes whose start ADWM imagined from
+
+
+def per_start_means(starts: Sequence[str], returns: Sequence[float]) -> dict[str, float]:
+    """m(s): the mean imagined return of the rollouts started at each first observation s."""
+    by_start = defaultdict(list)
+    for start, value in zip(starts, returns):
+        by_start[start].append(float(value))
+    return {start: float(np.mean(values)) for start, values in by_start.items()}
+
+
+def prediction_powered(live_starts: Sequence[str], live_returns: Sequence[float], imagined_starts: Sequence[str],
+                       imagined_returns: Sequence[float], *, confidence: float = 0.95,
+                       power: float | None = None) -> Calibrated:
+    """θ̂_λ and its interval from k ≥ 2 live episodes and N ≥ 2 imagined rollouts (formula in the
+    module docstring); ``power`` fixes λ (None: the variance-minimising one)."""
+    g, x = np.asarray(live_returns, float), np.asarray(imagined_returns, float)
+    k, n = len(g), len(x)
+    if k < 2 or n < 2:
+        raise ValueError(f"PPI needs at least 2 live episodes and 2 imagined rollouts, got {k} and {n}")
+    if len(live_starts) != k or len(imagined_starts) != n:
+        raise ValueError("one start per live episode and per imagined rollout")
+    means, mean = per_start_means(imagined_starts, x), float(x.mean())
+    m = np.asarray([means.get(s, mean) for s in live_starts])
+    if power is None:
+        var_m = m.var(ddof=1)
+        power = 0.0 if var_m == 0 else float(np.clip(np.cov(g, m)[0, 1] / ((1 + k / n) * var_m), 0, 1))
+    value = power * mean + float(np.mean(g - power * m))
+    variance = np.var(g - power * m, ddof=1) / k + power ** 2 * x.var(ddof=1) / n
+    half = float(stats.t.ppf((1 + confidence) / 2, k - 1) * np.sqrt(variance))
+    return Calibrated(value, value - half, value + half, power, float(np.mean([s in means for s in live_starts])))
+
+
+def linear_calibration(adwm: Sequence[float], live_means: Sequence[float], *, confidence: float = 0.95,
+                       pointwise: bool = True) -> list[Calibrated]:
+    """ADWM's estimates of P points of one π_e (its ε levels) mapped onto the live scale:
+    J_p ≈ a + b Ĵ_p by least squares on the points' live means ȳ_p (k episodes each), then
+    θ̂_p = a + b Ĵ_p ± t_{P−2, (1+c)/2} s √(π + 1/P + (Ĵ_p − mean Ĵ)² / Σ (Ĵ_q − mean Ĵ)²), s² the
+    residual variance (live noise and misfit together); ``pointwise`` (π = 1): the prediction
+    interval, which holds a point's own departure from the line, else (π = 0) the interval of
+    the line itself. Keeps ADWM's ranking where b > 0 and borrows strength across points; needs
+    P ≥ 3 points with distinct Ĵ."""
+    x, y = np.asarray(adwm, float), np.asarray(live_means, float)
+    p = len(x)
+    if p < 3 or len(y) != p:
+        raise ValueError(f"a linear calibration needs at least 3 points with one live mean each, got {p} and {len(y)}")
+    centred = x - x.mean()
+    if not centred.any():
+        raise ValueError("ADWM gives every point the same value: nothing to map onto the live scale")
+    fit = stats.linregress(x, y)
+    value = fit.intercept + fit.slope * x
+    s = np.sqrt(np.sum((y - value) ** 2) / (p - 2))
+    half = stats.t.ppf((1 + confidence) / 2, p - 2) * s * np.sqrt(pointwise + 1 / p + centred ** 2 / np.sum(centred ** 2))
+    return [Calibrated(float(v), float(v - h), float(v + h), float(fit.slope)) for v, h in zip(value, half)]

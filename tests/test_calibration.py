@@ -1,0 +1,81 @@
+"""ADWM calibrated by a few live episodes (adwm_core/ope/calibration.py)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from adwm_core.ope.calibration import linear_calibration, per_start_means, prediction_powered
+
+
+def synthetic_point(rng, k: int, n: int, bias: float, noise: float):
+    """Starts with values v(s); live G = v(s) + noise; imagined x = v(s) + bias + small noise."""
+    values = {f"s{i}": float(v) for i, v in enumerate(rng.normal(0, 2, 20))}
+    live_starts = list(rng.choice(list(values), k))
+    imagined_starts = list(rng.choice(list(values), n))
+    live = [values[s] + rng.normal(0, noise) for s in live_starts]
+    imagined = [values[s] + bias + rng.normal(0, 0.1) for s in imagined_starts]
+    return live_starts, live, imagined_starts, imagined, float(np.mean(list(values.values())))
+
+
+def test_power_zero_is_the_student_interval_of_the_live_mean():
+    rng = np.random.default_rng(0)
+    live_starts, live, starts, imagined, _ = synthetic_point(rng, 8, 200, bias=1.0, noise=1.0)
+    c = prediction_powered(live_starts, live, starts, imagined, power=0.0)
+    low, high = stats.t.interval(0.95, 7, loc=np.mean(live), scale=stats.sem(live))
+    assert c.value == pytest.approx(np.mean(live))
+    assert (c.low, c.high) == pytest.approx((low, high))
+
+
+def test_tuned_power_removes_the_model_bias_and_narrows_the_live_interval():
+    """A predictor that tracks the live return up to a constant bias: PPI++ leans on it (λ near
+    1), its interval is narrower than the live mean's and still holds the truth ~95 % of the time,
+    while the biased imagined mean alone is off by the bias."""
+    rng = np.random.default_rng(1)
+    held, narrower, powers = [], [], []
+    for _ in range(300):
+        live_starts, live, starts, imagined, truth = synthetic_point(rng, 10, 400, bias=1.5, noise=0.3)
+        tuned = prediction_powered(live_starts, live, starts, imagined)
+        alone = prediction_powered(live_starts, live, starts, imagined, power=0.0)
+        held.append(tuned.low <= truth <= tuned.high)
+        narrower.append(tuned.high - tuned.low < alone.high - alone.low)
+        powers.append(tuned.power)
+    assert np.mean(powers) > 0.8
+    assert np.mean(narrower) > 0.9
+    assert np.mean(held) > 0.85
+    assert abs(np.mean(imagined) - truth) > 1.0  # the last draw: ADWM alone carries the bias
+
+
+def test_live_starts_ADWM_never_imagined_from_fall_back_to_its_mean():
+    means = per_start_means(["a", "a", "b"], [1.0, 3.0, 5.0])
+    assert means == {"a": 2.0, "b": 5.0}
+    c = prediction_powered(["a", "z"], [2.0, 4.0], ["a", "a", "b"], [1.0, 3.0, 5.0], power=1.0)
+    # θ̂ = x̄ + mean(G − m) with m(z) = x̄ = 3: 3 + ((2 − 2) + (4 − 3)) / 2
+    assert c.value == pytest.approx(3.5)
+    assert c.matched == pytest.approx(0.5)
+
+
+def test_ppi_refuses_too_few_episodes_or_mismatched_starts():
+    with pytest.raises(ValueError, match="at least 2 live episodes"):
+        prediction_powered(["a"], [1.0], ["a", "b"], [1.0, 2.0])
+    with pytest.raises(ValueError, match="one start per"):
+        prediction_powered(["a"], [1.0, 2.0], ["a", "b"], [1.0, 2.0])
+
+
+def test_linear_map_recovers_an_affine_relation_and_keeps_the_ranking():
+    adwm = np.array([0.1, 0.3, 0.2, 0.6, 0.5])
+    live = 2.0 + 3.0 * adwm
+    fits = linear_calibration(adwm, live, pointwise=False)
+    assert [f.value for f in fits] == pytest.approx(live.tolist())
+    assert fits[0].power == pytest.approx(3.0)
+    assert all(f.high - f.low == pytest.approx(0, abs=1e-9) for f in fits)  # an exact line leaves no residual
+    noisy = live + np.array([0.05, -0.05, 0.02, 0.0, -0.02])
+    line, point = linear_calibration(adwm, noisy, pointwise=False), linear_calibration(adwm, noisy)
+    assert stats.spearmanr([f.value for f in line], adwm).statistic == pytest.approx(1.0)
+    assert all(p.high - p.low > q.high - q.low > 0 for p, q in zip(point, line))
+
+
+def test_linear_map_refuses_too_few_points_or_a_flat_estimate():
+    with pytest.raises(ValueError, match="at least 3 points"):
+        linear_calibration([0.1, 0.2], [1.0, 2.0])
+    with pytest.raises(ValueError, match="same value"):
+        linear_calibration([0.5, 0.5, 0.5], [1.0, 2.0, 3.0])
