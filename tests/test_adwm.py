@@ -22,7 +22,7 @@ from adwm_core.model.world_model import WorldModel, on_latent_manifold
 from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
 from adwm_core.ope.rollouts import ImaginedRollouts
 from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
-from adwm_core.ope.carry_over import CarriedOver, signature
+from adwm_core.ope.carry_over import CarriedOver, signature, template
 from adwm_core.ope.diagnostics import verdicts
 from adwm_core.ope.fqe import FittedQEvaluation
 from adwm_core.ope.state_bank import StateBank
@@ -212,7 +212,7 @@ def test_an_off_log_pair_is_answered_by_a_logged_transition_of_the_same_signatur
                                episodes=np.array([0, 1, 1]), tasks=["find it"] * 3)
     bank = StateBank(texts, ["find it"] * 4, [None] * 4, torch.eye(4), np.array([0, 0]), torch.eye(4)[[3]], logged)
     carried = CarriedOver(bank, NearestLogged(bank))
-    assert carried.by_signature[("take", "o")].tolist() == [0] and carried.by_signature[("take", "h")].tolist() == [2]
+    assert carried.by_key[(0, "take", "o")].tolist() == [0] and carried.by_key[(0, "take", "h")].tolist() == [2]
     read = np.array([1, 2, 1])
     query = Query(None, [History("find it", (), texts[r], None) for r in read], ["take key", "take coin", "take key"],
                   read, torch.eye(4)[read][:, None], torch.zeros(51, 3, 4))
@@ -222,6 +222,31 @@ def test_an_off_log_pair_is_answered_by_a_logged_transition_of_the_same_signatur
     nearest = NearestLogged(bank)(query.subset(np.array([1])))
     assert answer.reward[1] == nearest.reward[0] and not answer.logged.any()
     assert answer.source.tolist() == ["carried", "model", "carried"]
+
+
+def test_the_template_level_answers_a_signature_the_log_never_took_by_what_that_kind_of_action_earned():
+    """"examine lamp" (an object the room does not show) has a signature the log never took; its
+    template "examine *" was logged twice and never paid, so the template level answers it from
+    those, where the signature level alone leaves it to the fallback. "open door" matches no
+    logged template and still goes to the fallback. Levels outside LEVELS are refused."""
+    texts = ["a room with a box", "a room with a key", "inside the box"]
+    assert template(("put", "hk", "in", "ok")) == ("put", "*", "in", "*")
+    logged = LoggedTransitions(observations=torch.tensor([0, 1, 0]), actions=["examine box", "examine key", "take box"],
+                               next_latents=torch.eye(3)[[2, 1, 0]], rewards=np.array([0.0, 0.0, 1.0]),
+                               done=np.array([False, False, True]), steps=np.array([0, 0, 1]),
+                               episodes=np.array([0, 1, 0]), tasks=["find it"] * 3)
+    bank = StateBank(texts, ["find it"] * 3, [None] * 3, torch.eye(3), np.array([0, 1]), torch.eye(3)[[0]], logged)
+    read = np.array([0, 1])
+    query = Query(None, [History("find it", (), texts[r], None) for r in read], ["examine lamp", "open door"], read,
+                  torch.eye(3)[read][:, None], torch.zeros(51, 2, 3))
+    fallback = NearestLogged(bank)
+    by_signature = CarriedOver(bank, fallback)(query)
+    backed_off = CarriedOver(bank, fallback, levels=("signature", "template"))(query)
+    assert by_signature.source.tolist() == ["model", "model"]
+    assert backed_off.source.tolist() == ["carried", "model"]
+    assert backed_off.reward[0] == 0.0 and not backed_off.done[0]
+    with pytest.raises(ValueError, match="carry-over levels"):
+        CarriedOver(bank, fallback, levels=("verb",))
 
 
 def test_a_seed_fixes_every_draw(corridor):

@@ -175,7 +175,8 @@ def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
         if q_by_epsilon is None:
             raise ValueError("off_log='fqe' hands off-log pairs to FQE: pass its Q-networks per ε (q_by_epsilon)")
         return LoggedSuccessors(bank, HandOverToValue(model, q_by_epsilon))
-    return LoggedSuccessors(bank, CarriedOver(bank, diffusion) if config.off_log == "carry_over" else diffusion)
+    return LoggedSuccessors(bank, CarriedOver(bank, diffusion, config.carry_over_levels)
+                            if config.off_log == "carry_over" else diffusion)
 
 
 def reference_transition(bank: StateBank) -> Transition:

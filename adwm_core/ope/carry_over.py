@@ -12,8 +12,11 @@ two rooms that both list a north exit. Nothing here names an environment.
 :class:`CarriedOver` answers an off-log (state, action) pair with one logged transition of the
 same signature — its reward, termination and successor — drawn uniformly among those of the
 same task description and step where the log holds some, else of the same task, else of the
-same step, else of any; a pair whose signature the log never took goes to its fallback
-transition. The answer is not marked ``logged``: the log never took this very pair.
+same step, else of any. With the ``template`` level after it, a pair whose signature the log
+never took is matched the same way on its *template*, the signature with every tag replaced by
+``*`` ("take * from *": the verb and the function words): the log's own record of what that kind
+of action earns. A pair no level matches goes to the fallback transition. The answer is not
+marked ``logged``: the log never took this very pair.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .transitions import Outcome, Query, Transition, answered_from_log
 FUNCTION_WORDS = frozenset("a an the to in into on onto from with at of for and or up down out off over under by "
                            "is are it its this that".split())
 Signature = tuple[str, ...]
+LEVELS = ("signature", "template")  # how an off-log action may be matched to logged ones, finest first
 
 
 @lru_cache(maxsize=65536)
@@ -56,21 +60,30 @@ def signature(action: str, observation: str, earlier: frozenset[str], task: str)
     return tuple(tags)
 
 
-class CarriedOver:
-    """Off-log pairs answered by a logged transition of the same signature; ``fallback`` answers
-    the pairs whose signature the log never took."""
+def template(key: Signature) -> Signature:
+    """The signature's verb and function words, every tag replaced by ``*``."""
+    return tuple(tag if i == 0 or tag in FUNCTION_WORDS else "*" for i, tag in enumerate(key))
 
-    def __init__(self, bank: StateBank, fallback: Transition) -> None:
+
+class CarriedOver:
+    """Off-log pairs answered by a logged transition of the same signature (then, at each further
+    level of ``levels``, the same template); ``fallback`` answers the pairs no level matches."""
+
+    def __init__(self, bank: StateBank, fallback: Transition, levels: tuple[str, ...] = ("signature",)) -> None:
+        if not levels or any(level not in LEVELS for level in levels):
+            raise ValueError(f"carry-over levels {levels!r}: each one of {LEVELS}, finest first")
         self.bank, self.fallback = bank, fallback
         logged = bank.transitions
         seen: dict[int, frozenset[str]] = defaultdict(frozenset)  # episode → words of its observations so far
-        by_signature: dict[Signature, list[int]] = defaultdict(list)
+        by_key: dict[Signature, list[int]] = defaultdict(list)
+        self.keys = [(lambda key: key) if level == "signature" else template for level in levels]
         for i in np.lexsort((logged.steps, logged.episodes)):  # every episode in order of t
             episode, observation = int(logged.episodes[i]), bank.texts[int(logged.observations[i])]
             key = signature(logged.actions[i], observation, seen[episode], logged.tasks[i])
-            by_signature[key].append(int(i))
+            for level, key_of in enumerate(self.keys):
+                by_key[(level, *key_of(key))].append(int(i))
             seen[episode] = seen[episode] | words(observation)
-        self.by_signature = {key: np.sort(rows) for key, rows in by_signature.items()}
+        self.by_key = {key: np.sort(rows) for key, rows in by_key.items()}
         # task descriptions as codes, so a signature's candidates are matched on their task in one comparison
         self.task_code = {task: code for code, task in enumerate(dict.fromkeys(logged.tasks))}
         self.task_codes = np.array([self.task_code[task] for task in logged.tasks], np.int64)
@@ -83,7 +96,8 @@ class CarriedOver:
         for j, (history, action, row) in enumerate(zip(query.histories, query.actions, query.read)):
             earlier = frozenset().union(*(words(self.bank.texts[r]) for r in earlier_rows[j]))
             key = signature(action, self.bank.texts[int(row)], earlier, history.task_description)
-            candidates = self.by_signature.get(key)
+            candidates = next((found for level, key_of in enumerate(self.keys)
+                               if (found := self.by_key.get((level, *key_of(key)))) is not None), None)
             if candidates is None:
                 continue
             same_task = self.task_codes[candidates] == self.task_code.get(history.task_description, -1)

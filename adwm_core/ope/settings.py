@@ -19,6 +19,7 @@ from ..validated import Settings
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
 OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
+CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
 IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/intervals.py: CONCENTRATION
@@ -84,6 +85,7 @@ class AdwmConfig(Settings):
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
     off_log: OffLog | None = None  # the rest: the diffusion model, carried over by signature first (carry_over.py),
     # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's log-probs)
+    carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max
     cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
