@@ -1,14 +1,18 @@
 """Command line: ``adwm envs`` lists environments; ``adwm collect`` runs a real
 episode collection and writes the trajectories Parquet; ``adwm export-logs`` writes a
-trajectories Parquet's behaviour episodes as JSONL conversations. ``adwm evaluate`` (the
-whole job on the user's logs and agent) runs a Prefect flow and is added by flows/cli.py."""
+trajectories Parquet's behaviour episodes as JSONL conversations; ``adwm calibrate`` combines
+ADWM's imagined episodes with a few live episodes of the same agents (ope/calibration.py).
+``adwm evaluate`` (the whole job on the user's logs and agent) runs a Prefect flow and is added
+by flows/cli.py."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections import defaultdict
 
+import numpy as np
 import pyarrow.compute as pc
 
 from .specs import EnvSpec, check_epsilons
@@ -20,8 +24,10 @@ from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.episodes import EpisodeSpec
 from .envs.runner import EpisodeRunner
+from .ope.calibration import Point, linear_calibration, prediction_powered, read_imagined
 from .paths import artifact_path
-from .stages.logs import export_jsonl
+from .specs import LogSource
+from .stages.logs import export_jsonl, read_logs
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -63,6 +69,47 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def live_episodes(path: str, epsilon: float) -> dict[Point, list[tuple[str, float]]]:
+    """(policy, ε) → [(first observation, return)] of live episodes in any log format ``adwm
+    evaluate --logs`` reads, all of them π_e^ε at ``epsilon``."""
+    steps = read_logs(LogSource(path=path), cell="live").select(["policy", "episode", "t", "observation", "reward"])
+    first, returns = {}, defaultdict(float)
+    for row in steps.to_pylist():
+        key = (row["policy"], row["episode"])
+        returns[key] += row["reward"]
+        if row["t"] == 0:
+            first[key] = row["observation"]
+    points = defaultdict(list)
+    for (policy, episode), value in returns.items():
+        points[(policy, epsilon)].append((first[(policy, episode)], value))
+    return dict(points)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    imagined, live = read_imagined(args.imagined), live_episodes(args.live, args.epsilon)
+    missing = sorted(set(live) - set(imagined))
+    if missing:
+        raise ValueError(f"{args.live} holds live episodes of {missing}, but {args.imagined} imagined only "
+                         f"{sorted(imagined)}: give each live episode the agent's label as its 'policy', and pass "
+                         "--epsilon where the live episodes were played at an ε > 0")
+    points = sorted(live)
+    adwm = {p: float(np.mean([g for _, g in imagined[p]])) for p in points}
+    print(f"{'policy':<24} {'ε':>5} {'ADWM':>9} {'k':>4}  PPI++ (live episodes rectify ADWM)  λ     starts imagined")
+    for p in points:
+        c = prediction_powered(*zip(*live[p]), *zip(*imagined[p]), confidence=args.confidence)
+        print(f"{p[0]:<24} {p[1]:>5.2f} {adwm[p]:>9.3f} {len(live[p]):>4}  {c.value:>9.3f} [{c.low:.3f}, {c.high:.3f}]"
+              f"  {c.power:.2f}  {c.matched:.0%}")
+        if c.high == c.low:
+            print(f"{'':<24} every live episode returned the same: the interval has no width to trust; run more")
+    if len(points) >= 3:
+        fits = linear_calibration([adwm[p] for p in points], [np.mean([g for _, g in live[p]]) for p in points],
+                                  confidence=args.confidence, pointwise=False)
+        print(f"\nADWM's estimates mapped onto the live means by a line (slope {fits[0].power:+.3f}; keeps ADWM's ranking)")
+        for p, c in zip(points, fits):
+            print(f"{p[0]:<24} {p[1]:>5.2f} {c.value:>9.3f} [{c.low:.3f}, {c.high:.3f}]")
+    return 0
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     """The ``adwm`` parser and its subcommands (flows/cli.py adds ``evaluate``)."""
     parser = argparse.ArgumentParser(prog="adwm", description=__doc__,
@@ -87,6 +134,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     export.add_argument("trajectories", help="trajectories Parquet (e.g. a cell's behaviour artifact)")
     export.add_argument("out", help="JSONL path to write")
     export.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    calibrate = sub.add_parser("calibrate", help="combine ADWM's imagined episodes with a few live episodes of the "
+                               "same agents: PPI++ per agent, and a line onto the live scale over three or more")
+    calibrate.add_argument("imagined", help="imagined episodes JSONL (`adwm evaluate --log-samples`)")
+    calibrate.add_argument("live", help="live episodes of the agents, in any format `adwm evaluate --logs` reads, "
+                                        "each episode's policy the agent's label")
+    calibrate.add_argument("--epsilon", type=float, default=0.0, help="ε of π_e^ε the live episodes played (default 0)")
+    calibrate.add_argument("--confidence", type=float, default=0.95)
     return parser, sub
 
 
@@ -95,7 +149,7 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"envs": _envs, "collect": _collect, "export-logs": _export}
+COMMANDS = {"envs": _envs, "collect": _collect, "export-logs": _export, "calibrate": _calibrate}
 
 
 def run(args: argparse.Namespace) -> int:

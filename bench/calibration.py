@@ -4,7 +4,7 @@
 ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
 K: B times, k of the point's ground-truth episodes are drawn at random as the live slice and
 the rest give the truth (the mean of the episodes not drawn); the slice is combined with ADWM's
-imagined rollouts of that point (its samples.jsonl, every seed). Per cell and k, the share of
+imagined rollouts of that point (its samples.jsonl, every seed and member). Per cell and k, the share of
 intervals holding the truth (coverage), their median width over the range of J, the mean
 |θ̂ − J| / range (NMAE) and the mean Spearman ρ over the cell's points, for PPI++ (λ tuned),
 classical PPI (λ = 1), the live slice alone (λ = 0) and ADWM's seed-averaged estimates of each
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy import stats
 
-from adwm_core.ope.calibration import linear_calibration, prediction_powered
+from adwm_core.ope.calibration import linear_calibration, prediction_powered, read_imagined
 from common import RESULTS, load_cell, machine
 from flows.cells import cell_names
 from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage
@@ -48,18 +48,6 @@ def live_episodes(summary) -> dict[tuple[str, float], list[tuple[str, float]]]:
     points = defaultdict(list)
     for key, value in returns.items():
         points[key[:2]].append((first[key], value))
-    return points
-
-
-def imagined_rollouts(adwm) -> dict[tuple[str, float], list[tuple[str, float]]]:
-    """(policy, ε) → [(start observation, imagined return)] of member 0's rollouts, every seed."""
-    points = defaultdict(list)
-    with open(adwm.file("samples")) as f:
-        for line in f:
-            episode = json.loads(line)
-            if episode["member"] == 0:
-                points[(episode["policy"], float(episode["epsilon"]))].append(
-                    (episode["conversations"][0]["value"], episode["reward"]))
     return points
 
 
@@ -116,7 +104,7 @@ def measure(cell: str, draws: int, seed: int) -> dict | None:
     for stage in truth_stages:
         live.update(live_episodes(stage))
     for stage in adwm:
-        imagined.update(imagined_rollouts(stage))
+        imagined.update(read_imagined(stage.file("samples")))
     points = sorted(live)
     truth = {p: float(np.mean([g for _, g in live[p]])) for p in points}
     spread = max(truth.values()) - min(truth.values())

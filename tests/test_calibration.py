@@ -1,9 +1,12 @@
 """ADWM calibrated by a few live episodes (adwm_core/ope/calibration.py)."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from adwm_core.cli import main
 from adwm_core.ope.calibration import linear_calibration, per_start_means, prediction_powered
 
 
@@ -79,3 +82,46 @@ def test_linear_map_refuses_too_few_points_or_a_flat_estimate():
         linear_calibration([0.1, 0.2], [1.0, 2.0])
     with pytest.raises(ValueError, match="same value"):
         linear_calibration([0.5, 0.5, 0.5], [1.0, 2.0, 3.0])
+
+
+def _episode(policy: str, start: str, rewards: list[float], **extra) -> dict:
+    turns = [{"from": "human", "value": start}]
+    for i, r in enumerate(rewards):
+        turns += [{"from": "gpt", "value": f"go {i}", "reward": r}, {"from": "human", "value": f"room {i}"}]
+    return {"policy": policy, "task_description": "walk", "conversations": turns[:-1], "reward": sum(rewards),
+            "success": False, **extra}
+
+
+def _write(path, episodes) -> str:
+    path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    return str(path)
+
+
+def test_adwm_calibrate_prints_ppi_for_each_agent_and_the_line_over_three(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    imagined, live = [], []
+    for a, agent in enumerate(("agent-a", "agent-b", "agent-c")):
+        for i in range(40):
+            start = f"start {i % 4}"
+            imagined.append(_episode(agent, start, [0.5 * a + 0.1 * (i % 4), 0.0], imagined=True, epsilon=0.0,
+                                     seed=0, member=0))
+        for i in range(6):
+            live.append(_episode(agent, f"start {i % 4}", [float(a + rng.normal(0, 0.3)), 0.0]))
+    imagined_path, live_path = _write(tmp_path / "imagined.jsonl", imagined), _write(tmp_path / "live.jsonl", live)
+    assert main(["calibrate", imagined_path, live_path]) == 0
+    out = capsys.readouterr().out
+    expected = prediction_powered([e["conversations"][0]["value"] for e in live[:6]], [e["reward"] for e in live[:6]],
+                                  [e["conversations"][0]["value"] for e in imagined[:40]],
+                                  [e["reward"] for e in imagined[:40]])
+    line = next(row for row in out.splitlines() if row.startswith("agent-a"))
+    assert f"{expected.value:.3f} [{expected.low:.3f}, {expected.high:.3f}]" in line
+    assert "mapped onto the live means by a line" in out and out.count("agent-c") == 2
+
+
+def test_adwm_calibrate_names_an_agent_the_imagined_file_lacks(tmp_path, capsys):
+    imagined = _write(tmp_path / "imagined.jsonl", [_episode("agent-a", "s", [1.0], imagined=True, epsilon=0.0)] * 3)
+    live = _write(tmp_path / "live.jsonl", [_episode("agent-z", "s", [1.0])] * 3)
+    assert main(["calibrate", imagined, live]) == 2
+    assert "agent-z" in capsys.readouterr().err
+    assert main(["calibrate", live, live]) == 2  # live episodes are no imagined ones
+    assert "not an imagined episode" in capsys.readouterr().err

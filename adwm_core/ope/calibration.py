@@ -16,12 +16,16 @@ episodes' starts, and where m tracks G the interval is narrower than the live me
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import fsspec
 import numpy as np
 from scipy import stats
+
+Point = tuple[str, float]  # (policy, ε)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,23 @@ class Calibrated:
     high: float
     power: float  # PPI: λ; the linear map: its slope b
     matched: float = 1.0  # PPI: the share of live episodes whose start ADWM imagined from
+
+
+def read_imagined(path: str) -> dict[Point, list[tuple[str, float]]]:
+    """(policy, ε) → [(start observation, imagined return)] of every rollout in an imagined-episodes
+    JSONL (the ADWM stage's samples.jsonl, ``adwm evaluate --log-samples``), every seed and member."""
+    points = defaultdict(list)
+    with fsspec.open(path, "r") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            episode = json.loads(line)
+            if not episode.get("imagined") or "epsilon" not in episode:
+                raise ValueError(f"{path}, line {number}: not an imagined episode (no 'imagined' flag or 'epsilon'); "
+                                 "pass the file `adwm evaluate --log-samples` wrote")
+            points[(episode["policy"], float(episode["epsilon"]))].append(
+                (episode["conversations"][0]["value"], float(episode["reward"])))
+    return dict(points)
 
 
 def per_start_means(starts: Sequence[str], returns: Sequence[float]) -> dict[str, float]:
