@@ -277,6 +277,38 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     assert torch.equal(ours, reference)
 
 
+def test_few_level_sampling_is_ddim_from_the_rollouts_own_z_K_with_guidance_at_each_level(corridor):
+    """sampling_levels=5: deterministic DDIM from noise[0] over 5 levels (the later noise rows are
+    not read); with success-bank guidance every one of those levels subtracts g_k from ε̂."""
+    _, model = corridor
+    diffusion = model.diffusion
+    bank = StateBank.from_log(BehaviourLog(read_table(corridor[0], TRAJECTORIES)), model)
+    z0 = bank.latents[bank.starts[:4]]
+    h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
+    actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
+    noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    few = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0, sampling_levels=5)
+    other_steps = noise.clone()
+    other_steps[1:] = torch.randn_like(noise[1:])
+    levels_seen = []
+
+    def guidance(z_k, k, eps):
+        levels_seen.append(k)
+        return torch.full_like(z_k, 0.1)
+
+    with torch.no_grad():
+        imagination = DiffusionTransition(model, bank, few)
+        ours = imagination.sample(h, actions, noise)
+        reference = diffusion.denoise_deterministic(lambda z, k: model.eps(z, k, h, actions), noise[0], 5,
+                                                    project=on_latent_manifold)
+        guided = imagination.sample(h, actions, noise, guidance)
+        shifted = diffusion.denoise_deterministic(lambda z, k: model.eps(z, k, h, actions) - 0.1, noise[0], 5,
+                                                  project=on_latent_manifold)
+        assert torch.equal(ours, reference) and torch.equal(imagination.sample(h, actions, other_steps), ours)
+    assert len(levels_seen) == 5 and levels_seen[0] == diffusion.n_steps - 1 and levels_seen[-1] == 0
+    torch.testing.assert_close(guided, shifted)
+
+
 def test_an_action_outside_the_vocabulary_is_imagined_as_the_unconditional_transition(corridor):
     """The corridor pool only ever played known actions, so ⟨unk⟩ never trained: an unknown
     action's next state is sampled from the ∅ branch, unless unknown_actions='unk'."""

@@ -99,6 +99,7 @@ class AdwmConfig(Settings):
     snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
     reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
     done_threshold: float = Field(default=0.5, gt=0, lt=1)
+    sampling_levels: int | None = Field(default=None, ge=1)  # DDIM (η = 0) over this many levels (None: K ancestral)
     seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
     n_bootstrap: int = Field(default=1000, ge=1)
     confidence: float = Field(default=0.95, gt=0, lt=1)
