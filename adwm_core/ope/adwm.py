@@ -118,10 +118,10 @@ class DiffusionTransition:
     def sample(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
                guidance: Guidance | None = None) -> torch.Tensor:
         """z_{t+1} given (h̄_t, a_t), ``actions`` as ids or conditions: the K-level guided reverse
-        process, or (``sampling_levels``) deterministic DDIM from the same z_K over that many
-        levels, ε̂ − g_k at each."""
-        eps_model, levels = self.eps_model(h, actions), self.config.sampling_levels
-        if levels is None:
+        process (``sampler: ancestral``), or deterministic DDIM from the same z_K over
+        ``ddim_levels`` levels (``ddim``), ε̂ − g_k at each."""
+        eps_model = self.eps_model(h, actions)
+        if self.config.sampler == "ancestral":
             return self.diffusion.sample(eps_model, tuple(noise.shape[1:]), guidance=guidance, noise=noise,
                                          project=on_latent_manifold)
         if guidance is not None:
@@ -131,7 +131,8 @@ class DiffusionTransition:
                 eps = unguided(z_k, k)
                 return eps - guidance(z_k, int(k[0]), eps)
 
-        return self.diffusion.denoise_deterministic(eps_model, noise[0], levels, project=on_latent_manifold)
+        return self.diffusion.denoise_deterministic(eps_model, noise[0], self.config.ddim_levels,
+                                                    project=on_latent_manifold)
 
 
 class LookaheadLikelihood:

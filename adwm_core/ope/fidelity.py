@@ -46,15 +46,17 @@ from ..envs import make_env
 from ..model.world_model import WorldModel
 from ..policies.prompts import History
 from .adwm import DiffusionTransition
-from .settings import AdwmConfig
+from .settings import AdwmConfig, Sampler
 from .state_bank import StateBank
 
 TOP_K = 5
 
 
-def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float) -> DiffusionTransition:
+def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float, sampling: Sampler) -> DiffusionTransition:
+    """The world model's unguided transition drawing by ``sampling`` (``AdwmConfig.sampler``: the
+    K-level reverse process, the instruments' default, or ADWM's default few-level DDIM)."""
     return DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model),
-                               AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale))
+                               AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale, sampler=sampling))
 
 
 def _histories(model: WorldModel, data: EpisodeArrays, latents: torch.Tensor, episodes: np.ndarray):
@@ -102,7 +104,8 @@ def _outcome_scores(reward: np.ndarray, done_p: np.ndarray, true_reward: np.ndar
 
 @torch.no_grad()
 def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Sequence[int], *, n_samples: int = 4,
-                      cfg_scale: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
+                      cfg_scale: float = 1.0, seed: int = 0,
+                      sampling: Sampler = "ancestral") -> dict[str, dict[str, float]]:
     """Teacher-forced one-step fidelity on the transitions of behaviour ``episodes`` (rows of
     :func:`~adwm_core.data.windows.episode_arrays`, e.g. the held-out ones); ``{predictor: metrics}``."""
     model.eval()
@@ -117,7 +120,7 @@ def one_step_fidelity(model: WorldModel, trajectories: pa.Table, episodes: Seque
     true_done, scored = data.done[e, t], data.reward_mask[e, t]
     successors = _successors(data)
 
-    sampler = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale, sampling)
     generator = torch.Generator().manual_seed(seed)
     n, d = len(e), model.config.d_z
 
@@ -209,7 +212,8 @@ def counterfactual_outcomes(env_name: str, env_options: dict, trajectories: pa.T
 
 @torch.no_grad()
 def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes: list[dict], *,
-                            n_samples: int = 4, cfg_scale: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
+                            n_samples: int = 4, cfg_scale: float = 1.0, seed: int = 0,
+                            sampling: Sampler = "ancestral") -> dict[str, dict[str, float]]:
     """Outcome accuracy under the logged action and under the other action of each entry of
     ``outcomes`` (:func:`counterfactual_outcomes`), and how often the two predicted outcomes
     differ where the real ones do."""
@@ -228,7 +232,7 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
     observed = [data.texts[i] for i in data.observations[e, t]]
     logged = model.conditions(torch.as_tensor(data.actions[e, t]), observed)
     other = model.conditions(model.action_ids([o["other_action"] for o in outcomes]), observed)
-    sampler = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale, sampling)
     generator = torch.Generator().manual_seed(seed)
     n, d = len(pick), model.config.d_z
     logged_reward = model.config.reward.decode(torch.as_tensor(data.reward_targets[e, t])).numpy()
@@ -262,7 +266,7 @@ def counterfactual_fidelity(model: WorldModel, trajectories: pa.Table, outcomes:
 @torch.no_grad()
 def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa.Table, *, cfg_scale: float = 1.0,
                      done_threshold: float = 0.5, seed: int = 0, teacher_forced: bool = False,
-                     snap: bool = False) -> dict:
+                     snap: bool = False, sampling: Sampler = "ancestral") -> dict:
     """Feed every ground-truth episode's recorded actions to the world model from its real first
     observation; compare imagined and real return and length, per episode and per ε.
 
@@ -285,7 +289,7 @@ def open_loop_replay(model: WorldModel, trajectories: pa.Table, ground_truth: pa
     if horizon > model.config.max_steps:
         raise ValueError(f"ground-truth episodes of {horizon} steps exceed the world model's history length "
                          f"{model.config.max_steps}")
-    sampler = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale, sampling)
     lengths_real = np.array([len(episodes[k]) for k in keys])
     return_real = np.array([sum(r["reward"] for r in episodes[k]) for k in keys])
     actions = [[r["action"] for r in episodes[k]] + [""] * (horizon - len(episodes[k])) for k in keys]
@@ -395,7 +399,7 @@ def environment_replay(env_name: str, env_options: dict, ground_truth: pa.Table,
 @torch.no_grad()
 def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequence[int], policy, *,
                      soft_policy=None, max_transitions: int = 200, cfg_scale: float = 1.0,
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0, sampling: Sampler = "ancestral") -> dict[str, float]:
     """How often π_e acts on an imagined next state as it acts on the real one it stands for.
 
     On logged transitions of behaviour ``episodes`` (rows of ``episode_arrays``) that the
@@ -421,7 +425,7 @@ def policy_agreement(model: WorldModel, trajectories: pa.Table, episodes: Sequen
     e, t = steps[:, 0], steps[:, 1]
     now = data.observations[e, t]
     conditions = model.conditions(torch.as_tensor(data.actions[e, t]), [data.texts[i] for i in now])
-    sampler = _sampler(model, trajectories, cfg_scale)
+    sampler = _sampler(model, trajectories, cfg_scale, sampling)
     bank = sampler.bank
     noise = torch.randn((model.diffusion.n_steps + 1, len(e), model.config.d_z),
                         generator=torch.Generator().manual_seed(seed))

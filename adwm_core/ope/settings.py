@@ -20,6 +20,7 @@ Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagi
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
 OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
 CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
+Sampler = Literal["ancestral", "ddim"]  # ope/adwm.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
 IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/intervals.py: CONCENTRATION
@@ -57,11 +58,11 @@ class BaselineConfig(Settings):
 # the log, the others from the diffusion model); default: off-log pairs carried over by their
 # action's signature first (chosen 2026-11-26 on the development cells: README "Which off-log answer")
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
-                          "off_log": "diffusion"},
+                          "off_log": "diffusion", "sampler": "ancestral"},
                 "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                              "off_log": "diffusion"},
+                              "off_log": "diffusion", "sampler": "ancestral"},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                            "off_log": "carry_over"}}
+                            "off_log": "carry_over", "sampler": "ddim"}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -99,7 +100,8 @@ class AdwmConfig(Settings):
     snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
     reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
     done_threshold: float = Field(default=0.5, gt=0, lt=1)
-    sampling_levels: int | None = Field(default=None, ge=1)  # DDIM (η = 0) over this many levels (None: K ancestral)
+    sampler: Sampler | None = None  # how the diffusion model draws z_{t+1}: the K-level reverse process, or DDIM
+    ddim_levels: int = Field(default=10, ge=1)  # levels of the ddim sampler (η = 0, from the rollout's own z_K)
     seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
     n_bootstrap: int = Field(default=1000, ge=1)
     confidence: float = Field(default=0.95, gt=0, lt=1)
