@@ -261,14 +261,20 @@ def test_a_seed_fixes_every_draw(corridor):
     assert not np.array_equal(first.success_similarity, other.success_similarity)
 
 
-def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
+def _one_step_inputs(corridor):
+    """The corridor model, its bank, h̄ of four episode starts, "go east" four times and a seed's noise."""
     _, model = corridor
-    diffusion = model.diffusion
     bank = StateBank.from_log(BehaviourLog(read_table(corridor[0], TRAJECTORIES)), model)
     z0 = bank.latents[bank.starts[:4]]
     h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
     actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
-    noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    noise = torch.randn((model.diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
+    return model, bank, h, actions, noise
+
+
+def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
+    model, bank, h, actions, noise = _one_step_inputs(corridor)
+    diffusion = model.diffusion
     plain = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0, sampler="ancestral")
     with torch.no_grad():
         ours = DiffusionTransition(model, bank, plain).sample(h, actions, noise)
@@ -280,13 +286,8 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
 def test_few_level_sampling_is_ddim_from_the_rollouts_own_z_K_with_guidance_at_each_level(corridor):
     """sampler='ddim', ddim_levels=5: deterministic DDIM from noise[0] over 5 levels (the later
     noise rows are not read); with guidance every one of those levels subtracts g_k from ε̂."""
-    _, model = corridor
+    model, bank, h, actions, noise = _one_step_inputs(corridor)
     diffusion = model.diffusion
-    bank = StateBank.from_log(BehaviourLog(read_table(corridor[0], TRAJECTORIES)), model)
-    z0 = bank.latents[bank.starts[:4]]
-    h = model.history(z0[:, None], torch.zeros(4, 1, dtype=torch.long))[:, -1].detach()
-    actions = torch.as_tensor(model.config.actions.ids(["go east"] * 4))
-    noise = torch.randn((diffusion.n_steps + 1, 4, model.config.d_z), generator=torch.Generator().manual_seed(0))
     few = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0, ddim_levels=5)
     assert few.sampler == "ddim" and AdwmConfig(preset="diffusion").sampler == "ancestral"
     other_steps = noise.clone()
