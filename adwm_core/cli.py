@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 
 import numpy as np
 import pyarrow.compute as pc
@@ -24,7 +23,7 @@ from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.episodes import EpisodeSpec
 from .envs.runner import EpisodeRunner
-from .ope.calibration import Point, linear_calibration, prediction_powered, read_imagined
+from .ope.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
 from .paths import artifact_path
 from .specs import LogSource
 from .stages.logs import export_jsonl, read_logs
@@ -69,24 +68,9 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def live_episodes(path: str, epsilon: float) -> dict[Point, list[tuple[str, float]]]:
-    """(policy, ε) → [(first observation, return)] of live episodes in any log format ``adwm
-    evaluate --logs`` reads, all of them π_e^ε at ``epsilon``."""
-    steps = read_logs(LogSource(path=path), cell="live").select(["policy", "episode", "t", "observation", "reward"])
-    first, returns = {}, defaultdict(float)
-    for row in steps.to_pylist():
-        key = (row["policy"], row["episode"])
-        returns[key] += row["reward"]
-        if row["t"] == 0:
-            first[key] = row["observation"]
-    points = defaultdict(list)
-    for (policy, episode), value in returns.items():
-        points[(policy, epsilon)].append((first[(policy, episode)], value))
-    return dict(points)
-
-
 def _calibrate(args: argparse.Namespace) -> int:
-    imagined, live = read_imagined(args.imagined), live_episodes(args.live, args.epsilon)
+    imagined = read_imagined(args.imagined)
+    live = live_by_point(read_logs(LogSource(path=args.live), cell="live"), args.epsilon)
     missing = sorted(set(live) - set(imagined))
     if missing:
         raise ValueError(f"{args.live} holds live episodes of {missing}, but {args.imagined} imagined only "

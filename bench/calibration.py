@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy import stats
 
-from adwm_core.ope.calibration import linear_calibration, prediction_powered, read_imagined
+from adwm_core.ope.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
 from common import RESULTS, load_cell, machine
 from flows.cells import cell_names
 from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage
@@ -33,22 +33,6 @@ K = (5, 10, 20)
 PPI = {"PPI++": None, "PPI": 1.0, "live only": 0.0}  # name → fixed power λ (None: tuned)
 LINEAR = {"linear map": True, "linear map (line)": False}  # name → pointwise prediction interval
 METHODS = (*PPI, *LINEAR)
-
-
-def live_episodes(summary) -> dict[tuple[str, float], list[tuple[str, float]]]:
-    """(policy, ε) → [(first observation, return)] of the ground-truth stage's episodes."""
-    table = pq.read_table(summary.file("episodes"), columns=["policy", "epsilon", "seed", "episode", "t",
-                                                             "observation", "reward"]).to_pylist()
-    first, returns = {}, defaultdict(float)
-    for row in table:
-        key = (row["policy"], float(row["epsilon"]), row["seed"], row["episode"])
-        returns[key] += row["reward"]
-        if row["t"] == 0:
-            first[key] = row["observation"]
-    points = defaultdict(list)
-    for key, value in returns.items():
-        points[key[:2]].append((first[key], value))
-    return points
 
 
 def adwm_points(cell: str) -> dict[tuple[str, float], list[dict]]:
@@ -80,10 +64,10 @@ def calibrated(points: list, slices: dict, imagined: dict, adwm: dict) -> dict[s
         live_starts, live_returns = zip(*slices[p])
         for name, power in PPI.items():
             out[name].append(prediction_powered(live_starts, live_returns, starts, returns, power=power))
+    by_policy = defaultdict(list)
+    for p in points:
+        by_policy[p[0]].append(p)
     for name, pointwise in LINEAR.items():
-        by_policy = defaultdict(list)
-        for p in points:
-            by_policy[p[0]].append(p)
         mapped = {}
         for members in by_policy.values():
             fits = linear_calibration([adwm[p] for p in members], [np.mean([g for _, g in slices[p]]) for p in members],
@@ -102,7 +86,8 @@ def measure(cell: str, draws: int, seed: int) -> dict | None:
         return None
     live, imagined = {}, {}
     for stage in truth_stages:
-        live.update(live_episodes(stage))
+        live.update(live_by_point(pq.read_table(stage.file("episodes"), columns=[
+            "policy", "epsilon", "seed", "episode", "t", "observation", "reward"])))
     for stage in adwm:
         imagined.update(read_imagined(stage.file("samples")))
     points = sorted(live)

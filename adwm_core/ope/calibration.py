@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import fsspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from scipy import stats
 
 Point = tuple[str, float]  # (policy, ε)
@@ -53,6 +55,23 @@ def read_imagined(path: str) -> dict[Point, list[tuple[str, float]]]:
                                  "pass the file `adwm evaluate --log-samples` wrote")
             points[(episode["policy"], float(episode["epsilon"]))].append(
                 (episode["conversations"][0]["value"], float(episode["reward"])))
+    return dict(points)
+
+
+def live_by_point(steps: pa.Table, epsilon: float | None = None) -> dict[Point, list[tuple[str, float]]]:
+    """(policy, ε) → [(first observation, return)] per episode of a steps table (the trajectories
+    contract: policy, episode, t, observation, reward, and epsilon and seed where they tell
+    episodes apart), in episode order; ``epsilon`` for steps that carry none (imported logs)."""
+    if epsilon is not None:
+        steps = steps.drop_columns([c for c in ("epsilon",) if c in steps.column_names])
+        steps = steps.append_column("epsilon", pa.array([float(epsilon)] * steps.num_rows, pa.float64()))
+    episode = [c for c in ("policy", "epsilon", "seed", "episode") if c in steps.column_names]
+    returns = steps.group_by(episode).aggregate([("reward", "sum")])
+    firsts = steps.filter(pc.equal(steps["t"], 0)).select([*episode, "observation"])
+    joined = returns.join(firsts, episode).sort_by([(c, "ascending") for c in episode])
+    points = defaultdict(list)
+    for row in joined.select(["policy", "epsilon", "observation", "reward_sum"]).to_pylist():
+        points[(row["policy"], float(row["epsilon"]))].append((row["observation"], float(row["reward_sum"])))
     return dict(points)
 
 
