@@ -38,7 +38,8 @@ from .data import ESTIMATES, GROUND_TRUTH, TRAJECTORIES, read_table, write_table
 from .data.io import atomic_open
 from .ope.intervals import CONCENTRATION
 from .ope.metrics import normalised_absolute_error, regret_at_k, spearman
-from .ope.settings import AdwmConfig, BaselineConfig, EstimatorName
+from .ope.baseline_settings import BaselineConfig, EstimatorName
+from .ope.settings import AdwmConfig
 from .ope.signed_log import SignedLog
 from .paths import artifact_path
 from .ranking import rank_agents

@@ -23,7 +23,8 @@ from typing_extensions import Self
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, PsiConfig, TrainConfig
-from .ope.settings import AdwmConfig, BaselineConfig
+from .ope.baseline_settings import BaselineConfig
+from .ope.settings import AdwmConfig
 from .validated import Settings
 
 LOCAL_PREFIX = "local:"

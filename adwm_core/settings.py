@@ -2,8 +2,8 @@
 adapter (:class:`PsiConfig`) — in the one style of every stage's settings: frozen pydantic
 models, modes as ``Literal``, bounds as field constraints, presets that fill what is left
 unset, and no torch, so a cell config is checked before anything heavy loads. The
-estimators' settings live in ope/settings.py, outside the world model's code fingerprint: a
-change to how π_e is scored never retrains a world model.
+estimators' settings live in ope/settings.py (ADWM) and ope/baseline_settings.py, outside the
+world model's code fingerprint: a change to how π_e is scored never retrains a world model.
 """
 
 from __future__ import annotations

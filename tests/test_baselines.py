@@ -13,7 +13,7 @@ from adwm_core.stages.baselines import run_baselines
 from adwm_core.ope.diagnostics import IMPORTANCE_WEIGHTED
 from adwm_core.ope.estimators import ESTIMATORS
 from adwm_core.ope.intervals import CONCENTRATION
-from adwm_core.ope.settings import BaselineConfig, FQEConfig
+from adwm_core.ope.baseline_settings import BaselineConfig, FQEConfig
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.world_model import WorldModel
 from adwm_core.specs import LogSource

@@ -220,7 +220,7 @@ def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_d
 
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():
     from adwm_core.ope.fqe import FittedQEvaluation, Transitions
-    from adwm_core.ope.settings import FQEConfig
+    from adwm_core.ope.baseline_settings import FQEConfig
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)

@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 
 import adwm_core.ope as ope
-from adwm_core.ope.settings import EstimatorName
+from adwm_core.ope.baseline_settings import EstimatorName
 
 
 def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names():
@@ -26,8 +26,8 @@ def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names
 
 
 def test_every_stage_setting_loads_without_torch():
-    code = ("import sys, adwm_core.settings as s, adwm_core.ope.settings as o; "
-            "[c() for c in (s.TrainConfig, s.PsiConfig, o.BaselineConfig, o.AdwmConfig, o.FQEConfig)]; "
+    code = ("import sys, adwm_core.settings as s, adwm_core.ope.settings as o, adwm_core.ope.baseline_settings as b; "
+            "[c() for c in (s.TrainConfig, s.PsiConfig, b.BaselineConfig, o.AdwmConfig, b.FQEConfig)]; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

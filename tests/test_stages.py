@@ -105,12 +105,16 @@ def test_the_code_of_a_stage_is_what_its_module_imports():
 
 def test_an_estimator_only_change_retrains_no_world_model():
     """The estimators' settings and rollout code sit outside the training stages' code, so a
-    change to how π_e is scored reruns the estimator stages (and the report) alone."""
+    change to how π_e is scored reruns the estimator stages (and the report) alone; ADWM's
+    settings and sampler sit outside the baselines stage's too, so tuning ADWM refits no FQE."""
     scoring = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.transitions", "adwm_core.ope.adwm"}
     for name in ("world_model", "psi", "behaviour", "ground_truth", "logprobs", "policies"):
         assert not scoring & set(code_closure(f"adwm_core.stages.{name}")), name
     assert scoring <= set(code_closure("adwm_core.stages.adwm"))
-    assert "adwm_core.ope.settings" in code_closure("adwm_core.stages.baselines")
+    adwm_only = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.adwm"}
+    assert adwm_only <= set(code_closure("adwm_core.stages.adwm"))
+    assert not adwm_only & set(code_closure("adwm_core.stages.baselines"))
+    assert "adwm_core.ope.baseline_settings" in code_closure("adwm_core.stages.baselines")
 
 
 def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell, monkeypatch):

@@ -1,7 +1,7 @@
 """Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments.
 
 The public names load on first use (PEP 562), so importing a light module of this package
-(``adwm_core.ope.settings``) does not load torch::
+(``adwm_core.ope.settings``, ``adwm_core.ope.baseline_settings``) does not load torch::
 
     from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, evaluate_policy, spearman
 """
@@ -12,7 +12,8 @@ _EXPORTS = {
     "adwm": ("DiffusionTransition", "adwm_transition", "reference_transition"),
     "rollouts": ("ImaginedRollouts", "Rollouts"),
     "transitions": ("Transition", "LoggedSuccessors", "NearestLogged"),
-    "settings": ("AdwmConfig", "BaselineConfig", "FQEConfig"),
+    "settings": ("AdwmConfig",),
+    "baseline_settings": ("BaselineConfig", "FQEConfig"),
     "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
                    "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
                    "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),

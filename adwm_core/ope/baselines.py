@@ -33,7 +33,7 @@ from ..data.behaviour_log import BehaviourLog
 from ..data.windows import EpisodeArrays, episode_arrays
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
-from .settings import BaselineConfig
+from .baseline_settings import BaselineConfig
 from .fqe import FittedQEvaluation, Transitions
 from .intervals import percentile_bootstrap
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from .settings import FQEConfig
+from .baseline_settings import FQEConfig
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""The estimators' settings: ADWM (:class:`AdwmConfig`) and the COBS baselines
-(:class:`BaselineConfig`, :class:`FQEConfig`), in the style of adwm_core/settings.py. Apart
-from the training settings so that the world-model stage's code fingerprint does not read
-them: an estimator-only change reruns the estimator stages alone.
+"""ADWM's inference settings (:class:`AdwmConfig`), in the style of adwm_core/settings.py. Apart
+from the training settings, and from the baselines' (ope/baseline_settings.py), so that the code
+fingerprints of the world-model and baselines stages do not read them: a change here reruns
+the ADWM stage alone.
 """
 
 from __future__ import annotations
@@ -22,36 +22,6 @@ OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the lo
 CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
 Sampler = Literal["ancestral", "ddim"]  # ope/adwm.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
-EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
-IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/intervals.py: CONCENTRATION
-
-
-class FQEConfig(Settings):
-    """app:fqe-correction's hyper-parameters."""
-
-    hidden: int = Field(default=128, gt=0)
-    lr: float = Field(default=3e-4, gt=0)
-    batch_size: int = Field(default=64, gt=0)
-    epochs: int = Field(default=20, gt=0)
-    polyak: float = Field(default=0.99, ge=0, lt=1)
-    # FQE's interval: a bootstrap over trajectories refitting Q on this many resamples (the fit's
-    # error inside it); 0: the bootstrap of one fitted Q (trajectories resampled, Q fixed)
-    refit_resamples: int = Field(default=0, ge=0)
-
-
-class BaselineConfig(Settings):
-    estimators: tuple[EstimatorName, ...] = Field(default=("DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"),
-                                                  min_length=1)
-    seeds: tuple[int, ...] = Field(default=(0,), min_length=1)  # each seed refits FQE and redraws the bootstrap
-    gamma: float = Field(default=0.99, gt=0, le=1)
-    n_bootstrap: int = Field(default=1000, ge=1)
-    confidence: float = Field(default=0.95, gt=0, lt=1)
-    # beside each percentile-bootstrap row, a row <estimator>@<interval> with the same Ĵ and this interval
-    intervals: tuple[IntervalName, ...] = ("hoeffding", "bernstein", "t")
-    # λ: the importance-weighted estimators again as <estimator>:clipped, every cumulative ratio
-    # clipped at λ (Open Bandit Pipeline's lambda_); None: no clipped rows
-    clip_weights: float | None = Field(default=None, gt=0)
-    fqe: FQEConfig = FQEConfig()
 
 
 # paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from

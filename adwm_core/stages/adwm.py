@@ -17,7 +17,8 @@ from ..data.io import atomic_open
 from ..model.psi import PsiAdapter
 from ..model.world_model import WorldModel
 from ..ope.baselines import fit_fqe, logged_steps
-from ..ope.settings import AdwmConfig, BaselineConfig, FQEConfig
+from ..ope.baseline_settings import BaselineConfig, FQEConfig
+from ..ope.settings import AdwmConfig
 from ..ope.transitions import SOURCES
 from ..ope.evaluate import evaluate_policy
 from ..ope.memo import MemoisedPolicy

@@ -21,7 +21,7 @@ from ..data.io import atomic_open
 from ..model.world_model import WorldModel
 from ..ope.baselines import USES_Q, fitted_q, logged_steps, refitted_fqe_interval
 from ..ope.diagnostics import IMPORTANCE_WEIGHTED, weight_diagnostics
-from ..ope.settings import BaselineConfig
+from ..ope.baseline_settings import BaselineConfig
 from ..ope.estimators import ESTIMATORS, Estimate, LoggedTrajectories, OffPolicyEstimator
 from ..ope.intervals import estimates_row
 from ..ope.signed_log import SignedLog
