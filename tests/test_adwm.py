@@ -13,6 +13,7 @@ from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL
 from adwm_core.diffusion.guidance import eta_schedule, nearest_cosine, success_bank_guidance
 from adwm_core.diffusion.process import GaussianDiffusion
+from adwm_core.diffusion.respaced import sample_respaced
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.chain import exit_probability
 from adwm_core.envs.episodes import Decision, EpisodeSpec, episodes_table
@@ -283,13 +284,13 @@ def test_without_guidance_the_sampler_is_the_plain_conditional_one(corridor):
     assert torch.equal(ours, reference)
 
 
-def test_few_level_sampling_is_ddim_from_the_rollouts_own_z_K_with_guidance_at_each_level(corridor):
-    """sampler='ddim', ddim_levels=5: deterministic DDIM from noise[0] over 5 levels (the later
-    noise rows are not read); with guidance every one of those levels subtracts g_k from ε̂."""
+def test_few_level_sampling_is_the_respaced_process_from_the_rollouts_own_z_K_with_guidance_at_each_level(corridor):
+    """sampler='ddim', ddim_levels=5: the respaced process (diffusion/respaced.py) from the
+    rollout's noise rows over 5 levels, every one of which subtracts g_k from ε̂; at η = 0 it is
+    deterministic DDIM, blind to the noise rows after z_K."""
     model, bank, h, actions, noise = _one_step_inputs(corridor)
     diffusion = model.diffusion
-    few = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0, ddim_levels=5)
-    assert few.sampler == "ddim" and AdwmConfig(preset="diffusion").sampler == "ancestral"
+    assert AdwmConfig().sampler == "ddim" and AdwmConfig(preset="diffusion").sampler == "ancestral"
     other_steps = noise.clone()
     other_steps[1:] = torch.randn_like(noise[1:])
     levels_seen = []
@@ -299,16 +300,20 @@ def test_few_level_sampling_is_ddim_from_the_rollouts_own_z_K_with_guidance_at_e
         return torch.full_like(z_k, 0.1)
 
     with torch.no_grad():
-        imagination = DiffusionTransition(model, bank, few)
-        ours = imagination.sample(h, actions, noise)
-        reference = diffusion.denoise_deterministic(lambda z, k: model.eps(z, k, h, actions), noise[0], 5,
-                                                    project=on_latent_manifold)
-        guided = imagination.sample(h, actions, noise, guidance)
-        shifted = diffusion.denoise_deterministic(lambda z, k: model.eps(z, k, h, actions) - 0.1, noise[0], 5,
-                                                  project=on_latent_manifold)
-        assert torch.equal(ours, reference) and torch.equal(imagination.sample(h, actions, other_steps), ours)
-    assert len(levels_seen) == 5 and levels_seen[0] == diffusion.n_steps - 1 and levels_seen[-1] == 0
-    torch.testing.assert_close(guided, shifted)
+        for eta in (0.0, 1.0):
+            few = AdwmConfig(reading="retrieval", cfg_scale=0.0, eta_max=0.0, ddim_levels=5, ddim_eta=eta)
+            imagination = DiffusionTransition(model, bank, few)
+            ours = imagination.sample(h, actions, noise)
+            reference = sample_respaced(diffusion, lambda z, k: model.eps(z, k, h, actions), noise, 5, eta,
+                                        project=on_latent_manifold)
+            assert torch.equal(ours, reference)
+            assert torch.equal(imagination.sample(h, actions, other_steps), ours) == (eta == 0.0)
+            levels_seen.clear()
+            guided = imagination.sample(h, actions, noise, guidance)
+            shifted = sample_respaced(diffusion, lambda z, k: model.eps(z, k, h, actions) - 0.1, noise, 5, eta,
+                                      project=on_latent_manifold)
+            assert len(levels_seen) == 5 and levels_seen[0] == diffusion.n_steps - 1 and levels_seen[-1] == 0
+            torch.testing.assert_close(guided, shifted)
 
 
 def test_an_action_outside_the_vocabulary_is_imagined_as_the_unconditional_transition(corridor):

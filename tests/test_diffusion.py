@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from adwm_core.diffusion.process import GaussianDiffusion, classifier_free
+from adwm_core.diffusion.respaced import respaced_levels, sample_respaced
 from adwm_core.diffusion.schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_variance
 
 MEANS = torch.tensor([[-2.0, 0.0], [2.0, 1.0]])
@@ -112,3 +113,27 @@ def test_a_trained_model_samples_a_2d_mixture_back():
         assert len(part) / len(samples) == pytest.approx(WEIGHTS[c].item(), abs=0.04)
         torch.testing.assert_close(part.mean(0), MEANS[c], atol=0.12, rtol=0)
         torch.testing.assert_close(torch.cov(part.T), COVS[c], atol=0.1, rtol=0)
+
+
+def test_respaced_sampling_is_ancestral_at_eta_1_and_ddim_at_eta_0():
+    """Over all K levels with η = 1, sample_respaced draws what the K-level ancestral sampler draws
+    from the same noise rows (with and without a projection of ẑ_0); with η = 0 it is DDIM: the
+    process's deterministic sampler, blind to every noise row but z_K."""
+    torch.manual_seed(0)
+    diffusion, net = GaussianDiffusion(n_steps=50), EpsNet(50)
+    noise = torch.randn(51, 16, 2)
+    project = torch.nn.functional.normalize
+    assert respaced_levels(50, 10)[0] == 49 and respaced_levels(50, 10)[-1] == 0
+    assert len(set(respaced_levels(50, 10))) == 10 and respaced_levels(50, 80) == list(range(49, -1, -1))
+    with torch.no_grad():
+        for projection in (None, project):
+            torch.testing.assert_close(sample_respaced(diffusion, net, noise, 50, 1.0, projection),
+                                       diffusion.sample(net, (16, 2), noise=noise, project=projection),
+                                       rtol=1e-4, atol=1e-4)  # float32 here, float64 coefficients there
+        deterministic = sample_respaced(diffusion, net, noise, 10, 0.0)
+        torch.testing.assert_close(deterministic, diffusion.denoise_deterministic(net, noise[0], 10),
+                                   rtol=1e-4, atol=1e-4)
+        other_rows = torch.cat([noise[:1], torch.randn(50, 16, 2)])
+        assert torch.equal(sample_respaced(diffusion, net, other_rows, 10, 0.0), deterministic)
+        assert not torch.allclose(sample_respaced(diffusion, net, other_rows, 10, 1.0),
+                                  sample_respaced(diffusion, net, noise, 10, 1.0))

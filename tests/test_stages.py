@@ -111,7 +111,7 @@ def test_an_estimator_only_change_retrains_no_world_model():
     for name in ("world_model", "psi", "behaviour", "ground_truth", "logprobs", "policies"):
         assert not scoring & set(code_closure(f"adwm_core.stages.{name}")), name
     assert scoring <= set(code_closure("adwm_core.stages.adwm"))
-    adwm_only = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.adwm"}
+    adwm_only = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.adwm", "adwm_core.diffusion.respaced"}
     assert adwm_only <= set(code_closure("adwm_core.stages.adwm"))
     assert not adwm_only & set(code_closure("adwm_core.stages.baselines"))
     assert "adwm_core.ope.baseline_settings" in code_closure("adwm_core.stages.baselines")

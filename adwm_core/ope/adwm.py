@@ -33,6 +33,7 @@ import torch
 from ..data.actions import NULL
 from ..diffusion.guidance import eta_schedule, gradient_guidance, success_bank_guidance
 from ..diffusion.process import Guidance, classifier_free
+from ..diffusion.respaced import sample_respaced
 from ..model.world_model import WorldModel, on_latent_manifold
 from ..policies.prompts import History
 from ..policies.soft_prompt import SoftPromptPolicy
@@ -118,8 +119,8 @@ class DiffusionTransition:
     def sample(self, h: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor,
                guidance: Guidance | None = None) -> torch.Tensor:
         """z_{t+1} given (h̄_t, a_t), ``actions`` as ids or conditions: the K-level guided reverse
-        process (``sampler: ancestral``), or deterministic DDIM from the same z_K over
-        ``ddim_levels`` levels (``ddim``), ε̂ − g_k at each."""
+        process (``sampler: ancestral``), or DDIM from the same z_K over ``ddim_levels`` levels
+        with η = ``ddim_eta`` (``ddim``; diffusion/respaced.py), ε̂ − g_k at each."""
         eps_model = self.eps_model(h, actions)
         if self.config.sampler == "ancestral":
             return self.diffusion.sample(eps_model, tuple(noise.shape[1:]), guidance=guidance, noise=noise,
@@ -131,8 +132,8 @@ class DiffusionTransition:
                 eps = unguided(z_k, k)
                 return eps - guidance(z_k, int(k[0]), eps)
 
-        return self.diffusion.denoise_deterministic(eps_model, noise[0], self.config.ddim_levels,
-                                                    project=on_latent_manifold)
+        return sample_respaced(self.diffusion, eps_model, noise, self.config.ddim_levels, self.config.ddim_eta,
+                               project=on_latent_manifold)
 
 
 class LookaheadLikelihood:
