@@ -462,7 +462,7 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
     """Moves in the corridor are deterministic: the trained world model retrieves the true next
     room from (history, action) far better than its ∅ branch and than copying the room it is in,
     and replaying the ε family's recorded moves ranks the ε levels as the truth does, through
-    the K-level reverse process and through ADWM's 10-level DDIM alike."""
+    the K-level reverse process and through ADWM's 10-level sampler alike."""
     trajectories, model = corridor
     table = read_table(trajectories, TRAJECTORIES)
     truth = pa.concat_tables([
@@ -482,14 +482,13 @@ def test_the_fidelity_instruments_see_what_the_corridor_world_model_knows(corrid
         replay = open_loop_replay(model, table, truth, teacher_forced=forced)
         assert replay["episodes"] == 200 and len(replay["levels"]) == len(EPSILONS)
         assert replay["rho_per_level"] >= 0.9, (forced, replay["levels"])
-    # ADWM's default sampler, DDIM over 10 levels: the same instruments through it. It keeps the
-    # one-step retrieval; its replay swaps adjacent ε levels in some seeds and trainings (ρ 0.9 or
-    # 1.0 per seed where this was written), so it is graded over three seeds against a flat
-    # (ρ ≈ 0) or reversed ranking, not against the K-level process's exactness
+    # ADWM's default sampler, 10 respaced levels at η = 1: the same instruments through it, held to
+    # the K-level process's grades (top-1 0.99 and replay ρ 1.0 at every seed on three trainings
+    # where this was written; deterministic DDIM swapped adjacent levels at some seeds)
     few = one_step_fidelity(model, table, np.arange(0, 200, 10), n_samples=2, sampling="ddim")
     assert few["world_model"]["top1"] >= 0.8 and few["world_model"]["top1"] > few["null_action"]["top1"] + 0.2
     rhos = [open_loop_replay(model, table, truth, sampling="ddim", seed=seed)["rho_per_level"] for seed in range(3)]
-    assert np.mean(rhos) >= 0.7, rhos
+    assert min(rhos) >= 0.9 - 1e-9, rhos  # ρ = 0.9 (one adjacent pair swapped) passes despite float rounding
 
 
 class TwoDoors(TextEnv):
