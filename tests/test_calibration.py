@@ -125,3 +125,16 @@ def test_adwm_calibrate_names_an_agent_the_imagined_file_lacks(tmp_path, capsys)
     assert "agent-z" in capsys.readouterr().err
     assert main(["calibrate", live, live]) == 2  # live episodes are no imagined ones
     assert "not an imagined episode" in capsys.readouterr().err
+
+
+def test_adwm_calibrate_names_the_line_of_a_malformed_imagined_episode(tmp_path, capsys):
+    good = json.dumps(_episode("agent-a", "s", [1.0], imagined=True, epsilon=0.0))
+    live = _write(tmp_path / "live.jsonl", [_episode("agent-a", "s", [1.0])] * 3)
+    unrewarded = {k: v for k, v in json.loads(good).items() if k != "reward"}
+    for name, text, says in (("broken.jsonl", f"{good}\n{{bad json\n", "line 2: not JSON"),
+                             ("unrewarded.jsonl", f"{good}\n{json.dumps(unrewarded)}\n", "line 2: an imagined episode "
+                                                                                         "needs 'policy', a numeric 'reward'"),
+                             ("empty.jsonl", "\n", "holds no imagined episode")):
+        (tmp_path / name).write_text(text)
+        assert main(["calibrate", str(tmp_path / name), live]) == 2
+        assert says in capsys.readouterr().err, name

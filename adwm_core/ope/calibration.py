@@ -49,12 +49,22 @@ def read_imagined(path: str) -> dict[Point, list[tuple[str, float]]]:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            episode = json.loads(line)
-            if not episode.get("imagined") or "epsilon" not in episode:
+            try:
+                episode = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not JSON ({error}); one imagined episode per line, "
+                                 "as `adwm evaluate --log-samples` writes them") from None
+            if not isinstance(episode, dict) or not episode.get("imagined") or "epsilon" not in episode:
                 raise ValueError(f"{path}, line {number}: not an imagined episode (no 'imagined' flag or 'epsilon'); "
                                  "pass the file `adwm evaluate --log-samples` wrote")
-            points[(episode["policy"], float(episode["epsilon"]))].append(
-                (episode["conversations"][0]["value"], float(episode["reward"])))
+            try:
+                points[(episode["policy"], float(episode["epsilon"]))].append(
+                    (episode["conversations"][0]["value"], float(episode["reward"])))
+            except (KeyError, IndexError, TypeError, ValueError) as error:
+                raise ValueError(f"{path}, line {number}: an imagined episode needs 'policy', a numeric 'reward' "
+                                 f"and 'conversations' opening with the start observation ({error!r})") from None
+    if not points:
+        raise ValueError(f"{path} holds no imagined episode: pass the file `adwm evaluate --log-samples` wrote")
     return dict(points)
 
 
