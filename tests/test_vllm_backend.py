@@ -116,6 +116,20 @@ def test_greedy_actions_match_and_score_highest(backends):
         assert int(np.argmax(logp[lo:hi])) == 0, dict(zip(options, logp[lo:hi]))
 
 
+def test_the_engine_reuses_the_prefixes_prompts_share(backends):
+    """Prefix caching is on (vLLM's default where the model supports it, checked here so that a
+    vLLM that changes it is noticed: the steps of an episode share their history and imagined
+    rollouts their first prompts), and a second pass over the same prompts, whose blocks the
+    cache now holds, scores them as the first did."""
+    vllm_lm, _ = backends
+    assert vllm_lm.engine.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    prompts = prompts_for(vllm_lm, HISTORIES)
+    continuations = [action_continuation(h.admissible[0]) for h in HISTORIES]
+    first, again = (vllm_lm.score(prompts, continuations) for _ in range(2))
+    for a, b in zip(first, again):
+        np.testing.assert_allclose(a, b, atol=LOGPROB_TOLERANCE)
+
+
 def test_stages_share_an_engine_and_two_engines_in_two_threads_take_turns(backends):
     """Stages run in threads; vLLM's forward-pass state is process-wide, so two engines stepping
     at once broke each other (an assertion, or a heap corruption killing the flow) before every
