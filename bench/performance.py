@@ -219,6 +219,35 @@ def profile_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def uncertainty_lines() -> list[str]:
+    """The cost of ADWM's model uncertainty (issue 38): the world-model ensembles scored by
+    ``bench/heldout.py --set world_model.members=K`` (bench/results/variants), their training
+    seconds (every member) beside the single model's of the newest other variant run (same
+    recipe, its own day); imagination runs in every member, so the ADWM stage's time grows K-fold."""
+    variants = [json.loads(p.read_text()) for p in sorted((RESULTS / "variants").glob("*.json"))]
+    ensembles = [v for v in variants if "world_model.members" in v["settings"]]
+    single: dict[str, tuple[float, str]] = {}
+    for v in sorted((v for v in variants if "world_model.members" not in v["settings"]), key=lambda v: v["machine"]["date"]):
+        for cell, result in v["results"].items():
+            seconds = result.get("wm_seconds_as_is") or result.get("wm_seconds_variant")
+            if seconds:
+                single[cell] = (seconds, f"`{v['commit']}`, {v['machine']['date']}")
+    if not ensembles:
+        return []
+    lines = ["", "## The cost of uncertainty", "",
+             "World-model ensembles (`world_model.members: K`, ADWM's interval over members and rollouts): training "
+             "seconds of all K members, beside one model's under the same recipe (the newest other variant run); "
+             "ADWM's imagination runs in every member (K × the stage's transition and π_e time).", "",
+             "| K | cell | training s, K members (measured at) | training s, one model (measured at) |", "|---|---|---|---|"]
+    for v in ensembles:
+        for cell, result in v["results"].items():
+            if result.get("wm_seconds_variant") is not None:
+                one = single.get(cell)
+                lines.append(f"| {v['settings']['world_model.members']} | {cell} | {result['wm_seconds_variant']:.0f} "
+                             f"(`{v['commit']}`, {v['machine']['date']}) | " + (f"{one[0]:.0f} ({one[1]}) |" if one else "– |"))
+    return lines
+
+
 def throughput(result: dict, adwm: dict) -> dict:
     """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
     ADWM stage ``evaluate-policy`` just ran (``adwm``: the timings it kept)."""
@@ -283,7 +312,7 @@ def main() -> None:
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
                      f"{r['llm']['scored_tokens_per_s']:.0f} |")
-    lines += before_after_lines(rows) + profile_lines(rows)
+    lines += before_after_lines(rows) + profile_lines(rows) + uncertainty_lines()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
