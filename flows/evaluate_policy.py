@@ -34,7 +34,7 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
         agent = config.evaluation.policies[0]  # with its GPU share on a GPU worker
         if config.adwm.reading == "soft_tokens":
             call("psi", config, parent, agent)
-        if config.adwm.off_log == "fqe":  # the hand-over's Q is fitted on the agent's greedy actions at logged steps
+        if config.adwm.hands_over_to_fqe:  # the hand-over's Q is fitted on the agent's greedy actions at logged steps
             call("logprobs", config, parent, agent)
         estimates = call("adwm", config, parent, agent)
     path = estimates.file("estimates")

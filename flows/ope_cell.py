@@ -67,7 +67,7 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
         model = submit("world-model", config, parent, after=[logged])
         soft = config.adwm.reading == "soft_tokens"
         adapters = [submit("psi", config, parent, p, [model]) if soft else None for p in targets]
-        to_fqe = config.adwm.off_log == "fqe"  # ADWM hands off-log pairs to FQE, fitted on the log-probs
+        to_fqe = config.adwm.hands_over_to_fqe  # ADWM hands off-log pairs to FQE, fitted on the log-probs
         imagined = [submit("adwm", config, parent, p, [model, a, lp if to_fqe else None])
                     for p, a, lp in zip(targets, adapters, logps)]
         classical = [submit("baselines", config, parent, p, [lp, model]) for p, lp in zip(targets, logps)]

@@ -603,6 +603,34 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     assert {r["estimator"] for r in rows} == {"ADWM:reward_sum"}  # no success similarity of a cut path
 
 
+def test_carry_over_fqe_carries_a_logged_signature_over_and_hands_the_rest_to_q(corridor):
+    """off_log='carry_over_fqe': the log relabelled so that room 2's "go east" was never taken
+    there, always-east π_e gets room 2's step carried over from the other rooms' "go east" (no
+    rollout ends there), while "jump", whose signature no logged step has, ends every rollout
+    with Q̂_ε as under off_log='fqe'."""
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    room_2_east = pc.and_(pc.starts_with(table["observation"], "You are in room 2 "),
+                          pc.equal(table["action"], "go east"))
+    table = table.set_column(table.column_names.index("action"), "action",
+                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
+    bank = StateBank.from_log(BehaviourLog(table), model)
+    q = FittedQEvaluation(model.action_features().detach().numpy(), model.config.d_z, seed=3)  # untrained, fixed
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, off_log="carry_over_fqe")
+    assert config.hands_over_to_fqe and not AdwmConfig().hands_over_to_fqe
+    with pytest.raises(ValueError, match="q_by_epsilon"):
+        adwm_transition(model, bank, config)
+    imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
+    transition = adwm_transition(model, bank, config, {0.0: q})
+    east = imagination.run(East(), transition, (0.0,), seed=0)
+    assert {s.source for s in east.steps} == {"log", "carried"} and east.lengths.max() > 2
+    jump = imagination.run(Jump(), transition, (0.0,), seed=0)
+    starts = torch.stack([bank.latents[s.observation] for s in jump.steps]).numpy()
+    assert jump.lengths.tolist() == [1] * 8 and {s.source for s in jump.steps} == {"model"}
+    np.testing.assert_allclose(jump.reward_sum, q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * 8))),
+                               rtol=1e-6)
+
+
 def test_an_ensemble_averages_its_members_and_its_interval_spans_them(corridor):
     """Every member imagines with the same seeds: two identical members give one member's rows;
     a member whose reward head pays less pulls Ĵ to the mean of the two members' own estimates,

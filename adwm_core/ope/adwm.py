@@ -180,17 +180,20 @@ def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
                     q_by_epsilon: Mapping[float, FittedQEvaluation] | None = None) -> Transition:
     """ADWM's transition: logged successors (``logged_successors``) around what answers the pairs
     the log never took (``off_log``: the diffusion model; logged outcomes carried over by the
-    action's signature before it; or the hand-over to FQE's ``q_by_epsilon``); or the diffusion
-    model alone (the paper)."""
+    action's signature before it; the hand-over to FQE's ``q_by_epsilon``; or carried-over
+    outcomes before that hand-over); or the diffusion model alone (the paper)."""
     diffusion = DiffusionTransition(model, bank, config)
     if not config.logged_successors:
         return diffusion
-    if config.off_log == "fqe":
+    unmatched: Transition = diffusion
+    if config.hands_over_to_fqe:
         if q_by_epsilon is None:
-            raise ValueError("off_log='fqe' hands off-log pairs to FQE: pass its Q-networks per ε (q_by_epsilon)")
-        return LoggedSuccessors(bank, HandOverToValue(model, q_by_epsilon))
-    return LoggedSuccessors(bank, CarriedOver(bank, diffusion, config.carry_over_levels)
-                            if config.off_log == "carry_over" else diffusion)
+            raise ValueError(f"off_log={config.off_log!r} hands off-log pairs to FQE: pass its Q-networks per ε "
+                             "(q_by_epsilon)")
+        unmatched = HandOverToValue(model, q_by_epsilon)
+    if config.off_log in ("carry_over", "carry_over_fqe"):
+        unmatched = CarriedOver(bank, unmatched, config.carry_over_levels)
+    return LoggedSuccessors(bank, unmatched)
 
 
 def reference_transition(bank: StateBank) -> Transition:

@@ -47,7 +47,7 @@ def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell:
         for name in VALUE_ESTIMATES:
             if name == "success_similarity" and np.isnan(members[0].success_similarity).any():
                 continue  # no successful behaviour episode, no success bank
-            if name == "success_similarity" and estimator == ESTIMATOR and config.off_log == "fqe":
+            if name == "success_similarity" and estimator == ESTIMATOR and config.hands_over_to_fqe:
                 continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
             x = np.stack([run.values(name, epsilon) for run in members])
             low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)

@@ -18,7 +18,7 @@ from ..validated import Settings
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
-OffLog = Literal["diffusion", "carry_over", "fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
+OffLog = Literal["diffusion", "carry_over", "fqe", "carry_over_fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
 CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
 Sampler = Literal["ancestral", "ddim"]  # ope/adwm.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
@@ -55,6 +55,7 @@ class AdwmConfig(Settings):
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
     off_log: OffLog | None = None  # the rest: the diffusion model, carried over by signature first (carry_over.py),
+    # carried over by signature and the rest handed over to FQE's Q̂ (carry_over_fqe),
     # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's log-probs)
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
     n_rollouts: int = Field(default=32, ge=1)
@@ -95,6 +96,12 @@ class AdwmConfig(Settings):
                              "the log never took from the log or from FQE answers the logged ones from the log too: "
                              "set logged_successors=True, or off_log='diffusion')")
         return self
+
+    @property
+    def hands_over_to_fqe(self) -> bool:
+        """Off-log pairs (those no logged outcome answers) end their rollout with FQE's Q̂: the stage
+        then fits FQE on π_e's log-probs (``off_log``: ``fqe`` or ``carry_over_fqe``)."""
+        return self.off_log in ("fqe", "carry_over_fqe")
 
     def check_behaviour(self, trajectories: pa.Table) -> None:
         """Success-bank guidance (set explicitly; ``auto`` does without) reads the last observations

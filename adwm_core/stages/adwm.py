@@ -56,7 +56,7 @@ def run_adwm(
     in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total,
     imagined_steps=n)`` of finished seeds. Every member of the world model's ensemble imagines
     (ope/evaluate.py). With
-    ``off_log='fqe'`` the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
+    ``off_log='fqe'`` (or ``carry_over_fqe``) the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
     fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``.
     ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
     ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format."""
@@ -65,12 +65,12 @@ def run_adwm(
     if config.reading == "soft_tokens" and psi is None:
         raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
                          "or choose reading='retrieval'")
-    if config.off_log == "fqe" and logprobs is None:
-        raise ValueError("off_log='fqe' fits FQE on π_e's log-probs of the behaviour steps: pass logprobs=<the "
-                         "log-prob stage's file>, or choose another off_log")
+    if config.hands_over_to_fqe and logprobs is None:
+        raise ValueError(f"off_log={config.off_log!r} fits FQE on π_e's log-probs of the behaviour steps: pass "
+                         "logprobs=<the log-prob stage's file>, or choose another off_log")
     members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
     table, fit_q = read_table(trajectories, TRAJECTORIES), None
-    if config.off_log == "fqe":
+    if config.hands_over_to_fqe:
         fit_q = _fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
                                 BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
