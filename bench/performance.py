@@ -23,7 +23,9 @@ profile table splits the ADWM stage's wall time as its timings record it: π_e's
 
 Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept from the
 file's earlier run when it was on the same machine (each row names the day it was measured).
-Usage: ``python bench/performance.py [--before REV] [CELL ...]``.
+``--server`` runs one Prefect server for the whole bench (as a deployment has one) instead of
+the temporary server each bare ``evaluate-policy`` run starts.
+Usage: ``python bench/performance.py [--before REV] [--server] [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ import contextlib
 import glob
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +131,43 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
 
 
 @contextlib.contextmanager
+def prefect_server():
+    """A Prefect server on a free loopback port (the artifact root's Prefect home), running for
+    the whole bench as a deployment's does: ``evaluate-policy`` then talks to it instead of
+    starting a temporary server of its own each time. Stopped afterwards."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api"
+    process = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        for _ in range(120):
+            if process.poll() is not None:
+                raise SystemExit(f"the Prefect server for --server exited ({process.returncode}) before it answered")
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            raise SystemExit(f"the Prefect server for --server did not answer at {url}/health within 120 s")
+        previous = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = url  # the children inherit it
+        try:
+            yield url
+        finally:
+            if previous is None:
+                os.environ.pop("PREFECT_API_URL")
+            else:
+                os.environ["PREFECT_API_URL"] = previous
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
+@contextlib.contextmanager
 def checkout(revision: str):
     """A temporary git worktree of ``revision`` (removed afterwards)."""
     top = Path(__file__).resolve().parent.parent
@@ -191,7 +233,7 @@ def before_after_lines(rows: list[dict]) -> list[str]:
     for r in paired:
         b, change = r["before"], r["before"]["estimates_change"]
         largest = "–" if change["max_abs_change"] is None else f"{change['max_abs_change']:.3g}"
-        lines.append(f"| {r['cell']} | {r['measured']} | {b['evaluate_policy']['wall_s']:.0f} → "
+        lines.append(f"| {r['cell']} | {measured_as(r)} | {b['evaluate_policy']['wall_s']:.0f} → "
                      f"{r['evaluate_policy']['wall_s']:.0f} | {b['ratio']:.2f} → {r['ratio']:.2f} | "
                      f"{b['imagined_steps_per_s']:.1f} → {r['imagined_steps_per_s']:.1f} | "
                      f"{r['imagined_steps_per_s'] / b['imagined_steps_per_s']:.1f}× | "
@@ -213,7 +255,8 @@ def profile_lines(rows: list[dict]) -> list[str]:
                 continue
             s, asked = measured["seconds"], measured["decisions"]
             memo = "–" if asked is None else f"{asked:.0f} ({measured['memo_hit_rate']:.0%})"
-            lines.append(f"| {r['cell']} | {code} | {measured['wall_s']:.1f} | {s['policy']:.1f} | {memo} | "
+            lines.append(f"| {r['cell']} | {code}, {r.get('prefect', 'temporary server')} | "
+                         f"{measured['wall_s']:.1f} | {s['policy']:.1f} | {memo} | "
                          f"{s['transition']:.1f} ({measured['guidance_s']:.1f}) | {s['fqe fits']:.1f} | "
                          f"{s['other']:.1f} | {measured['imagined_steps']:.0f} |")
     return lines
@@ -261,6 +304,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
     parser.add_argument("--before", metavar="REV", help="also time evaluate-policy under the code of this git revision")
+    parser.add_argument("--server", action="store_true",
+                        help="evaluate-policy against one running Prefect server, as deployed (default: each run "
+                             "starts Prefect's temporary server, as a bare `python -m flows.evaluate_policy` does)")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "CELL", "FACTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -273,16 +319,21 @@ def main() -> None:
     if missing:
         raise SystemExit(f"bench/results/main_results.json has no run of {missing}: run bench/main_results.py on them")
     host = machine()
+    mode = "running server" if args.server else "temporary server"  # how evaluate-policy reaches Prefect
     earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)
     kept = json.loads(earlier.read_text()) if earlier.exists() else {"machine": {}, "cells": []}
     same_machine = {k: v for k, v in kept["machine"].items() if k != "date"} == {k: v for k, v in host.items() if k != "date"}
     rows = [{"measured": kept["machine"].get("date"), **r}
-            for r in kept["cells"] if same_machine and r["cell"] not in cells]
+            for r in kept["cells"]
+            if same_machine and (r["cell"] not in cells or r.get("prefect", "temporary server") != mode)]
     with contextlib.ExitStack() as stack:
         before = stack.enter_context(checkout(args.before)) if args.before else None
+        if args.server:
+            stack.enter_context(prefect_server())
         for cell in cells:
             evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
-            row = {"cell": cell, "measured": host["date"], "evaluate_policy": evaluate, "live": live,
+            row = {"cell": cell, "measured": host["date"], "prefect": mode,
+                   "evaluate_policy": evaluate, "live": live,
                    "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm, "profile": profile(evaluate["adwm"]),
                    **throughput(runs[cell], evaluate["adwm"])}
             if before is not None:
@@ -294,20 +345,34 @@ def main() -> None:
                                  "estimates_change": estimates_change(cell, earlier_code["adwm"], evaluate["adwm"])}
             rows.append(row)
             print(cell, json.dumps(row), flush=True)
+    write_report(host, rows)
+
+
+def measured_as(row: dict) -> str:
+    """The day a row was measured, and how its evaluate-policy reached Prefect (rows from before
+    ``--server`` existed all started the temporary server)."""
+    return f"{row['measured']}, {row.get('prefect', 'temporary server')}"
+
+
+def write_report(host: dict, rows: list[dict]) -> None:
+    """bench/results/performance.{md,json} from the measured ``rows`` (cell order)."""
     order = {cell: i for i, cell in enumerate(cell_names())}
     rows.sort(key=lambda r: order.get(r["cell"], len(order)))
     device = host.get("gpu", f"{host['cpus']} CPUs, {host['processor']}, {host['torch_threads']} torch thread(s) a process")
     lines = [f"# Performance on the local cells ({device})", "",
              "Scoring π_e with `evaluate-policy` against the cell's trained world model (ψ and ADWM computed afresh) "
              "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
-             "in its own process on this machine. Ratio < 1: the world model answers faster than the environment. "
+             "in its own process on this machine, `evaluate-policy` with Prefect's temporary server or against one "
+             "running server (`--server`, as deployed), as the measured column says. Ratio < 1: the world model "
+             "answers faster than the environment. "
              f"LLM: π_e's model alone, greedy generation for and log-prob scoring of the first {LLM_SAMPLE} logged "
              "behaviour steps' prompts (one batch each), in new and in scored (prompt + action) tokens/s.",
              "", "| cell | measured | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
              "transitions/s | imagined steps/s | LLM new tokens/s | LLM scored tokens/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['cell']} | {r['measured']} | {r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
+        lines.append(f"| {r['cell']} | {measured_as(r)} | "
+                     f"{r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
                      f"{r['ratio']:.2f} | {r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
@@ -317,6 +382,8 @@ def main() -> None:
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
     print("\n".join(lines))
+
+
 
 
 if __name__ == "__main__":
