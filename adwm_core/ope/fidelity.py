@@ -54,7 +54,7 @@ TOP_K = 5
 
 def _sampler(model: WorldModel, table: pa.Table, cfg_scale: float, sampling: Sampler) -> DiffusionTransition:
     """The world model's unguided transition drawing by ``sampling`` (``AdwmConfig.sampler``: the
-    K-level reverse process, the instruments' default, or ADWM's default few-level DDIM)."""
+    K-level reverse process, the instruments' default, or ADWM's default few-level respaced sampler)."""
     return DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model),
                                AdwmConfig(reading="retrieval", guidance="none", cfg_scale=cfg_scale, sampler=sampling))
 

@@ -71,7 +71,7 @@ class AdwmConfig(Settings):
     snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
     reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
     done_threshold: float = Field(default=0.5, gt=0, lt=1)
-    sampler: Sampler | None = None  # how the diffusion model draws z_{t+1}: the K-level reverse process, or DDIM
+    sampler: Sampler | None = None  # how the diffusion model draws z_{t+1}: the K-level reverse process, or few levels with DDIM's η
     ddim_levels: int = Field(default=10, ge=1)  # levels of the ddim sampler, from the rollout's own z_K
     ddim_eta: float = Field(default=1.0, ge=0, le=1)  # its η: 1 ancestral over those levels, 0 deterministic DDIM
     seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
