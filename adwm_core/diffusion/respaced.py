@@ -39,5 +39,6 @@ def sample_respaced(diffusion: GaussianDiffusion, eps_model: EpsModel, noise: to
             a, a_next = alpha_bar[k], alpha_bar[k_next]
             eps = (z - a.sqrt() * z0) / (1.0 - a).sqrt()
             variance = eta ** 2 * (1.0 - a_next) / (1.0 - a) * (1.0 - a / a_next)
-            z = a_next.sqrt() * z0 + (1.0 - a_next - variance).clamp(min=0.0).sqrt() * eps + variance.sqrt() * noise[i + 1]
+            z = (a_next.sqrt() * z0 + (1.0 - a_next - variance).clamp(min=0.0).sqrt() * eps
+                 + variance.sqrt() * noise[i + 1])
     return z0

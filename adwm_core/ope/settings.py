@@ -18,7 +18,8 @@ from ..validated import Settings
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
-OffLog = Literal["diffusion", "carry_over", "fqe", "carry_over_fqe"]  # what answers a pair the log never took (ope/adwm.py: adwm_transition)
+# what answers a pair the log never took (ope/adwm.py: adwm_transition)
+OffLog = Literal["diffusion", "carry_over", "fqe", "carry_over_fqe"]
 CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
 Sampler = Literal["ancestral", "ddim"]  # ope/adwm.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
@@ -71,7 +72,8 @@ class AdwmConfig(Settings):
     snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
     reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
     done_threshold: float = Field(default=0.5, gt=0, lt=1)
-    sampler: Sampler | None = None  # how the diffusion model draws z_{t+1}: the K-level reverse process, or few levels with DDIM's η
+    # how the diffusion model draws z_{t+1}: the K-level reverse process, or few levels with DDIM's η
+    sampler: Sampler | None = None
     ddim_levels: int = Field(default=10, ge=1)  # levels of the ddim sampler, from the rollout's own z_K
     ddim_eta: float = Field(default=1.0, ge=0, le=1)  # its η: 1 ancestral over those levels, 0 deterministic DDIM
     seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
