@@ -130,6 +130,14 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
             "scored_tokens_per_s": (count(prompts) + int(action_tokens.sum())) / score_s}
 
 
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2)
+        return True
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def prefect_server():
     """A Prefect server on a free loopback port (the artifact root's Prefect home), running for
@@ -143,16 +151,13 @@ def prefect_server():
                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
-        for _ in range(120):
+        deadline = time.monotonic() + 120
+        while not _answers(f"{url}/health"):
             if process.poll() is not None:
                 raise SystemExit(f"the Prefect server for --server exited ({process.returncode}) before it answered")
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            raise SystemExit(f"the Prefect server for --server did not answer at {url}/health within 120 s")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the Prefect server for --server did not answer at {url}/health within 120 s")
+            time.sleep(1)
         previous = os.environ.get("PREFECT_API_URL")
         os.environ["PREFECT_API_URL"] = url  # the children inherit it
         try:
