@@ -145,6 +145,13 @@ def finished_stage(cell: str, stage: str, policy=None):
         return None
 
 
+def point_truth(report) -> dict[tuple[str, float], float]:
+    """(policy, ε) → J of a finished report's points (its curves' ground truth)."""
+    with open(report.file("curves")) as f:
+        curves = json.load(f)
+    return {(p, float(e)): j for p, e, j in zip(curves["policy"], curves["epsilon"], curves["ground_truth"])}
+
+
 def finished_report(cell: str, run: bool):
     """:func:`finished_stage` of the report, the cell's flow run first with ``run``."""
     if run:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from common import RESULTS, machine
 from flows.cells import cell_names
-from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage
+from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage, point_truth
 
 KNN, FQE = "kNN-WM:reward_sum", "FQE"
 WIDENING = (0.25, 0.5)  # c of the extrapolation-widened interval
@@ -79,9 +79,7 @@ def measure(cell: str) -> dict | None:
     report = finished_stage(cell, "report")
     if report is None:
         return None
-    with open(report.file("curves")) as f:
-        curves = json.load(f)
-    truth = {(p, float(e)): j for p, e, j in zip(curves["policy"], curves["epsilon"], curves["ground_truth"])}
+    truth = point_truth(report)
     spread = float(np.ptp(list(truth.values())))
     if spread == 0:
         return None

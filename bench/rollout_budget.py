@@ -24,7 +24,7 @@ from scipy import stats
 from adwm_core.cell import CellConfig
 from common import RESULTS, machine
 from flows.cells import cell_config_path, cell_names
-from heldout import DEVELOPMENT, finished_stage
+from heldout import DEVELOPMENT, finished_stage, point_truth
 
 SEEDS = (1, 2, 3, 5)
 ROLLOUTS = (8, 16, 32)
@@ -45,15 +45,6 @@ def imagined_returns(cell: str) -> dict[tuple[str, float], dict[int, list[float]
     return returns
 
 
-def ground_truth(cell: str) -> dict[tuple[str, float], float] | None:
-    report = finished_stage(cell, "report")
-    if report is None:
-        return None
-    with open(report.file("curves")) as f:
-        curves = json.load(f)
-    return {(p, float(e)): j for p, e, j in zip(curves["policy"], curves["epsilon"], curves["ground_truth"])}
-
-
 def scored(returns: dict, truth: dict, n_seeds: int, n_rollouts: int) -> dict[str, float]:
     """ρ, NMAE and the interval's half-width over the range of J of the first ``n_seeds`` seeds'
     first ``n_rollouts`` rollouts at every point, and each point's Ĵ."""
@@ -69,7 +60,8 @@ def scored(returns: dict, truth: dict, n_seeds: int, n_rollouts: int) -> dict[st
 
 
 def measure(cell: str) -> dict | None:
-    returns, truth = imagined_returns(cell), ground_truth(cell)
+    report, returns = finished_stage(cell, "report"), imagined_returns(cell)
+    truth = point_truth(report) if report is not None else None
     if returns is None or truth is None or np.ptp(list(truth.values())) == 0:
         return None
     full = scored(returns, truth, max(SEEDS), max(ROLLOUTS))
