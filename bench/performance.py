@@ -1,7 +1,7 @@
 """Performance report: scoring a new π_e against an already-trained world model, against
 evaluating it live — per local cell, side by side in one run on this machine.
 
-For each cell (whose stages ``bench/main_results.py`` has run):
+For each cell (whose world model is trained: run its flow first):
 - ``evaluate-policy`` on the cell's π_e under a new label, so its ψ adapter and ADWM
   inference are computed afresh against the cell's trained world model: wall time;
 - the same π_e live: ground-truth rollouts at the same ε levels and episode counts as the
@@ -9,8 +9,8 @@ For each cell (whose stages ``bench/main_results.py`` has run):
 each in its own process, whose peak resident memory is read from ``wait4`` (environment
 worker processes not included). The headline is their ratio. Then π_e's LLM on its own, in a
 third process: greedy generation and log-prob scoring of the first ``LLM_SAMPLE`` logged
-steps of the cell's behaviour data (the prompts π_e sees at those steps), in tokens/s. From the cell's run in
-``main_results.json``: world-model training time and transitions/s; from the timings the ADWM
+steps of the cell's behaviour data (the prompts π_e sees at those steps), in tokens/s. From the cell's finished
+world-model stage (its training history): training time and transitions/s; from the timings the ADWM
 stage evaluate-policy ran keeps in its artifact: imagined steps/s and where its time went. The header names the device (the
 GPU when one is present).
 
@@ -47,7 +47,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from adwm_core.model.world_model import member_paths
 from adwm_core.paths import artifact_path
+from adwm_core.training.world_model import HISTORY_FILE
 from common import RESULTS, artifact, evaluated, load_cell, machine
 from flows.cells import cell_names
 
@@ -296,11 +298,13 @@ def uncertainty_lines() -> list[str]:
     return lines
 
 
-def throughput(result: dict, adwm: dict) -> dict:
-    """World-model training of the cell's run in ``main_results.json``; imagined steps/s of the
-    ADWM stage ``evaluate-policy`` just ran (``adwm``: the timings it kept)."""
-    model = next(s for s in result["stages"] if s["stage"] == "world-model")
-    return {"world_model_s": model["seconds"], "transitions_per_s": model["metrics"].get("transitions_per_s"),
+def throughput(cell: str, adwm: dict) -> dict:
+    """World-model training of the cell's finished world-model stage (all members' seconds, the
+    first member's last transitions/s); imagined steps/s of the ADWM stage ``evaluate-policy``
+    just ran (``adwm``: the timings it kept)."""
+    model = artifact(load_cell(cell), "world-model").file("model")
+    histories = [json.loads(Path(member, HISTORY_FILE).read_text())["epochs"][-1] for member in member_paths(model)]
+    return {"world_model_s": sum(h["seconds"] for h in histories), "transitions_per_s": histories[0].get("transitions_per_s"),
             "imagined_steps": adwm["imagined_steps"], "imagined_steps_per_s": adwm["imagined_steps"] / adwm["wall_seconds"],
             "adwm_seconds": {k: v for k, v in adwm.items() if k.endswith("_seconds") and k != "wall_seconds"}}
 
@@ -317,12 +321,8 @@ def main() -> None:
     if args.child:
         return child(*args.child)
     cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
-    if not (RESULTS / "main_results.json").exists():
-        raise SystemExit("run bench/main_results.py first: it trains the world models this report times against")
-    runs = {r["cell"]: r for r in json.loads((RESULTS / "main_results.json").read_text())["cells"]}
-    missing = [cell for cell in cells if cell not in runs]
-    if missing:
-        raise SystemExit(f"bench/results/main_results.json has no run of {missing}: run bench/main_results.py on them")
+    for cell in cells:
+        artifact(load_cell(cell), "world-model")  # every cell's world model is trained, before any timing
     host = machine()
     mode = "running server" if args.server else "temporary server"  # how evaluate-policy reaches Prefect
     earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)
@@ -340,7 +340,7 @@ def main() -> None:
             row = {"cell": cell, "measured": host["date"], "prefect": mode,
                    "evaluate_policy": evaluate, "live": live,
                    "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm, "profile": profile(evaluate["adwm"]),
-                   **throughput(runs[cell], evaluate["adwm"])}
+                   **throughput(cell, evaluate["adwm"])}
             if before is not None:
                 earlier_code = measure("evaluate", cell, before)
                 row["before"] = {"revision": args.before, "evaluate_policy": earlier_code,
