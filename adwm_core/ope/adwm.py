@@ -189,7 +189,7 @@ def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
     if config.hands_over_to_fqe:
         if q_by_epsilon is None:
             raise ValueError(f"off_log={config.off_log!r} hands off-log pairs to FQE: pass its Q-networks per ε "
-                             "(q_by_epsilon)")
+                             "(q_by_epsilon), or choose AdwmConfig(preset='carry_over') (the model answers them)")
         unmatched = HandOverToValue(model, q_by_epsilon)
     if config.off_log in ("carry_over", "carry_over_fqe"):
         unmatched = CarriedOver(bank, unmatched, config.carry_over_levels)

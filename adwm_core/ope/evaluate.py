@@ -98,10 +98,15 @@ def evaluate_policy(
     state bank. ``progress(done, total, imagined_steps=n)`` is told of every finished seed of every
     world model, with the steps imagined so far in this run (a unit read back adds none);
     ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
-    hands off-log pairs to them; ``units``: a folder keeping each finished (estimator, member,
-    seed) unit's rollouts, read back instead of imagined again (a killed stage resumes there);
+    (or ``carry_over_fqe``, the default) hands off-log pairs to them; ``units``: a folder keeping
+    each finished (estimator, member, seed) unit's rollouts, read back instead of imagined again
+    (a killed stage resumes there);
     ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``)."""
     check_epsilons(epsilons)
+    if config.hands_over_to_fqe and fit_q is None:
+        raise ValueError(f"off_log={config.off_log!r} (the default) ends off-log rollouts with FQE's Q̂: pass fit_q "
+                         "(FQE fitted on π_e's log-probs, as the ADWM stage does), or config=AdwmConfig("
+                         "preset='carry_over') to answer them with the diffusion model")
     if isinstance(world_model, str):
         models = WorldModel.load_ensemble(world_model)
     else:

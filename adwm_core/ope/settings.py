@@ -26,14 +26,18 @@ UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 
 
 # paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from
-# the log, the others from the diffusion model); default: off-log pairs carried over by their
-# action's signature first (chosen 2026-11-26 on the development cells: README "Which off-log answer")
+# the log, the others from the diffusion model); carry_over: the default of 2026-11-26 (off-log
+# pairs carried over by their action's signature first, the rest from the diffusion model);
+# default: carried over by signature, the rest handed over to FQE's Q̂ (chosen 2026-11-26 on the six
+# development cells under a rule fixed first: README "Carry-over, then FQE")
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
                           "off_log": "diffusion", "sampler": "ancestral"},
                 "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
                               "off_log": "diffusion", "sampler": "ancestral"},
+                "carry_over": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
+                               "off_log": "carry_over", "sampler": "ddim"},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                            "off_log": "carry_over", "sampler": "ddim"}}
+                            "off_log": "carry_over_fqe", "sampler": "ddim"}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -47,11 +51,12 @@ class AdwmConfig(Settings):
     that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
     default answers a (state, action) pair the log holds by a logged successor
     (``logged_successors``) and one it never took by a logged transition of the same action
-    signature (``off_log: carry_over``, ope/carry_over.py), by the diffusion model where the log
-    holds none; the ``diffusion`` preset answers every off-log pair by the diffusion model, the
-    paper every pair."""
+    signature (ope/carry_over.py); where the log holds none the rollout ends with FQE's Q̂ of π_e^ε
+    there (``off_log: carry_over_fqe``, ope/value_handover.py; the stage then reads π_e's log-probs).
+    The ``carry_over`` preset answers those last pairs by the diffusion model instead, the
+    ``diffusion`` preset every off-log pair, the paper every pair."""
 
-    preset: Literal["paper", "diffusion", "default"] = "default"
+    preset: Literal["paper", "diffusion", "carry_over", "default"] = "default"
     reading: Reading | None = None
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
