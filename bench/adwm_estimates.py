@@ -50,12 +50,13 @@ from common import RESULTS, default_env, machine, tiny_family
 from world_model_training import behaviour
 
 CELL_HORIZON = 12
+PRESET = "carry_over"  # the world model answers off-log pairs (no FQE hand-over), over 5 seeds
 VARIANTS = {
-    "ADWM (soft tokens, success bank)": AdwmConfig(reading="soft_tokens"),
-    "retrieval reading": AdwmConfig(reading="retrieval"),
-    "no CFG (λ = 0)": AdwmConfig(reading="soft_tokens", cfg_scale=0.0),
-    "no continuation guidance": AdwmConfig(reading="soft_tokens", guidance="none"),
-    "no ψ (π_e sees no observation)": AdwmConfig(reading="none"),
+    "ADWM (soft tokens, success bank)": AdwmConfig(preset=PRESET, reading="soft_tokens"),
+    "retrieval reading": AdwmConfig(preset=PRESET, reading="retrieval"),
+    "no CFG (λ = 0)": AdwmConfig(preset=PRESET, reading="soft_tokens", cfg_scale=0.0),
+    "no continuation guidance": AdwmConfig(preset=PRESET, reading="soft_tokens", guidance="none"),
+    "no ψ (π_e sees no observation)": AdwmConfig(preset=PRESET, reading="none"),
 }
 
 

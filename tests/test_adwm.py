@@ -89,7 +89,7 @@ def test_memoised_decisions_give_the_same_rows_and_ask_each_history_once(corrido
     from adwm_core.ope.memo import MemoisedPolicy
 
     trajectories, model = corridor
-    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=50)
+    config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=50)
     bare, inner = Counting(), Counting()
     memoised = MemoisedPolicy(inner)
     rows = [evaluate_policy(model, trajectories, policy, cell="c", label="east", epsilons=(0.0, 0.5, 1.0),
@@ -104,8 +104,8 @@ def test_progress_counts_the_steps_imagined_in_this_run_and_none_for_a_unit_read
     """``progress(done, total, imagined_steps=n)`` per finished seed, n the running total of the
     steps imagined in this run: what a display shows as imagined steps per second."""
     trajectories, model = corridor
-    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_rollouts=8, n_bootstrap=20,
-                        reference=False)
+    config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_rollouts=8,
+                        n_bootstrap=20, reference=False)
     calls = []
 
     def run():
@@ -171,7 +171,8 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
                                                              logged_successors=False))
     assert isinstance(hybrid, LoggedSuccessors) and isinstance(diffusion_only, DiffusionTransition)
     assert not AdwmConfig(preset="paper").logged_successors
-    assert AdwmConfig().off_log == "carry_over" and AdwmConfig(preset="diffusion").off_log == "diffusion"
+    assert AdwmConfig().off_log == "carry_over_fqe" and AdwmConfig(preset="carry_over").off_log == "carry_over"
+    assert AdwmConfig(preset="diffusion").off_log == "diffusion"
     assert AdwmConfig(logged_successors=False).off_log == "diffusion"  # the only answer without logged successors
     with torch.no_grad():
         answer, asked, every = hybrid(query), diffusion(query.subset(np.arange(2, 4))), diffusion_only(query)
@@ -253,7 +254,7 @@ def test_the_template_level_answers_a_signature_the_log_never_took_by_what_that_
 def test_a_seed_fixes_every_draw(corridor):
     trajectories, model = corridor
     bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)
-    config = AdwmConfig(reading="retrieval", n_rollouts=8, horizon=HORIZON)
+    config = AdwmConfig(preset="carry_over", reading="retrieval", n_rollouts=8, horizon=HORIZON)
     imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
     transition = adwm_transition(model, bank, config)
     first, again, other = (imagination.run(East(), transition, (0.0, 1.0), seed) for seed in (3, 3, 4))
@@ -359,8 +360,9 @@ def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_
     trajectories, model = corridor
     table = read_table(trajectories, TRAJECTORIES)
     failures = table.filter(pa.compute.invert(table["success"]))
-    config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, seeds=(0,), n_bootstrap=50)
-    assert config.guidance == "auto" and AdwmConfig(preset="paper").guidance == "success_bank"
+    config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, n_rollouts=8, seeds=(0,),
+                        n_bootstrap=50)
+    assert config.guidance == AdwmConfig().guidance == "auto" and AdwmConfig(preset="paper").guidance == "success_bank"
     guided = DiffusionTransition(model, StateBank.from_log(BehaviourLog(table), model), config)
     unguided = DiffusionTransition(model, StateBank.from_log(BehaviourLog(failures), model), config)
     assert (guided.config.guidance, unguided.config.guidance) == ("success_bank", "none")
@@ -396,11 +398,13 @@ def test_bad_settings_are_named(corridor):
     paper_guidance.check_behaviour(table)
     with pytest.raises(ValueError, match="ε levels"):
         evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
+    with pytest.raises(ValueError, match=r"fit_q.*preset='carry_over'"):  # the default hands over to FQE
+        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,))
     with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):
         AdwmConfig(reading="retrieval", guidance="likelihood")
     with pytest.raises(TypeError, match="SoftPromptPolicy"):
         evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,),
-                        config=AdwmConfig(reading="soft_tokens"))
+                        config=AdwmConfig(preset="carry_over", reading="soft_tokens"))
 
 
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
@@ -411,7 +415,7 @@ def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tin
 
     out = tmp_path / "adwm.parquet"
     world_model, env = tiny_world_model[0].path, TINY_ENV[0]
-    config = AdwmConfig(reading="soft_tokens", n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
+    config = AdwmConfig(preset="carry_over", reading="soft_tokens", n_rollouts=4, horizon=4, seeds=(0,), n_bootstrap=50)
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         run_adwm(tiny_behaviour, str(tmp_path / "no-model"), tiny_pool[1], env, str(out), cell="c", psi=tiny_psi,
                  epsilons=(0.0, 1.0), config=config)
@@ -567,7 +571,8 @@ class Jump:
 
 def test_a_log_without_pi_es_steps_gets_the_extrapolation_verdict_and_a_covering_log_does_not(corridor):
     trajectories, model = corridor
-    config = AdwmConfig(reading="retrieval", horizon=HORIZON, seeds=(0,), n_rollouts=8, n_bootstrap=50)
+    config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0,), n_rollouts=8,
+                        n_bootstrap=50)
     covered, _ = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=(0.0,),
                                  config=config)
     uncovered, _ = evaluate_policy(model, trajectories, Jump(), cell="corridor", label="jump", epsilons=(0.0,),

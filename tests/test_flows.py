@@ -222,8 +222,9 @@ def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(firs
     path = evaluate_policy(cell, tiny_policies["early"], label="newcomer")
     rows = read_table(path, ESTIMATES).to_pylist()
     assert {r["policy"] for r in rows} == {"newcomer@p0"} and {r["epsilon"] for r in rows} == {0.0, 0.5, 1.0}
+    assert {r["estimator"] for r in rows if r["estimator"].startswith("ADWM")} == {"ADWM:reward_sum"}  # Q̂ hand-over
     assert stage_folders("world-model") == [model] and os.path.getmtime(os.path.join(model, "_COMPLETE")) == trained
-    handing = yaml.safe_load(open(cell))  # the same cell, ADWM handing off-log pairs to FQE: log-probs first
+    handing = yaml.safe_load(open(cell))  # the same cell, every off-log pair handed to FQE (no carry-over)
     handing["adwm"]["off_log"] = "fqe"
     (harness / "tiny-flow-fqe.yaml").write_text(yaml.safe_dump(handing))
     handed = read_table(evaluate_policy(str(harness / "tiny-flow-fqe.yaml"), tiny_policies["early"], label="newcomer"),

@@ -88,7 +88,7 @@ def test_the_endpoint_agent_plays_ground_truth_episodes_as_in_process(endpoint, 
 
 
 def test_the_endpoint_agent_is_scored_by_adwm_as_in_process(endpoint, tiny_behaviour, tiny_world_model, tmp_path):
-    config = AdwmConfig(reading="retrieval", n_rollouts=2, horizon=3, seeds=(0,), n_bootstrap=50)
+    config = AdwmConfig(preset="carry_over", reading="retrieval", n_rollouts=2, horizon=3, seeds=(0,), n_bootstrap=50)
     tables = {}
     for name, spec in (("remote", _endpoint_spec(endpoint)), ("local", PolicySpec("smol", smollm2_dir()))):
         out = str(tmp_path / f"{name}.parquet")

@@ -162,11 +162,14 @@ def test_a_model_folder_named_without_a_slash_is_keyed_by_content(cell, tmp_path
 
 
 def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
+    """The default hands off-log pairs to FQE (carry_over_fqe), as ``fqe`` does; ``carry_over``
+    leaves them to the diffusion model and reads neither the log-probs nor FQE's settings."""
     policy = cell.evaluation.policies[0]
-    handing = cell.replace(adwm=cell.adwm.replace(off_log="fqe"))
-    default_inputs = pipeline.stage_key(cell, "adwm", policy)[1]
-    fqe_inputs = pipeline.stage_key(handing, "adwm", policy)[1]
-    assert "logprobs" not in default_inputs and "logprobs" in fqe_inputs
-    slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
-    assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
-    assert keys(cell.replace(baselines=slower.baselines))[("adwm", policy.label)] == keys(cell)[("adwm", policy.label)]
+    carried = cell.replace(adwm=cell.adwm.replace(off_log="carry_over"))
+    for handing in (cell, cell.replace(adwm=cell.adwm.replace(off_log="fqe"))):
+        assert "logprobs" in pipeline.stage_key(handing, "adwm", policy)[1]
+        slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
+        assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
+    assert "logprobs" not in pipeline.stage_key(carried, "adwm", policy)[1]
+    slower = carried.replace(baselines=slower.baselines)
+    assert keys(slower)[("adwm", policy.label)] == keys(carried)[("adwm", policy.label)]

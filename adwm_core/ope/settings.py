@@ -29,15 +29,17 @@ UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 # the log, the others from the diffusion model); carry_over: the default of 2026-11-26 (off-log
 # pairs carried over by their action's signature first, the rest from the diffusion model);
 # default: carried over by signature, the rest handed over to FQE's Q̂ (chosen 2026-11-26 on the six
-# development cells under a rule fixed first: README "Carry-over, then FQE")
+# development cells under a rule fixed first: README "Carry-over, then FQE"), over 3 seeds instead of
+# the paper's 5 (README "The rollout budget")
+FIVE_SEEDS = (0, 1, 2, 3, 4)
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
-                          "off_log": "diffusion", "sampler": "ancestral"},
+                          "off_log": "diffusion", "sampler": "ancestral", "seeds": FIVE_SEEDS},
                 "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                              "off_log": "diffusion", "sampler": "ancestral"},
+                              "off_log": "diffusion", "sampler": "ancestral", "seeds": FIVE_SEEDS},
                 "carry_over": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                               "off_log": "carry_over", "sampler": "ddim"},
+                               "off_log": "carry_over", "sampler": "ddim", "seeds": FIVE_SEEDS},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                            "off_log": "carry_over_fqe", "sampler": "ddim"}}
+                            "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2)}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -81,7 +83,7 @@ class AdwmConfig(Settings):
     sampler: Sampler | None = None
     ddim_levels: int = Field(default=10, ge=1)  # levels of the ddim sampler, from the rollout's own z_K
     ddim_eta: float = Field(default=1.0, ge=0, le=1)  # its η: 1 ancestral over those levels, 0 deterministic DDIM
-    seeds: tuple[int, ...] = Field(default=(0, 1, 2, 3, 4), min_length=1)
+    seeds: tuple[int, ...] | None = Field(default=None, min_length=1)  # each fixes every draw of one run of M rollouts
     n_bootstrap: int = Field(default=1000, ge=1)
     confidence: float = Field(default=0.95, gt=0, lt=1)
 
