@@ -622,7 +622,7 @@ def test_carry_over_fqe_carries_a_logged_signature_over_and_hands_the_rest_to_q(
     bank = StateBank.from_log(BehaviourLog(table), model)
     q = FittedQEvaluation(model.action_features().detach().numpy(), model.config.d_z, seed=3)  # untrained, fixed
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, off_log="carry_over_fqe")
-    assert config.hands_over_to_fqe and not AdwmConfig().hands_over_to_fqe
+    assert config.hands_over_to_fqe and AdwmConfig().hands_over_to_fqe and not AdwmConfig(preset="carry_over").hands_over_to_fqe
     with pytest.raises(ValueError, match="q_by_epsilon"):
         adwm_transition(model, bank, config)
     imagination = ImaginedRollouts(bank, config, model.diffusion.n_steps)
