@@ -333,14 +333,21 @@ def answered_shares(cell: str) -> dict[str, float] | None:
     return {source: float(np.mean([t.get(f"{source}_share", np.nan) for t in timings])) for source in SOURCES}
 
 
-def world_model_seconds(cell: str) -> float | None:
-    """Training seconds of the cell's finished world model, summed over its ensemble's members
-    (each member's history.json); None where it is not finished."""
+def world_model_histories(cell: str) -> list[dict] | None:
+    """The last training round of each member of the cell's finished world model (its
+    history.json: seconds so far, transitions/s, ...); None where it is not finished."""
     stage = finished_stage(cell, "world-model")
     if stage is None:
         return None
-    return sum(json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]["seconds"]
-               for member in member_paths(stage.file("model")))
+    return [json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]
+            for member in member_paths(stage.file("model"))]
+
+
+def world_model_seconds(cell: str) -> float | None:
+    """Training seconds of the cell's finished world model, summed over its ensemble's members;
+    None where it is not finished."""
+    histories = world_model_histories(cell)
+    return None if histories is None else sum(h["seconds"] for h in histories)
 
 
 def write_variant(settings: dict[str, object], run: bool, cells: list[str] | None = None) -> dict:

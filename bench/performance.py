@@ -47,11 +47,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from adwm_core.model.world_model import member_paths
 from adwm_core.paths import artifact_path
-from adwm_core.training.world_model import HISTORY_FILE
 from common import RESULTS, artifact, evaluated, load_cell, machine
 from flows.cells import cell_names
+from heldout import world_model_histories
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
@@ -302,8 +301,7 @@ def throughput(cell: str, adwm: dict) -> dict:
     """World-model training of the cell's finished world-model stage (all members' seconds, the
     first member's last transitions/s); imagined steps/s of the ADWM stage ``evaluate-policy``
     just ran (``adwm``: the timings it kept)."""
-    model = artifact(load_cell(cell), "world-model").file("model")
-    histories = [json.loads(Path(member, HISTORY_FILE).read_text())["epochs"][-1] for member in member_paths(model)]
+    histories = world_model_histories(cell)  # main() checked that every cell's world model is finished
     return {"world_model_s": sum(h["seconds"] for h in histories), "transitions_per_s": histories[0].get("transitions_per_s"),
             "imagined_steps": adwm["imagined_steps"], "imagined_steps_per_s": adwm["imagined_steps"] / adwm["wall_seconds"],
             "adwm_seconds": {k: v for k, v in adwm.items() if k.endswith("_seconds") and k != "wall_seconds"}}
