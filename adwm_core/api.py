@@ -86,12 +86,14 @@ def agent(model: str, base_url: str | None = None, *, backend: str | None = None
     return PolicySpec(label, model, "openai", variant, options)
 
 
-def seed_overrides(seed: int) -> dict:
-    """Every seed of the run shifted by ``seed`` (0: the recipe's own seeds, nothing overridden)."""
+def seed_overrides(seed: int, overrides: Mapping[str, Any] | None = None) -> dict:
+    """Every seed of the run shifted by ``seed`` (0: the recipe's own seeds, nothing overridden);
+    ADWM's seeds are those of the preset ``overrides`` name (``adwm.preset``), else the default's."""
     if seed == 0:
         return {}
+    preset = (overrides or {}).get("adwm.preset", AdwmConfig().preset)
     return {"world_model.seed": TrainConfig().seed + seed, "psi.seed": PsiConfig().seed + seed,
-            "adwm.seeds": [s + seed for s in AdwmConfig().seeds],
+            "adwm.seeds": [s + seed for s in AdwmConfig(preset=preset).seeds],
             "baselines.seeds": [s + seed for s in BaselineConfig().seeds]}
 
 
@@ -268,7 +270,7 @@ class OffPolicyEvaluation:
         self.agents = [agents] if isinstance(agents, PolicySpec) else list(agents)
         self.estimators = None if estimators is None else _checked_estimators(estimators)
         self._cell = dict(task=logs.task, name=name, epsilons=epsilons, limit=limit)
-        self._overrides = {**seed_overrides(seed), **_estimator_settings(self.estimators), **(settings or {})}
+        self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **(settings or {})}
         self.config = self._config()
         prepared(self.config)  # the agents' weights, the GPU, a graded environment: checked before any stage
         self._reports: dict[float, str] = {}

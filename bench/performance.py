@@ -7,7 +7,10 @@ For each cell (whose world model is trained: run its flow first):
 - the same π_e live: ground-truth rollouts at the same ε levels and episode counts as the
   cell's ground-truth stage, into a scratch folder: wall time;
 each in its own process, whose peak resident memory is read from ``wait4`` (environment
-worker processes not included). The headline is their ratio. Then π_e's LLM on its own, in a
+worker processes not included). The headline is their ratio. Then ``evaluate-policy`` once more
+for the same agent, every stage of which is now finished: what the command costs before it
+computes anything (imports, Prefect and MLflow, checking the stages), a floor under the
+ratio that no faster stage lowers. Then π_e's LLM on its own, in a
 third process: greedy generation and log-prob scoring of the first ``LLM_SAMPLE`` logged
 steps of the cell's behaviour data (the prompts π_e sees at those steps), in tokens/s. From the cell's finished
 world-model stage (its training history): training time and transitions/s; from the timings the ADWM
@@ -55,18 +58,19 @@ from heldout import world_model_histories
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
 
-def measure(kind: str, cell: str, code: Path | None = None) -> dict:
-    """Run ``kind`` (``evaluate`` or ``live``) for ``cell`` in a child process — under the code
-    checked out at ``code`` when given — : wall s, peak RSS and the facts the child wrote (a
-    file, not a pipe: a full pipe would block the child)."""
+def measure(kind: str, cell: str, code: Path | None = None, label: str | None = None) -> dict:
+    """Run ``kind`` (``evaluate``, ``live`` or ``llm``) for ``cell`` in a child process — under the
+    code checked out at ``code`` when given; ``evaluate`` of the agent labelled ``label`` when
+    given (else a new label) — : wall s, peak RSS and the facts the child wrote (a file, not a
+    pipe: a full pipe would block the child)."""
     script, env = Path(__file__), None
     if code is not None:
         script, env = code / "bench" / "performance.py", {**os.environ, "PYTHONPATH": str(code)}
     with tempfile.TemporaryDirectory() as scratch:
         facts = os.path.join(scratch, "facts.json")
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts], env=env,
-                                   cwd=code)
+        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts, *[label] * bool(label)],
+                                   env=env, cwd=code)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - started
         if os.waitstatus_to_exitcode(status) != 0:
@@ -74,7 +78,7 @@ def measure(kind: str, cell: str, code: Path | None = None) -> dict:
         return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, **json.loads(open(facts).read())}
 
 
-def child(kind: str, cell: str, facts_path: str) -> None:
+def child(kind: str, cell: str, facts_path: str, label: str | None = None) -> None:
     """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
     from adwm_core import pipeline
     from adwm_core.stages.collection import ground_truth_rollouts
@@ -84,7 +88,7 @@ def child(kind: str, cell: str, facts_path: str) -> None:
     config = load_cell(cell)
     policy = evaluated(config)
     if kind == "evaluate":
-        label = f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
+        label = label or f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
         evaluate_policy(cell, policy.model, label=label)  # resolves local:<checkpoint> itself
         agent = agent_spec(policy.model, backend="transformers", label=label)
         with open(pipeline.finished(config.with_evaluated(agent), "adwm", agent).file("timings")) as f:
@@ -252,7 +256,8 @@ def profile_lines(rows: list[dict]) -> list[str]:
     lines = ["", "## Where the ADWM stage's time goes", "",
              "Seconds of the stage evaluate-policy ran (its timings): π_e's decisions (every rollout's step in one "
              "call), the transition (log lookups, the denoiser; guidance within it), FQE's fits for the hand-over, "
-             "and the rest (bank lookups, bookkeeping).", "",
+             "and the rest (bank lookups, bookkeeping; and the kNN-WM reference's own rollouts where the stage ran them, "
+             "as evaluate-policy did until it imagined ADWM alone, at 2026-11-26's `reference=False`).", "",
              "| cell | code | stage s | π_e s | decisions asked (share the memo answered) | transition s (guidance) | FQE fits s | "
              "other s | imagined steps |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -314,7 +319,7 @@ def main() -> None:
     parser.add_argument("--server", action="store_true",
                         help="evaluate-policy against one running Prefect server, as deployed (default: each run "
                              "starts Prefect's temporary server, as a bare `python -m flows.evaluate_policy` does)")
-    parser.add_argument("--child", nargs=3, metavar=("KIND", "CELL", "FACTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", metavar="KIND CELL FACTS [LABEL]", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(*args.child)
@@ -335,8 +340,9 @@ def main() -> None:
             stack.enter_context(prefect_server())
         for cell in cells:
             evaluate, live, llm = measure("evaluate", cell), measure("live", cell), measure("llm", cell)
+            reused = measure("evaluate", cell, label=evaluate["label"])  # every stage finished: the fixed cost
             row = {"cell": cell, "measured": host["date"], "prefect": mode,
-                   "evaluate_policy": evaluate, "live": live,
+                   "evaluate_policy": evaluate, "live": live, "evaluate_reused": reused,
                    "ratio": evaluate["wall_s"] / live["wall_s"], "llm": llm, "profile": profile(evaluate["adwm"]),
                    **throughput(cell, evaluate["adwm"])}
             if before is not None:
@@ -357,6 +363,14 @@ def measured_as(row: dict) -> str:
     return f"{row['measured']}, {row.get('prefect', 'temporary server')}"
 
 
+def reused_cell(row: dict) -> str:
+    """The reused run's seconds and their share of the live run's (rows measured before it existed: –)."""
+    if "evaluate_reused" not in row:
+        return "–"
+    reused = row["evaluate_reused"]["wall_s"]
+    return f"{reused:.0f} ({reused / row['live']['wall_s']:.2f})"
+
+
 def write_report(host: dict, rows: list[dict]) -> None:
     """bench/results/performance.{md,json} from the measured ``rows`` (cell order)."""
     order = {cell: i for i, cell in enumerate(cell_names())}
@@ -367,16 +381,20 @@ def write_report(host: dict, rows: list[dict]) -> None:
              "beside evaluating the same π_e live (ground-truth rollouts, same ε levels and episode counts), each "
              "in its own process on this machine, `evaluate-policy` with Prefect's temporary server or against one "
              "running server (`--server`, as deployed), as the measured column says. Ratio < 1: the world model "
-             "answers faster than the environment. "
+             "answers faster than the environment. Reused: `evaluate-policy` run again for the same agent, every "
+             "stage already finished — the command's fixed cost (imports, Prefect and MLflow, stage checks), a floor "
+             "under the ratio. "
              f"LLM: π_e's model alone, greedy generation for and log-prob scoring of the first {LLM_SAMPLE} logged "
              "behaviour steps' prompts (one batch each), in new and in scored (prompt + action) tokens/s.",
-             "", "| cell | measured | evaluate-policy s | live s | ratio | peak RSS MiB (evaluate / live) | world-model s | "
+             "", "| cell | measured | evaluate-policy s | live s | ratio | reused s (/ live) | "
+             "peak RSS MiB (evaluate / live) | world-model s | "
              "transitions/s | imagined steps/s | LLM new tokens/s | LLM scored tokens/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['cell']} | {measured_as(r)} | "
                      f"{r['evaluate_policy']['wall_s']:.0f} | {r['live']['wall_s']:.0f} | "
-                     f"{r['ratio']:.2f} | {r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
+                     f"{r['ratio']:.2f} | {reused_cell(r)} | "
+                     f"{r['evaluate_policy']['peak_rss_mib']:.0f} / {r['live']['peak_rss_mib']:.0f} | "
                      f"{r['world_model_s']:.0f} | {r['transitions_per_s'] or float('nan'):.0f} | "
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
                      f"{r['llm']['scored_tokens_per_s']:.0f} |")

@@ -103,6 +103,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} {path}: no writable folder {folder} to write it in; create it or choose another "
                              "path (checked before any stage runs)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
+    settings = parse_assignments(args.overrides)
     from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
     from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
 
@@ -110,7 +111,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
                           logs_format=args.logs_format, preamble_turns=args.preamble_turns, task=args.task,
                           name=args.name, epsilons=epsilons,
-                          overrides={**seed_overrides(args.seed), **parse_assignments(args.overrides)},
+                          overrides={**seed_overrides(args.seed, settings), **settings},
                           limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
                           agent_timeout=args.timeout, output_path=args.output_path, log_samples=args.log_samples,
                           return_state=True)

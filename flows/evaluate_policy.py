@@ -1,7 +1,9 @@
 """evaluate-policy: score a new agent against a cell's already-trained world model — no
 retraining of the world model, no environment episodes; ψ is trained for the new agent
 when the cell reads imagined states through soft tokens (seconds on CPU), and its log-probs
-and greedy actions at the logged steps extracted where ADWM hands off-log pairs to FQE."""
+and greedy actions at the logged steps extracted where ADWM hands off-log pairs to FQE. It
+imagines ADWM alone: the kNN-WM reference, which the cell's flow scores beside it to grade it,
+would double the rollouts (``reference=True`` adds its rows)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ from tasks.stages import call
 
 @flow(name="evaluate-policy", log_prints=True)
 def evaluate_policy(cell: str, model: str, label: str | None = None, backend: str = "transformers",
-                    variant: str = "p0") -> str:
+                    variant: str = "p0", reference: bool = False) -> str:
     """Ĵ of the agent ``model`` (a Hugging Face folder or name) over the cell's ε family; returns
-    the estimates Parquet's path."""
+    the estimates Parquet's path. ``reference``: the kNN-WM reference's rows as well."""
     config = CellConfig.load(cell_config_path(cell))
+    config = config.replace(adwm=config.adwm.replace(reference=reference))
     agent = agent_spec(model, backend=backend, label=label, variant=variant)
     config = config.with_evaluated(agent)
     for stage in ("behaviour", "world-model"):

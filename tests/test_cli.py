@@ -39,6 +39,7 @@ def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agen
     assert seed_overrides(0) == {}
     shifted = seed_overrides(2)
     assert shifted["world_model.seed"] == 2 and shifted["adwm.seeds"] == [2, 3, 4]
+    assert seed_overrides(2, {"adwm.preset": "paper"})["adwm.seeds"] == [2, 3, 4, 5, 6]  # the preset's five seeds
     monkeypatch.delenv("ADWM_AGENT_MODEL", raising=False)
     assert main(["evaluate", "--logs", "x.jsonl", "--env", "webshop", "--agent-base-url", "http://h/v1"]) == 2
     assert "name the agent: --agent-model" in capsys.readouterr().err

@@ -223,13 +223,15 @@ def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(firs
     rows = read_table(path, ESTIMATES).to_pylist()
     assert {r["policy"] for r in rows} == {"newcomer@p0"} and {r["epsilon"] for r in rows} == {0.0, 0.5, 1.0}
     assert {r["estimator"] for r in rows if r["estimator"].startswith("ADWM")} == {"ADWM:reward_sum"}  # Q̂ hand-over
+    assert not any(r["estimator"].startswith("kNN-WM") for r in rows)  # the reference only when asked for
     assert stage_folders("world-model") == [model] and os.path.getmtime(os.path.join(model, "_COMPLETE")) == trained
     handing = yaml.safe_load(open(cell))  # the same cell, every off-log pair handed to FQE (no carry-over)
     handing["adwm"]["off_log"] = "fqe"
     (harness / "tiny-flow-fqe.yaml").write_text(yaml.safe_dump(handing))
-    handed = read_table(evaluate_policy(str(harness / "tiny-flow-fqe.yaml"), tiny_policies["early"], label="newcomer"),
-                        ESTIMATES).to_pylist()
+    handed = read_table(evaluate_policy(str(harness / "tiny-flow-fqe.yaml"), tiny_policies["early"], label="newcomer",
+                                        reference=True), ESTIMATES).to_pylist()
     assert {r["estimator"] for r in handed if r["estimator"].startswith("ADWM")} == {"ADWM:reward_sum"}
+    assert "kNN-WM:reward_sum" in {r["estimator"] for r in handed}
     assert stage_folders("world-model") == [model]
     fresh = yaml.safe_load(open(cell))
     fresh["name"] = "never-run"
