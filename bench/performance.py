@@ -83,7 +83,7 @@ def child(kind: str, cell: str, facts_path: str, label: str | None = None) -> No
     from adwm_core import pipeline
     from adwm_core.stages.collection import ground_truth_rollouts
     from adwm_core.api import agent as agent_spec
-    from flows.evaluate_policy import evaluate_policy
+    from flows.evaluate_policy import evaluate_policy, scoring_config
 
     config = load_cell(cell)
     policy = evaluated(config)
@@ -91,7 +91,7 @@ def child(kind: str, cell: str, facts_path: str, label: str | None = None) -> No
         label = label or f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
         evaluate_policy(cell, policy.model, label=label)  # resolves local:<checkpoint> itself
         agent = agent_spec(policy.model, backend="transformers", label=label)
-        with open(pipeline.finished(config.with_evaluated(agent), "adwm", agent).file("timings")) as f:
+        with open(pipeline.finished(scoring_config(cell, agent), "adwm", agent).file("timings")) as f:
             facts = {"epsilons": list(config.evaluation.epsilons), "label": label, "adwm": json.load(f)}
     elif kind == "llm":
         facts = llm_throughput(config.env.name, pipeline.resolved(config, policy),

@@ -14,10 +14,17 @@ from prefect.runtime import flow_run
 from adwm_core import pipeline
 from adwm_core.api import agent as agent_spec
 from adwm_core.cell import CellConfig
+from adwm_core.specs import PolicySpec
 from flows.cells import cell_config_path
 from tasks.common import cell_run
 from tasks.policies import prepare_policies
 from tasks.stages import call
+
+
+def scoring_config(cell: str, agent: PolicySpec, reference: bool = False) -> CellConfig:
+    """The cell's config as evaluate-policy scores ``agent`` (with the kNN-WM reference or without)."""
+    config = CellConfig.load(cell_config_path(cell))
+    return config.replace(adwm=config.adwm.replace(reference=reference)).with_evaluated(agent)
 
 
 @flow(name="evaluate-policy", log_prints=True)
@@ -25,10 +32,8 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
                     variant: str = "p0", reference: bool = False) -> str:
     """Ĵ of the agent ``model`` (a Hugging Face folder or name) over the cell's ε family; returns
     the estimates Parquet's path. ``reference``: the kNN-WM reference's rows as well."""
-    config = CellConfig.load(cell_config_path(cell))
-    config = config.replace(adwm=config.adwm.replace(reference=reference))
     agent = agent_spec(model, backend=backend, label=label, variant=variant)
-    config = config.with_evaluated(agent)
+    config = scoring_config(cell, agent, reference)
     for stage in ("behaviour", "world-model"):
         pipeline.finished(config, stage)  # names the flow that makes it, before any work
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
