@@ -202,6 +202,9 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("logprobs", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
           {"logprobs": "logprobs.parquet"}, "adwm_core.stages.logprobs", inputs=lambda cell: ("behaviour",),
           per_policy=True, environment=True, gpu=True, retries=1),
+    Stage("greedy", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
+          {"actions": "greedy_actions.parquet"}, "adwm_core.stages.greedy", inputs=lambda cell: ("behaviour",),
+          per_policy=True, environment=True, gpu=True, retries=1),
     Stage("world-model", lambda cell: cell.world_model, {"model": "model"}, "adwm_core.stages.world_model",
           inputs=lambda cell: ("behaviour",), gpu=True),
     Stage("psi", lambda cell, policy: {"psi": cell.psi, "policy": policy}, {"adapter": "adapter"},
@@ -212,7 +215,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl"},
           "adwm_core.stages.adwm",
           inputs=lambda cell: ("behaviour", "world-model", *_maybe(cell.adwm.reading == "soft_tokens", "psi"),
-                               *_maybe(cell.adwm.hands_over_to_fqe, "logprobs")),
+                               *_maybe(cell.adwm.hands_over_to_fqe, cell.adwm.handover_actions)),
           per_policy=True, environment=True, gpu=True),
     Stage("baselines", lambda cell, policy: {"baselines": cell.baselines, "policy": policy.name},
           {"estimates": "estimates.parquet", "not_applicable": "not_applicable.json"}, "adwm_core.stages.baselines",
@@ -232,8 +235,10 @@ def stage(name: str) -> Stage:
 
 def stage_names(cell: CellConfig) -> list[str]:
     """The stages of ``cell``, inputs first: every stage but ``policies`` where the cell trains no
-    family (the flow skips ``psi`` and ``ground-truth`` where the cell reads or grades none)."""
-    return [name for name in STAGES if name != "policies" or cell.local_policies is not None]
+    family and ``greedy`` where its ADWM stage reads the log-prob stage instead (the flow skips
+    ``psi`` and ``ground-truth`` where the cell reads or grades none)."""
+    unused = {"policies": cell.local_policies is None, "greedy": "greedy" not in STAGES["adwm"].inputs(cell)}
+    return [name for name in STAGES if not unused.get(name)]
 
 
 # ------------------------------------------------------------------------------------------ keys

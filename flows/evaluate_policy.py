@@ -1,7 +1,7 @@
 """evaluate-policy: score a new agent against a cell's already-trained world model — no
 retraining of the world model, no environment episodes; ψ is trained for the new agent
-when the cell reads imagined states through soft tokens (seconds on CPU), and its log-probs
-and greedy actions at the logged steps extracted where ADWM hands off-log pairs to FQE. It
+when the cell reads imagined states through soft tokens (seconds on CPU), and its greedy
+actions at the logged steps extracted where ADWM hands off-log pairs to FQE (no log-probs). It
 imagines ADWM alone: the kNN-WM reference, which the cell's flow scores beside it to grade it,
 would double the rollouts (``reference=True`` adds its rows)."""
 
@@ -22,9 +22,11 @@ from tasks.stages import call
 
 
 def scoring_config(cell: str, agent: PolicySpec, reference: bool = False) -> CellConfig:
-    """The cell's config as evaluate-policy scores ``agent`` (with the kNN-WM reference or without)."""
+    """The cell's config as evaluate-policy scores ``agent``: with the kNN-WM reference or without,
+    the hand-over's greedy actions from the greedy-action stage (no log-prob is scored: nothing
+    here forms an importance weight)."""
     config = CellConfig.load(cell_config_path(cell))
-    return config.replace(adwm=config.adwm.replace(reference=reference)).with_evaluated(agent)
+    return config.replace(adwm=config.adwm.replace(reference=reference, handover_actions="greedy")).with_evaluated(agent)
 
 
 @flow(name="evaluate-policy", log_prints=True)
@@ -43,7 +45,7 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
         if config.adwm.reading == "soft_tokens":
             call("psi", config, parent, agent)
         if config.adwm.hands_over_to_fqe:  # the hand-over's Q is fitted on the agent's greedy actions at logged steps
-            call("logprobs", config, parent, agent)
+            call("greedy", config, parent, agent)
         estimates = call("adwm", config, parent, agent)
     path = estimates.file("estimates")
     print(f"estimates of {agent.name}: {path}")

@@ -219,11 +219,24 @@ def test_evaluate_policy_scores_a_new_agent_against_the_trained_world_model(firs
     cell, _, _ = first_run
     (model,) = stage_folders("world-model")
     trained = os.path.getmtime(os.path.join(model, "_COMPLETE"))
+    scored = stage_folders("logprobs")
     path = evaluate_policy(cell, tiny_policies["early"], label="newcomer")
+    assert stage_folders("logprobs") == scored and len(stage_folders("greedy")) == 1  # greedy actions, no log-probs
     rows = read_table(path, ESTIMATES).to_pylist()
     assert {r["policy"] for r in rows} == {"newcomer@p0"} and {r["epsilon"] for r in rows} == {0.0, 0.5, 1.0}
     assert {r["estimator"] for r in rows if r["estimator"].startswith("ADWM")} == {"ADWM:reward_sum"}  # Q̂ hand-over
     assert not any(r["estimator"].startswith("kNN-WM") for r in rows)  # the reference only when asked for
+
+    def adwm_values(table: list[dict], policy: str) -> dict:
+        return {(r["epsilon"], r["seed"]): r["value"] for r in table
+                if r["estimator"] == "ADWM:reward_sum" and r["policy"] == policy}
+
+    flow = [r for folder in stage_folders("adwm") if os.path.exists(os.path.join(folder, "estimates.parquet"))
+            for r in read_table(os.path.join(folder, "estimates.parquet"), ESTIMATES).to_pylist()]
+    # the cell's own π_e scored by evaluate-policy: its hand-over reads the greedy-action stage, the flow's the
+    # log-prob stage; the same actions, so the same Ĵ
+    again = read_table(evaluate_policy(cell, tiny_policies["late"], label="late-again"), ESTIMATES).to_pylist()
+    assert adwm_values(flow, "late@p0") and adwm_values(again, "late-again@p0") == adwm_values(flow, "late@p0")
     assert stage_folders("world-model") == [model] and os.path.getmtime(os.path.join(model, "_COMPLETE")) == trained
     handing = yaml.safe_load(open(cell))  # the same cell, every off-log pair handed to FQE (no carry-over)
     handing["adwm"]["off_log"] = "fqe"

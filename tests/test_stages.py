@@ -92,7 +92,7 @@ def test_the_code_of_a_stage_is_what_its_module_imports():
     baselines = code_closure("adwm_core.stages.baselines")
     assert {"adwm_core.ope.estimators", "adwm_core.ope.fqe", "adwm_core.stages.baselines"} <= set(baselines)
     assert "adwm_core.ope.fqe" in code_closure("adwm_core.stages.adwm")
-    for name in ("adwm", "world_model", "behaviour", "ground_truth", "logprobs", "psi", "report", "policies"):
+    for name in ("adwm", "world_model", "behaviour", "ground_truth", "logprobs", "greedy", "psi", "report", "policies"):
         closure = code_closure(f"adwm_core.stages.{name}")
         assert "adwm_core.ope.estimators" not in closure, name
         assert name == "adwm" or "adwm_core.ope.fqe" not in closure, name
@@ -171,5 +171,9 @@ def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
         slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
         assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
     assert "logprobs" not in pipeline.stage_key(carried, "adwm", policy)[1]
+    assert "greedy" not in pipeline.stage_names(cell)  # a cell's flow hands over on the log-prob stage's actions
+    greedy = cell.replace(adwm=cell.adwm.replace(handover_actions="greedy"))  # evaluate-policy: nothing scored
+    inputs = pipeline.stage_key(greedy, "adwm", policy)[1]
+    assert "greedy" in inputs and "logprobs" not in inputs and "greedy" in pipeline.stage_names(greedy)
     slower = carried.replace(baselines=slower.baselines)
     assert keys(slower)[("adwm", policy.label)] == keys(carried)[("adwm", policy.label)]

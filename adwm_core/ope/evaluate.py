@@ -104,7 +104,8 @@ def evaluate_policy(
     ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``)."""
     check_epsilons(epsilons)
     if config.hands_over_to_fqe and fit_q is None:
-        raise ValueError(f"off_log={config.off_log!r} (the default) ends off-log rollouts with FQE's Q̂: pass fit_q "
+        default = " (the default)" if config.off_log == AdwmConfig().off_log else ""
+        raise ValueError(f"off_log={config.off_log!r}{default} ends off-log rollouts with FQE's Q̂: pass fit_q "
                          "(FQE fitted on π_e's log-probs, as the ADWM stage does), or config=AdwmConfig("
                          "preset='carry_over') to answer them with the diffusion model")
     if isinstance(world_model, str):

@@ -65,6 +65,10 @@ class AdwmConfig(Settings):
     off_log: OffLog | None = None  # the rest: the diffusion model, carried over by signature first (carry_over.py),
     # carried over by signature and the rest handed over to FQE's Q̂ (carry_over_fqe),
     # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's log-probs)
+    # where the hand-over's FQE reads π_e's greedy action at each logged step: the log-prob stage (a
+    # cell's flow runs it for the baselines anyway) or the greedy-action stage, which scores nothing
+    # (stages/greedy.py; evaluate-policy)
+    handover_actions: Literal["logprobs", "greedy"] = "logprobs"
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max

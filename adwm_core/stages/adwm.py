@@ -57,7 +57,8 @@ def run_adwm(
     imagined_steps=n)`` of finished seeds. Every member of the world model's ensemble imagines
     (ope/evaluate.py). With
     ``off_log='fqe'`` (or ``carry_over_fqe``) the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
-    fitted per ε level and member on the behaviour log and π_e's log-probs at ``logprobs``.
+    fitted per ε level and member on the behaviour log and π_e's greedy actions at the logged steps,
+    read from the log-prob table at ``logprobs`` (the log-prob stage's, or the greedy-action stage's).
     ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
     ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format."""
     check_output(out, overwrite=overwrite)
@@ -66,8 +67,8 @@ def run_adwm(
         raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
                          "or choose reading='retrieval'")
     if config.hands_over_to_fqe and logprobs is None:
-        raise ValueError(f"off_log={config.off_log!r} fits FQE on π_e's log-probs of the behaviour steps: pass "
-                         "logprobs=<the log-prob stage's file>, or choose another off_log")
+        raise ValueError(f"off_log={config.off_log!r} fits FQE on π_e's greedy actions at the behaviour steps: pass "
+                         "logprobs=<the log-prob or greedy-action stage's file>, or choose another off_log")
     members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
     table, fit_q = read_table(trajectories, TRAJECTORIES), None
     if config.hands_over_to_fqe:
@@ -106,6 +107,15 @@ def _fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsil
     return fit_q
 
 
+def _handover_actions(run: StageRun) -> str | None:
+    """The table of π_e's greedy actions at the logged steps the hand-over's FQE reads (the log-prob
+    stage's or the greedy-action stage's, ``adwm.handover_actions``), None where it hands nothing over."""
+    source = run.cell.adwm.handover_actions
+    if source not in run.inputs:
+        return None
+    return run.input(source, {"logprobs": "logprobs", "greedy": "actions"}[source])
+
+
 def compute(run: StageRun) -> None:
     """The stage of a cell: imagined steps and where the time went (``wall_seconds``: the whole
     stage) kept as ``timings`` and reported as metrics."""
@@ -116,7 +126,7 @@ def compute(run: StageRun) -> None:
                  run.output("estimates"), cell=cell.name,
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,
-                 logprobs=run.input("logprobs", "logprobs") if "logprobs" in run.inputs else None,
+                 logprobs=_handover_actions(run),
                  fqe=cell.baselines.fqe, timings=timings, progress=progress, units=run.units,
                  samples=run.output("samples"))
     timings["wall_seconds"] = time.perf_counter() - started
