@@ -69,7 +69,7 @@ def measure(kind: str, cell: str, code: Path | None = None, label: str | None = 
     with tempfile.TemporaryDirectory() as scratch:
         facts = os.path.join(scratch, "facts.json")
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts, *[label] * bool(label)],
+        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts, *([label] if label else [])],
                                    env=env, cwd=code)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - started
