@@ -23,7 +23,7 @@ from typing_extensions import Self
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, PsiConfig, TrainConfig
-from .ope.baseline_settings import BaselineConfig
+from .ope.baseline_settings import BaselineConfig, FQEConfig
 from .ope.settings import AdwmConfig
 from .validated import Settings
 
@@ -168,6 +168,11 @@ class CellConfig(Settings):
             raise CellConfigError(f"{source}: {_problems(error)}") from None
         config._check_policies(source)
         return config
+
+    @property
+    def handover_fqe(self) -> FQEConfig:
+        """The FQE settings of ADWM's hand-over (``adwm.handover_fqe``, else the baselines')."""
+        return self.adwm.handover_fqe or self.baselines.fqe
 
     @property
     def runs_environment(self) -> bool:

@@ -211,7 +211,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           "adwm_core.stages.psi", inputs=lambda cell: ("behaviour", "world-model"), per_policy=True,
           environment=True, gpu=True),
     Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": _evaluation(cell, policy),
-                                        **({"fqe": cell.baselines.fqe} if cell.adwm.hands_over_to_fqe else {})},
+                                        **({"fqe": cell.handover_fqe} if cell.adwm.hands_over_to_fqe else {})},
           {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl"},
           "adwm_core.stages.adwm",
           inputs=lambda cell: ("behaviour", "world-model", *_maybe(cell.adwm.reading == "soft_tokens", "psi"),

@@ -218,9 +218,12 @@ def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_d
     assert spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4) == spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4)
 
 
-def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy():
+@pytest.mark.parametrize("stabilised", [{}, {"target_every": 1},
+                                        {"layer_norm": True, "weight_decay": 1e-3, "clip_targets": True}])
+def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy(stabilised):
     from adwm_core.ope.fqe import FittedQEvaluation, Transitions
     from adwm_core.ope.baseline_settings import FQEConfig
+    from adwm_core.ope.baselines import returns_to_go_range
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)
@@ -236,8 +239,9 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
         states=eye[s[m]], actions=a[m], rewards=data.rewards[m], next_states=eye[nxt_state], done=done,
         next_candidates=np.tile([0, 1], (m.sum(), 1)), next_probabilities=np.where(done[:, None], 0.0, pi_e[nxt_state]),
     )
-    fqe = FittedQEvaluation(np.eye(2), mdp.n, FQEConfig(epochs=50), seed=0)  # converged by then
-    losses = fqe.fit(transitions)
+    fqe = FittedQEvaluation(np.eye(2), mdp.n, FQEConfig(epochs=50, **stabilised), seed=0)  # converged by then
+    bounds = returns_to_go_range(np.where(m, data.rewards, 0.0), m, GAMMA)
+    losses = fqe.fit(transitions, bounds if stabilised.get("clip_targets") else None)
     assert len(losses) == 50 and all(np.isfinite(losses))  # the Bellman loss tracks moving targets: no trend to test
     # tabular FQE converges to the exact Q of the data's empirical MDP (certainty equivalence)
     empirical = copy.copy(mdp)
@@ -253,6 +257,15 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
     assert v0 == pytest.approx(v_hat[0], abs=0.02)
     # the greedy target would be wrong here: V under max_a Q differs from the ε-mixed V
     assert abs(q[0].max() - v[0]) > 0.05
+
+
+def test_the_range_of_logged_returns_to_go_bounds_every_step_of_every_episode():
+    from adwm_core.ope.baselines import returns_to_go_range
+
+    rewards = np.array([[1.0, -2.0, 3.0], [0.5, 9.0, 0.0]])  # the 9 lies past the second episode's end
+    mask = np.array([[True, True, True], [True, False, False]])
+    assert returns_to_go_range(np.where(mask, rewards, 0.0), mask, 1.0) == (0.5, 3.0)  # G: 2, 1, 3 and 0.5
+    assert returns_to_go_range(np.where(mask, rewards, 0.0), mask, 0.5) == (-0.5, 3.0)  # G: 0.75, −0.5, 3 and 0.5
 
 
 def test_importance_weights_say_how_many_trajectories_carry_the_estimate():

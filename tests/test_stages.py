@@ -177,3 +177,9 @@ def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
     assert "greedy" in inputs and "logprobs" not in inputs and "greedy" in pipeline.stage_names(greedy)
     slower = carried.replace(baselines=slower.baselines)
     assert keys(slower)[("adwm", policy.label)] == keys(carried)[("adwm", policy.label)]
+    # the hand-over's own FQE settings: ADWM's key follows them, not the baselines', and the baselines' stays
+    own = cell.replace(adwm=cell.adwm.replace(handover_fqe={"epochs": 80, "clip_targets": True}))
+    assert keys(own)[("adwm", policy.label)] != keys(cell)[("adwm", policy.label)]
+    assert keys(own)[("baselines", policy.label)] == keys(cell)[("baselines", policy.label)]
+    own_slower = own.replace(baselines=cell.baselines.replace(fqe=cell.baselines.fqe.replace(epochs=5)))
+    assert keys(own_slower)[("adwm", policy.label)] == keys(own)[("adwm", policy.label)]

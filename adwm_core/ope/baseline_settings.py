@@ -23,6 +23,16 @@ class FQEConfig(Settings):
     batch_size: int = Field(default=64, gt=0)
     epochs: int = Field(default=20, gt=0)
     polyak: float = Field(default=0.99, ge=0, lt=1)
+    # φ′ ← φ at the start of every this-many epochs, instead of Polyak averaging (None: Polyak)
+    target_every: int | None = Field(default=None, gt=0)
+    # LayerNorm before each hidden SiLU and AdamW's decoupled weight decay: Q's output is then bounded
+    # by its last layer's weights, and the decay bounds those (Gallici et al. 2024), so Q cannot
+    # extrapolate without bound on the actions the log never took at s_{t+1}
+    layer_norm: bool = False
+    weight_decay: float = Field(default=0.0, ge=0)
+    # each Bellman target clipped to the range of the logged returns-to-go (no value outside what the
+    # log ever paid from any step)
+    clip_targets: bool = False
     # FQE's interval: a bootstrap over trajectories refitting Q on this many resamples (the fit's
     # error inside it); 0: the bootstrap of one fitted Q (trajectories resampled, Q fixed)
     refit_resamples: int = Field(default=0, ge=0)

@@ -223,12 +223,23 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
     states = latents[:, :-1]
     fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
+    rewards = np.where(mask, steps.rewards[rows], 0.0)
     fqe.fit(Transitions(
-        states=states[mask], actions=steps.actions[rows][mask], rewards=steps.rewards[rows][mask],
+        states=states[mask], actions=steps.actions[rows][mask], rewards=rewards[mask],
         next_states=latents[:, 1:][mask], done=done[mask],
         next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
-    ))
+    ), target_range=returns_to_go_range(rewards, mask, config.gamma) if config.fqe.clip_targets else None)
     return fqe
+
+
+def returns_to_go_range(rewards: np.ndarray, mask: np.ndarray, gamma: float) -> tuple[float, float]:
+    """min and max over the logged steps of G_t = Σ_{u≥t} γ^{u−t} r_u (rewards 0 off the grid)."""
+    to_go = np.zeros_like(rewards, dtype=float)
+    running = np.zeros(len(rewards))
+    for t in reversed(range(rewards.shape[1])):
+        running = rewards[:, t] + gamma * running
+        to_go[:, t] = running
+    return float(to_go[mask].min()), float(to_go[mask].max())
 
 
 def refitted_fqe_interval(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig,

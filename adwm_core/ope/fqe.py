@@ -8,6 +8,12 @@ the expectation over the ε-mixed policy's candidate actions at s_{t+1} (not a g
 max: the greedy target is wrong for ε > 0). φ′ follows φ by Polyak averaging
 (φ′ ← 0.99 φ′ + 0.01 φ); Adam 3e-4, batch 64, 20 epochs. One FQE is fitted per ε level
 (the paper's per-ε correction): each is evaluated only at its own V(s_0).
+
+Beyond the paper (FQEConfig; off by default): φ′ copied from φ every few epochs instead
+(fitted Q iteration: each round regresses on fixed targets, so n rounds give an n-step
+value), y clipped to the range of the logged returns-to-go, and LayerNorm with decoupled
+weight decay (Gallici et al. 2024), each against Q̂'s extrapolation to the actions the
+log never took at s_{t+1}.
 """
 
 from __future__ import annotations
@@ -50,8 +56,9 @@ class FittedQEvaluation:
         torch.manual_seed(seed)
         self.actions = torch.as_tensor(action_features, dtype=torch.float32)
         width = config.hidden
-        self.q = nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), nn.SiLU(),
-                               nn.Linear(width, width), nn.SiLU(), nn.Linear(width, 1))
+        norm = (lambda: nn.LayerNorm(width)) if config.layer_norm else nn.Identity
+        self.q = nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), norm(), nn.SiLU(),
+                               nn.Linear(width, width), norm(), nn.SiLU(), nn.Linear(width, 1))
         self.config, self.gamma, self.seed = config, gamma, seed
 
     def _q(self, net: nn.Module, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -62,8 +69,9 @@ class FittedQEvaluation:
         q = self._q(net, states.repeat_interleave(k, 0), candidates.reshape(-1)).reshape(-1, k)
         return (q * probs).sum(1)
 
-    def fit(self, data: Transitions) -> list[float]:
-        """Train on ``data``; returns the mean Bellman loss per epoch."""
+    def fit(self, data: Transitions, target_range: tuple[float, float] | None = None) -> list[float]:
+        """Train on ``data``, each target clipped to ``target_range`` where given; returns the
+        mean Bellman loss per epoch."""
         t = {name: torch.as_tensor(np.asarray(getattr(data, name)), dtype=torch.float32)
              for name in ("states", "rewards", "next_states", "next_probabilities")}
         actions = torch.as_tensor(data.actions, dtype=torch.long)
@@ -71,23 +79,28 @@ class FittedQEvaluation:
         not_done = torch.as_tensor(~np.asarray(data.done), dtype=torch.float32)
         target_net = copy.deepcopy(self.q).requires_grad_(False)
         c = self.config
-        optimiser = torch.optim.Adam(self.q.parameters(), lr=c.lr)
+        optimiser = torch.optim.AdamW(self.q.parameters(), lr=c.lr, weight_decay=c.weight_decay)
         rng = np.random.default_rng(self.seed)
         losses = []
-        for _ in range(c.epochs):
+        for epoch in range(c.epochs):
+            if c.target_every is not None and epoch % c.target_every == 0:
+                target_net.load_state_dict(self.q.state_dict())  # a new round on fixed targets
             total = 0.0
             order = rng.permutation(len(actions))
             for rows in np.array_split(order, math.ceil(len(order) / c.batch_size)):
                 with torch.no_grad():
                     v_next = self._v(target_net, t["next_states"][rows], candidates[rows], t["next_probabilities"][rows])
                     y = t["rewards"][rows] + self.gamma * not_done[rows] * v_next
+                    if target_range is not None:
+                        y = y.clamp(*target_range)
                 loss = nn.functional.mse_loss(self._q(self.q, t["states"][rows], actions[rows]), y)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 optimiser.step()
-                with torch.no_grad():
-                    for p_target, p in zip(target_net.parameters(), self.q.parameters()):
-                        p_target.mul_(c.polyak).add_(p, alpha=1 - c.polyak)
+                if c.target_every is None:
+                    with torch.no_grad():
+                        for p_target, p in zip(target_net.parameters(), self.q.parameters()):
+                            p_target.mul_(c.polyak).add_(p, alpha=1 - c.polyak)
                 total += float(loss.detach()) * len(rows)
             losses.append(total / len(order))
         return losses

@@ -15,6 +15,7 @@ from typing_extensions import Self
 from ..data import behaviour_rows
 from ..settings import filled_from_preset
 from ..validated import Settings
+from .baseline_settings import FQEConfig
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
@@ -69,6 +70,7 @@ class AdwmConfig(Settings):
     # cell's flow runs it for the baselines anyway) or the greedy-action stage, which scores nothing
     # (stages/greedy.py; evaluate-policy)
     handover_actions: Literal["logprobs", "greedy"] = "logprobs"
+    handover_fqe: FQEConfig | None = None  # the hand-over's FQE settings; None: the baselines' (baselines.fqe)
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max

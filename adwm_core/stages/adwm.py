@@ -127,7 +127,7 @@ def compute(run: StageRun) -> None:
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,
                  logprobs=_handover_actions(run),
-                 fqe=cell.baselines.fqe, timings=timings, progress=progress, units=run.units,
+                 fqe=cell.handover_fqe, timings=timings, progress=progress, units=run.units,
                  samples=run.output("samples"))
     timings["wall_seconds"] = time.perf_counter() - started
     with atomic_open(run.output("timings"), "w") as f:
