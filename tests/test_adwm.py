@@ -173,6 +173,8 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
     assert not AdwmConfig(preset="paper").logged_successors
     assert AdwmConfig().off_log == "carry_over_fqe" and AdwmConfig(preset="carry_over").off_log == "carry_over"
     assert AdwmConfig(preset="diffusion").off_log == "diffusion"
+    assert AdwmConfig(preset="carry_over_fqe").off_log == "carry_over_fqe"  # the former default, the baselines' FQE
+    assert AdwmConfig(preset="carry_over_fqe").handover_fqe is None and AdwmConfig().handover_fqe.clip_targets
     assert AdwmConfig(logged_successors=False).off_log == "diffusion"  # the only answer without logged successors
     with torch.no_grad():
         answer, asked, every = hybrid(query), diffusion(query.subset(np.arange(2, 4))), diffusion_only(query)

@@ -162,11 +162,13 @@ def test_a_model_folder_named_without_a_slash_is_keyed_by_content(cell, tmp_path
 
 
 def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
-    """The default hands off-log pairs to FQE (carry_over_fqe), as ``fqe`` does; ``carry_over``
+    """The default hands off-log pairs to FQE (carry_over_fqe), as ``fqe`` does, with its own FQE
+    settings (``adwm.handover_fqe``); the ``carry_over_fqe`` preset with the baselines'. ``carry_over``
     leaves them to the diffusion model and reads neither the log-probs nor FQE's settings."""
     policy = cell.evaluation.policies[0]
     carried = cell.replace(adwm=cell.adwm.replace(off_log="carry_over"))
-    for handing in (cell, cell.replace(adwm=cell.adwm.replace(off_log="fqe"))):
+    as_baseline = cell.replace(adwm={"preset": "carry_over_fqe"})
+    for handing in (as_baseline, as_baseline.replace(adwm=as_baseline.adwm.replace(off_log="fqe"))):
         assert "logprobs" in pipeline.stage_key(handing, "adwm", policy)[1]
         slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
         assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
@@ -177,9 +179,11 @@ def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
     assert "greedy" in inputs and "logprobs" not in inputs and "greedy" in pipeline.stage_names(greedy)
     slower = carried.replace(baselines=slower.baselines)
     assert keys(slower)[("adwm", policy.label)] == keys(carried)[("adwm", policy.label)]
-    # the hand-over's own FQE settings: ADWM's key follows them, not the baselines', and the baselines' stays
-    own = cell.replace(adwm=cell.adwm.replace(handover_fqe={"epochs": 80, "clip_targets": True}))
-    assert keys(own)[("adwm", policy.label)] != keys(cell)[("adwm", policy.label)]
-    assert keys(own)[("baselines", policy.label)] == keys(cell)[("baselines", policy.label)]
-    own_slower = own.replace(baselines=cell.baselines.replace(fqe=cell.baselines.fqe.replace(epochs=5)))
-    assert keys(own_slower)[("adwm", policy.label)] == keys(own)[("adwm", policy.label)]
+    # the default's own FQE settings: ADWM's key follows them, not the baselines', and the baselines' stays
+    assert cell.handover_fqe == cell.adwm.handover_fqe != cell.baselines.fqe == as_baseline.handover_fqe
+    longer = cell.replace(adwm=cell.adwm.replace(handover_fqe={"epochs": 80}))
+    assert longer.handover_fqe.target_every == cell.handover_fqe.target_every  # the preset's other fields kept
+    assert keys(longer)[("adwm", policy.label)] != keys(cell)[("adwm", policy.label)]
+    assert keys(longer)[("baselines", policy.label)] == keys(cell)[("baselines", policy.label)]
+    slower = cell.replace(baselines=cell.baselines.replace(fqe=cell.baselines.fqe.replace(epochs=5)))
+    assert keys(slower)[("adwm", policy.label)] == keys(cell)[("adwm", policy.label)]

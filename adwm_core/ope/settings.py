@@ -29,18 +29,23 @@ UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 # paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from
 # the log, the others from the diffusion model); carry_over: the default of 2026-11-26 (off-log
 # pairs carried over by their action's signature first, the rest from the diffusion model);
-# default: carried over by signature, the rest handed over to FQE's Q̂ (chosen 2026-11-26 on the six
-# development cells under a rule fixed first: README "Carry-over, then FQE"), over 3 seeds instead of
-# the paper's 5 (README "The rollout budget")
+# carry_over_fqe: the default of 2026-11-26 (carried over by signature, the rest handed over to the
+# baselines' FQE: README "Carry-over, then FQE"), over 3 seeds instead of the paper's 5 (README "The
+# rollout budget"); default: the same with the hand-over's Q̂ fitted by fitted Q iteration on clipped
+# targets (chosen 2026-11-26 on the six development cells: README "A hand-over Q̂ that does not run away")
 FIVE_SEEDS = (0, 1, 2, 3, 4)
+FITTED_Q_ITERATION = {"epochs": 40, "target_every": 2, "clip_targets": True}  # 20 rounds on fixed, clipped targets
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
                           "off_log": "diffusion", "sampler": "ancestral", "seeds": FIVE_SEEDS},
                 "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
                               "off_log": "diffusion", "sampler": "ancestral", "seeds": FIVE_SEEDS},
                 "carry_over": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
                                "off_log": "carry_over", "sampler": "ddim", "seeds": FIVE_SEEDS},
+                "carry_over_fqe": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
+                                   "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2)},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
-                            "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2)}}
+                            "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2),
+                            "handover_fqe": FITTED_Q_ITERATION}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -55,22 +60,26 @@ class AdwmConfig(Settings):
     default answers a (state, action) pair the log holds by a logged successor
     (``logged_successors``) and one it never took by a logged transition of the same action
     signature (ope/carry_over.py); where the log holds none the rollout ends with FQE's Q̂ of π_e^ε
-    there (``off_log: carry_over_fqe``, ope/value_handover.py; the stage then reads π_e's log-probs).
-    The ``carry_over`` preset answers those last pairs by the diffusion model instead, the
+    there (``off_log: carry_over_fqe``, ope/value_handover.py; the stage then reads π_e's greedy actions
+    at the logged steps, ``handover_actions``, and fits FQE under ``handover_fqe``).
+    Q̂ is fitted by fitted Q iteration on targets clipped to the logged returns-to-go
+    (``handover_fqe``); the ``carry_over_fqe`` preset fits it as the FQE baseline is fitted. The
+    ``carry_over`` preset answers those last pairs by the diffusion model instead, the
     ``diffusion`` preset every off-log pair, the paper every pair."""
 
-    preset: Literal["paper", "diffusion", "carry_over", "default"] = "default"
+    preset: Literal["paper", "diffusion", "carry_over", "carry_over_fqe", "default"] = "default"
     reading: Reading | None = None
     guidance: Guidance | None = None
     logged_successors: bool | None = None  # logged (state, a_t) pairs answered from the log, not the diffusion model
     off_log: OffLog | None = None  # the rest: the diffusion model, carried over by signature first (carry_over.py),
     # carried over by signature and the rest handed over to FQE's Q̂ (carry_over_fqe),
-    # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's log-probs)
+    # or handed over to FQE's Q̂ (value_handover.py; the stage then reads π_e's greedy actions)
     # where the hand-over's FQE reads π_e's greedy action at each logged step: the log-prob stage (a
     # cell's flow runs it for the baselines anyway) or the greedy-action stage, which scores nothing
     # (stages/greedy.py; evaluate-policy)
     handover_actions: Literal["logprobs", "greedy"] = "logprobs"
-    handover_fqe: FQEConfig | None = None  # the hand-over's FQE settings; None: the baselines' (baselines.fqe)
+    # the hand-over's FQE settings (the default preset: FITTED_Q_ITERATION); None: the baselines' (baselines.fqe)
+    handover_fqe: FQEConfig | None = None
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
     n_rollouts: int = Field(default=32, ge=1)
     horizon: int = Field(default=30, ge=1)  # H_max
@@ -96,8 +105,13 @@ class AdwmConfig(Settings):
     @model_validator(mode="before")
     @classmethod
     def _from_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("logged_successors") is False and data.get("off_log") is None:
+        if not isinstance(data, dict):
+            return data
+        if data.get("logged_successors") is False and data.get("off_log") is None:
             data = {**data, "off_log": "diffusion"}  # every pair to the model: the only off-log answer that fits
+        preset_fqe = ADWM_PRESETS.get(data.get("preset", "default"), {}).get("handover_fqe")
+        if preset_fqe and isinstance(data.get("handover_fqe"), dict):  # a few fields changed, the preset's others kept
+            data = {**data, "handover_fqe": {**preset_fqe, **data["handover_fqe"]}}
         return filled_from_preset(data, ADWM_PRESETS, "ADWM config")
 
     @model_validator(mode="after")
@@ -115,7 +129,7 @@ class AdwmConfig(Settings):
     @property
     def hands_over_to_fqe(self) -> bool:
         """Off-log pairs (those no logged outcome answers) end their rollout with FQE's Q̂: the stage
-        then fits FQE on π_e's log-probs (``off_log``: ``fqe`` or ``carry_over_fqe``)."""
+        then fits FQE on π_e's greedy actions at the logged steps (``off_log``: ``fqe`` or ``carry_over_fqe``)."""
         return self.off_log in ("fqe", "carry_over_fqe")
 
     def check_behaviour(self, trajectories: pa.Table) -> None:
