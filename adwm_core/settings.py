@@ -22,13 +22,17 @@ Selection = Literal["heads_on_true", "fidelity"]  # the held-out key the kept ch
 
 
 def filled_from_preset(data: Any, presets: dict[str, dict[str, Any]], what: str, skip: tuple[str, ...] = ()) -> Any:
-    """Raw settings with every field left unset (or ``None``) taken from their ``preset``."""
+    """Raw settings with every field left unset (or ``None``) taken from their ``preset``; a nested
+    setting given in part (a dict where the preset has one) keeps the preset's other fields."""
     if not isinstance(data, dict):
         return data
     name = data.get("preset", "default")
     if name not in presets:
         raise ValueError(f"{what}: preset={name!r}; choose from {tuple(presets)}")
-    return {**data, **{k: v for k, v in presets[name].items() if data.get(k) is None and k not in skip}}
+    preset = {k: v for k, v in presets[name].items() if k not in skip}
+    unset = {k: v for k, v in preset.items() if data.get(k) is None}
+    in_part = {k: {**v, **data[k]} for k, v in preset.items() if isinstance(v, dict) and isinstance(data.get(k), dict)}
+    return {**data, **unset, **in_part}
 
 
 class LossWeights(Settings):

@@ -671,3 +671,58 @@ def test_an_ensemble_averages_its_members_and_its_interval_spans_them(corridor):
         assert theirs["value"] == pytest.approx(0.0, abs=1e-6)
         assert row["value"] == pytest.approx((mine["value"] + theirs["value"]) / 2)
         assert row["ci_low"] <= theirs["value"] + 1e-6 and row["ci_high"] >= mine["value"], epsilon
+
+
+def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
+    """π_e^ε's real corridor episodes walked through ADWM's transitions, teacher forced. With room
+    2's "go east" relabelled in the log, the log answers every other step of always-east π_e and
+    carried-over outcomes room 2's; the log's answers are the environment's own (the corridor is
+    deterministic). Handed over to an untrained Q̂, every walk ends at its first step with Q̂ there.
+    With every source an oracle a walk returns the episode's return, so each point's J."""
+    from adwm_core.ope.source_errors import source_points, source_summary, walk_ground_truth, walked_value
+    from adwm_core.ope.value_handover import HandOverToValue
+
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    room_2_east = pc.and_(pc.starts_with(table["observation"], "You are in room 2 "),
+                          pc.equal(table["action"], "go east"))
+    table = table.set_column(table.column_names.index("action"), "action",
+                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
+    bank = StateBank.from_log(BehaviourLog(table), model)
+    truth = pa.concat_tables([episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 12, first=5000),
+                                             cell="corridor", source="ground_truth", policy="east", epsilon=eps)
+                              for eps in (0.0, 1.0)])
+    q = FittedQEvaluation(model.action_features().detach().numpy(), model.config.d_z, seed=3)  # untrained, fixed
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, off_log="carry_over_fqe")
+    steps = walk_ground_truth(adwm_transition(model, bank, config, {0.0: q, 1.0: q}), bank, model, truth)
+    assert len(steps) == truth.num_rows
+    east = [s for s in steps if s.epsilon == 0.0]
+    assert {s.source for s in east} == {"log", "carried"}
+    assert all(s.source == "carried" for s in east if s.t == 1)  # room 2 (the corridor starts in room 1)
+    logged = [s for s in steps if s.source == "log"]
+    assert all(s.reward == s.true_reward and s.done == s.true_done for s in logged)
+    points = source_points(steps, gamma=1.0, value_source="model")
+    returns = {eps: np.mean([sum(r["reward"] for r in truth.filter(pc.and_(pc.equal(truth["epsilon"], eps),
+                                                                             pc.equal(truth["episode"], e))).to_pylist())
+                             for e in set(truth["episode"].to_pylist())]) for eps in (0.0, 1.0)}
+    assert [p["truth"] for p in points] == pytest.approx([returns[0.0], returns[1.0]])
+    episode = sorted((s for s in steps if s.episode == east[0].episode and s.epsilon == 0.0), key=lambda s: s.t)
+    assert walked_value(episode, 1.0, oracle=frozenset({"log", "carried", "model"}), value_source="model") == \
+        pytest.approx(episode[0].return_to_go)
+    for point in points:
+        assert point["log_reward_error"] == 0 and point["oracle_log"] == pytest.approx(point["walked"])  # exact answers
+        assert sum(point[f"{source}_share"] for source in ("log", "carried", "model")) == pytest.approx(1.0)
+    handed = walk_ground_truth(HandOverToValue(model, {0.0: q, 1.0: q}), bank, model, truth)
+    first = [s for s in handed if s.t == 0]
+    starts = model.encode_texts([r["observation"] for r in truth.to_pylist() if r["t"] == 0]).numpy()
+    assert {s.source for s in handed} == {"model"} and all(s.done for s in handed)
+    np.testing.assert_allclose(sorted(s.reward for s in first),
+                               sorted(q.q_values(starts, np.asarray(model.config.actions.ids(
+                                   [r["action"] for r in truth.to_pylist() if r["t"] == 0])))), rtol=1e-5)
+    handed_points = source_points(handed, gamma=1.0, value_source="model")
+    for point, expected in zip(handed_points, points):
+        assert point["oracle_model"] == pytest.approx(expected["truth"])  # Q̂ replaced by G_0
+        assert point["walked"] == pytest.approx(np.mean([s.reward for s in first if s.epsilon == point["epsilon"]]))
+    summary = source_summary(handed_points, {(p["policy"], p["epsilon"]): p["truth"] for p in handed_points})
+    assert summary["oracle_model"]["nmae"] == pytest.approx(0.0, abs=1e-9)
+    assert summary["imagined"]["nmae"] == pytest.approx(0.0, abs=1e-9) and summary["model_share"] == 1.0

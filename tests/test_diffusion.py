@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from adwm_core.diffusion.process import GaussianDiffusion, classifier_free
-from adwm_core.diffusion.respaced import respaced_levels, sample_respaced
-from adwm_core.diffusion.schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_variance
+from adwm_core.diffusion.respaced import sample_respaced
+from adwm_core.diffusion.schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_variance, respaced_levels
 
 MEANS = torch.tensor([[-2.0, 0.0], [2.0, 1.0]])
 COVS = torch.stack([torch.tensor([[0.3, 0.1], [0.1, 0.2]]), torch.tensor([[0.2, -0.05], [-0.05, 0.4]])])

@@ -90,8 +90,17 @@ def reward_scale(log: BehaviourLog, target: str = "step") -> RewardScale:
     return RewardScale(low, high, target, terminal_only, binary)
 
 
+def returns_to_go(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+    """G_t = r_t + γ G_{t+1} along the last axis (G = 0 past its end)."""
+    to_go, running = np.zeros(rewards.shape), np.zeros(rewards.shape[:-1])
+    for t in reversed(range(rewards.shape[-1])):
+        running = rewards[..., t] + gamma * running
+        to_go[..., t] = running
+    return to_go
+
+
 def _raw_targets(rewards: np.ndarray, target: str) -> np.ndarray:
-    return np.cumsum(rewards[::-1])[::-1] if target == "to_go" else rewards
+    return returns_to_go(rewards) if target == "to_go" else rewards
 
 
 def episode_arrays(log: BehaviourLog, vocabulary: ActionVocabulary, scale: RewardScale) -> EpisodeArrays:

@@ -33,7 +33,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .schedule import betas_from_alpha_bar, cosine_alpha_bar, posterior_mean_coefficients, posterior_variance
+from .schedule import (betas_from_alpha_bar, cosine_alpha_bar, posterior_mean_coefficients, posterior_variance,
+                       respaced_levels)
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
 EpsModel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -146,15 +147,15 @@ class GaussianDiffusion:
         """DDIM with η = 0 from ``z`` at the noisiest level over ``n_steps`` evenly spaced levels:
         ẑ_0 = P((z_k − √(1−ᾱ_k) ε̂)/√ᾱ_k), z_k' = √ᾱ_k' ẑ_0 + √(1−ᾱ_k') ε̂ at the next level k';
         returns the last ẑ_0. Differentiable in ``z`` and in whatever ``eps_model`` closes over."""
-        levels = np.unique(np.linspace(self.n_steps - 1, 0, max(n_steps, 1)).round().astype(int))[::-1]
+        levels = respaced_levels(self.n_steps, n_steps)
         z0 = z
         for i, k in enumerate(levels):
-            ks = torch.full((z.shape[0],), int(k), dtype=torch.long, device=z.device)
+            ks = torch.full((z.shape[0],), k, dtype=torch.long, device=z.device)
             eps = eps_model(z, ks)
             z0 = self.predict_z0(z, ks, eps)
             if project is not None:
                 z0 = project(z0)
             if i + 1 < len(levels):
-                a = self._at(self.alpha_bar, torch.full_like(ks, int(levels[i + 1])), z)
+                a = self._at(self.alpha_bar, torch.full_like(ks, levels[i + 1]), z)
                 z = a.sqrt() * z0 + (1.0 - a).sqrt() * eps
         return z0

@@ -12,15 +12,10 @@ the forward posterior q(z_k' | z_k, ẑ_0) of the respaced chain, the K-level an
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .process import EpsModel, GaussianDiffusion, Projection
-
-
-def respaced_levels(n_steps: int, n_levels: int) -> list[int]:
-    """``n_levels`` distinct levels evenly spaced from ``n_steps − 1`` down to 0."""
-    return [int(k) for k in np.unique(np.linspace(n_steps - 1, 0, max(n_levels, 1)).round().astype(int))[::-1]]
+from .schedule import respaced_levels
 
 
 def sample_respaced(diffusion: GaussianDiffusion, eps_model: EpsModel, noise: torch.Tensor, n_levels: int,

@@ -44,3 +44,8 @@ def posterior_mean_coefficients(alpha_bar: np.ndarray) -> tuple[np.ndarray, np.n
     previous = np.concatenate([[1.0], alpha_bar[:-1]])
     betas = betas_from_alpha_bar(alpha_bar)
     return np.sqrt(previous) * betas / (1.0 - alpha_bar), np.sqrt(1.0 - betas) * (1.0 - previous) / (1.0 - alpha_bar)
+
+
+def respaced_levels(n_steps: int, n_levels: int) -> list[int]:
+    """``n_levels`` distinct levels evenly spaced from ``n_steps − 1`` down to 0."""
+    return [int(k) for k in np.unique(np.linspace(n_steps - 1, 0, max(n_levels, 1)).round().astype(int))[::-1]]

@@ -30,7 +30,7 @@ import torch
 
 from ..data.actions import NULL
 from ..data.behaviour_log import BehaviourLog
-from ..data.windows import EpisodeArrays, episode_arrays
+from ..data.windows import EpisodeArrays, episode_arrays, returns_to_go
 from ..model.windows import Tokenised, encoded_windows
 from ..model.world_model import WorldModel
 from .baseline_settings import BaselineConfig
@@ -234,11 +234,7 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
 
 def returns_to_go_range(rewards: np.ndarray, mask: np.ndarray, gamma: float) -> tuple[float, float]:
     """min and max over the logged steps of G_t = Σ_{u≥t} γ^{u−t} r_u (rewards 0 off the grid)."""
-    to_go = np.zeros_like(rewards, dtype=float)
-    running = np.zeros(len(rewards))
-    for t in reversed(range(rewards.shape[1])):
-        running = rewards[:, t] + gamma * running
-        to_go[:, t] = running
+    to_go = returns_to_go(rewards, gamma)
     return float(to_go[mask].min()), float(to_go[mask].max())
 
 

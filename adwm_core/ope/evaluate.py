@@ -106,8 +106,8 @@ def evaluate_policy(
     if config.hands_over_to_fqe and fit_q is None:
         default = " (the default)" if config.off_log == AdwmConfig().off_log else ""
         raise ValueError(f"off_log={config.off_log!r}{default} ends off-log rollouts with FQE's Q̂: pass fit_q "
-                         "(FQE fitted on π_e's greedy actions at the logged steps, as the ADWM stage does), or config=AdwmConfig("
-                         "preset='carry_over') to answer them with the diffusion model")
+                         "(FQE fitted on π_e's greedy actions at the logged steps, as the ADWM stage does), "
+                         "or config=AdwmConfig(preset='carry_over') to answer them with the diffusion model")
     if isinstance(world_model, str):
         models = WorldModel.load_ensemble(world_model)
     else:

@@ -109,9 +109,6 @@ class AdwmConfig(Settings):
             return data
         if data.get("logged_successors") is False and data.get("off_log") is None:
             data = {**data, "off_log": "diffusion"}  # every pair to the model: the only off-log answer that fits
-        preset_fqe = ADWM_PRESETS.get(data.get("preset", "default"), {}).get("handover_fqe")
-        if preset_fqe and isinstance(data.get("handover_fqe"), dict):  # a few fields changed, the preset's others kept
-            data = {**data, "handover_fqe": {**preset_fqe, **data["handover_fqe"]}}
         return filled_from_preset(data, ADWM_PRESETS, "ADWM config")
 
     @model_validator(mode="after")

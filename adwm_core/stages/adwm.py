@@ -72,8 +72,8 @@ def run_adwm(
     members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
     table, fit_q = read_table(trajectories, TRAJECTORIES), None
     if config.hands_over_to_fqe:
-        fit_q = _fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
-                                BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
+        fit_q = fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
+                               BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
@@ -92,10 +92,10 @@ def run_adwm(
     return write_table(estimates, out, ESTIMATES, overwrite=overwrite)
 
 
-def _fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilons: Sequence[float],
-                    settings: BaselineConfig, timings: dict | None) -> Callable[[WorldModel], dict]:
-    """``fit_q(member)``: FQE's Q̂ per ε level on the member's latents, its seconds added to
-    ``timings["fqe_seconds"]``."""
+def fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilons: Sequence[float],
+                   settings: BaselineConfig, timings: dict | None = None) -> Callable[[WorldModel], dict]:
+    """``fit_q(member)``: FQE's Q̂ per ε level on the member's latents (the hand-over's, fitted on
+    π_e's greedy actions in ``scores``), its seconds added to ``timings["fqe_seconds"]`` where given."""
     def fit_q(model: WorldModel) -> dict:
         started = time.perf_counter()
         steps = logged_steps(log, scores, model, scores_name=scores_name)

@@ -235,8 +235,18 @@ def extract_logprobs(
     blocks = [("behavior", None, behaviour_logp, behaviour_tokens)] * (not unknown) + [
         ("eval", eps, eps_mix_logprob(eval_logp, eps, in_set, n_admissible), eval_tokens) for eps in epsilons
     ]
+    return write_table(logprob_table(steps, blocks, greedy, n_admissible), out, LOGPROBS, overwrite=overwrite)
+
+
+LogprobBlock = tuple[str, "float | None", np.ndarray, np.ndarray]  # role, ε, log-prob and token count per step
+
+
+def logprob_table(steps: Sequence[tuple[dict, History]], blocks: Sequence[LogprobBlock], greedy: Sequence[str],
+                  n_admissible: np.ndarray) -> pa.Table:
+    """The LOGPROBS rows of ``blocks``, each one row per logged step of ``steps`` (as
+    ``logged_histories`` yields them); π_e's ``greedy`` action on the rows of its (``eval``) blocks."""
     n = len(steps)
-    columns = {
+    return pa.table({
         "episode": np.tile([row["episode"] for row, _ in steps], len(blocks)),
         "t": np.tile([row["t"] for row, _ in steps], len(blocks)),
         "policy": [role for role, *_ in blocks for _ in range(n)],
@@ -244,6 +254,6 @@ def extract_logprobs(
         "logprob": np.concatenate([logp for *_, logp, _ in blocks]),
         "n_tokens": np.concatenate([n_tok for *_, n_tok in blocks]),
         "n_admissible": np.tile(n_admissible, len(blocks)),
-        "greedy_action": pa.array([None] * n * (not unknown) + greedy * len(epsilons), pa.string()),
-    }
-    return write_table(pa.table(columns), out, LOGPROBS, overwrite=overwrite)
+        "greedy_action": pa.array([a for role, *_ in blocks for a in (greedy if role == "eval" else [None] * n)],
+                                  pa.string()),
+    })

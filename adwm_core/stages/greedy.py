@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..data import LOGPROBS, TRAJECTORIES, check_output, read_table, write_table
 from ..policies.loading import ModelCache
 from ..specs import PolicySpec, check_epsilons
-from .collection import logged_histories
+from .collection import logged_histories, logprob_table
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
@@ -30,17 +30,10 @@ def greedy_actions(trajectories: str, env_name: str, policy: PolicySpec, out: st
     steps = list(logged_histories(read_table(trajectories, TRAJECTORIES)))
     histories = [history for _, history in steps]
     actions = [decision.action for decision in ModelCache().policy(policy, env_name).act(histories)]
-    per_level = len(epsilons)
-    return write_table(pa.table({
-        "episode": np.tile([row["episode"] for row, _ in steps], per_level),
-        "t": np.tile([row["t"] for row, _ in steps], per_level),
-        "policy": ["eval"] * (len(steps) * per_level),
-        "epsilon": pa.array(np.repeat(np.asarray(epsilons, float), len(steps)), pa.float64()),
-        "logprob": np.full(len(steps) * per_level, np.nan),
-        "n_tokens": np.zeros(len(steps) * per_level, np.int64),
-        "n_admissible": np.tile([len(h.admissible or ()) for h in histories], per_level).astype(np.int64),
-        "greedy_action": pa.array(actions * per_level, pa.string()),
-    }), out, LOGPROBS, overwrite=overwrite)
+    unscored = (np.full(len(steps), np.nan), np.zeros(len(steps), np.int64))
+    n_admissible = np.array([len(h.admissible or ()) for h in histories], np.int64)
+    blocks = [("eval", float(eps), *unscored) for eps in epsilons]
+    return write_table(logprob_table(steps, blocks, actions, n_admissible), out, LOGPROBS, overwrite=overwrite)
 
 
 def compute(run: StageRun) -> None:
