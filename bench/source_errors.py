@@ -75,7 +75,7 @@ def measure(cell_name: str) -> dict:
     return {"points": points, "summary": source_summary(points, imagined), "value_source": value_source}
 
 
-def report(results: dict[str, dict], facts: dict) -> list[str]:
+def report(results: dict[str, dict]) -> list[str]:
     lines = ["# Where ADWM's error sits, by what answered", "",
              "`python bench/source_errors.py [CELL ...]` (adwm_core/ope/source_errors.py): every ground-truth "
              "episode of π_e^ε walked, teacher forced, through the cell's ADWM transition. ρ / NMAE against J "
@@ -83,11 +83,11 @@ def report(results: dict[str, dict], facts: dict) -> list[str]:
              "transition's answers) and of each source's *oracle* walk (that source's answers replaced by the "
              "environment's: (r, done), or G_t for the hand-over's values). imagined → walked is what "
              "imagination's own states cost; walked → oracle of a source is what that source's answers cost.",
-             "", f"Machine: {facts}", "",
-             "| cell | " + " | ".join(WALKS) + " |", "|---|" + "---|" * len(WALKS)]
+             "", "| cell | measured | " + " | ".join(WALKS) + " |", "|---|---|" + "---|" * len(WALKS)]
     for cell, result in sorted(results.items()):
-        s = result["summary"]
-        lines.append(f"| {cell} | " + " | ".join(
+        s, facts = result["summary"], result.get("measured", {})
+        where = f"{facts.get('cpus', '?')} CPUs {facts.get('processor', '')}, {facts.get('date', '?')}"
+        lines.append(f"| {cell} | {where} | " + " | ".join(
             f"{s[w]['rho']:+.2f} / {s[w]['nmae']:.2f}" if w in s else "–" for w in WALKS) + " |")
     lines += ["", "Share of π_e's real steps each source answered, and the mean signed error of its answers "
               "(r̂ − r; Q̂ − G_t for the hand-over's values):", "",
@@ -108,15 +108,13 @@ def main() -> None:
     cells = parser.parse_args().cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
     path = RESULTS / "source_errors.json"
     results = json.loads(path.read_text())["cells"] if path.exists() else {}
-    seconds = {}
     for cell in cells:
         started = time.perf_counter()
         results[cell] = measure(cell)
-        seconds[cell] = round(time.perf_counter() - started, 1)
+        results[cell]["measured"] = {**machine(), "seconds": round(time.perf_counter() - started, 1)}
         print(cell, json.dumps({w: results[cell]["summary"][w] for w in WALKS if w in results[cell]["summary"]}))
-    facts = {**machine(), "seconds": seconds}
-    path.write_text(json.dumps({"machine": facts, "cells": results}, indent=1))
-    (RESULTS / "source_errors.md").write_text("\n".join(report(results, facts)) + "\n")
+    path.write_text(json.dumps({"cells": results}, indent=1))
+    (RESULTS / "source_errors.md").write_text("\n".join(report(results)) + "\n")
 
 
 if __name__ == "__main__":

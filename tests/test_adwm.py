@@ -610,18 +610,22 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     assert {r["estimator"] for r in rows} == {"ADWM:reward_sum"}  # no success similarity of a cut path
 
 
+def room_2_east_relabelled(trajectories: str) -> pa.Table:
+    """The corridor's behaviour log with room 2's "go east" written "go eastward": never taken there."""
+    table = read_table(trajectories, TRAJECTORIES)
+    room_2_east = pc.and_(pc.starts_with(table["observation"], "You are in room 2 "),
+                          pc.equal(table["action"], "go east"))
+    return table.set_column(table.column_names.index("action"), "action",
+                            pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
+
+
 def test_carry_over_fqe_carries_a_logged_signature_over_and_hands_the_rest_to_q(corridor):
     """off_log='carry_over_fqe': the log relabelled so that room 2's "go east" was never taken
     there, always-east π_e gets room 2's step carried over from the other rooms' "go east" (no
     rollout ends there), while "jump", whose signature no logged step has, ends every rollout
     with Q̂_ε as under off_log='fqe'."""
     trajectories, model = corridor
-    table = read_table(trajectories, TRAJECTORIES)
-    room_2_east = pc.and_(pc.starts_with(table["observation"], "You are in room 2 "),
-                          pc.equal(table["action"], "go east"))
-    table = table.set_column(table.column_names.index("action"), "action",
-                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
-    bank = StateBank.from_log(BehaviourLog(table), model)
+    bank = StateBank.from_log(BehaviourLog(room_2_east_relabelled(trajectories)), model)
     q = FittedQEvaluation(model.action_features().detach().numpy(), model.config.d_z, seed=3)  # untrained, fixed
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, off_log="carry_over_fqe")
     assert config.hands_over_to_fqe and AdwmConfig().hands_over_to_fqe and not AdwmConfig(preset="carry_over").hands_over_to_fqe
@@ -683,12 +687,7 @@ def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
     from adwm_core.ope.value_handover import HandOverToValue
 
     trajectories, model = corridor
-    table = read_table(trajectories, TRAJECTORIES)
-    room_2_east = pc.and_(pc.starts_with(table["observation"], "You are in room 2 "),
-                          pc.equal(table["action"], "go east"))
-    table = table.set_column(table.column_names.index("action"), "action",
-                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
-    bank = StateBank.from_log(BehaviourLog(table), model)
+    bank = StateBank.from_log(BehaviourLog(room_2_east_relabelled(trajectories)), model)
     truth = pa.concat_tables([episodes_table(corridor_episodes(EpsilonGoldAgent(eps), 12, first=5000),
                                              cell="corridor", source="ground_truth", policy="east", epsilon=eps)
                               for eps in (0.0, 1.0)])
@@ -714,7 +713,7 @@ def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
         assert sum(point[f"{source}_share"] for source in ("log", "carried", "model")) == pytest.approx(1.0)
     handed = walk_ground_truth(HandOverToValue(model, {0.0: q, 1.0: q}), bank, model, truth)
     first = [s for s in handed if s.t == 0]
-    starts = model.encode_texts([r["observation"] for r in truth.to_pylist() if r["t"] == 0]).numpy()
+    starts = model.encode_texts([r["observation"] for r in truth.to_pylist() if r["t"] == 0]).detach().numpy()
     assert {s.source for s in handed} == {"model"} and all(s.done for s in handed)
     np.testing.assert_allclose(sorted(s.reward for s in first),
                                sorted(q.q_values(starts, np.asarray(model.config.actions.ids(
