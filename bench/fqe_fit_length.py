@@ -50,7 +50,8 @@ def fit_lengths(cell_name: str, fqe: FQEConfig = FQEConfig(), gammas=GAMMAS, len
     points, values, scale = [], {f"{g}/{e}": [] for g in gammas for e in lengths}, 0.0
     for policy in cell.evaluation.policies:
         scores = artifact(cell, "logprobs", policy.label).file("logprobs")
-        steps = logged_steps(log, read_table(scores, LOGPROBS), model, scores_name=scores)
+        steps = logged_steps(log, read_table(scores, LOGPROBS), model, scores_name=scores,
+                             action_reading=fqe.action_reading)
         returns = (steps.rewards * steps.grid.mask).sum(1)
         scale = max(scale, float(np.ptp(returns)))
         for epsilon in cell.evaluation.epsilons:

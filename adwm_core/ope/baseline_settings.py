@@ -33,6 +33,11 @@ class FQEConfig(Settings):
     # each Bellman target clipped to the range of the logged returns-to-go (no value outside what the
     # log ever paid from any step)
     clip_targets: bool = False
+    # how Q reads an action (ope/baselines.py: action_reader): ``vocabulary``, the world model's table
+    # row (an action outside its vocabulary reads as ⟨unk⟩, which a text-action world model reads as ∅);
+    # ``text``, every action read by its words as the world model reads it in imagination (a
+    # text-action world model only), so that Q can tell apart the actions the log never took
+    action_reading: Literal["vocabulary", "text"] = "vocabulary"
     # FQE's interval: a bootstrap over trajectories refitting Q on this many resamples (the fit's
     # error inside it); 0: the bootstrap of one fitted Q (trajectories resampled, Q fixed)
     refit_resamples: int = Field(default=0, ge=0)

@@ -19,7 +19,7 @@ What the estimators read:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -104,9 +104,10 @@ class LoggedSteps:
 
 
 def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
-                 scores_name: str = "the log-probs") -> LoggedSteps:
+                 scores_name: str = "the log-probs", action_reading: str = "vocabulary") -> LoggedSteps:
     """Align the behaviour ``log`` and its log-probs (``scores``, called ``scores_name`` in
-    errors, e.g. by its file); encode the episodes with ``model``."""
+    errors, e.g. by its file); encode the episodes with ``model``; π_e's candidate actions
+    numbered as :func:`action_reader` numbers them under ``action_reading``."""
     table = log.steps
     episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
     grid = StepGrid(episodes, t)
@@ -120,10 +121,9 @@ def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
     if greedy.null_count:
         raise ValueError(f"{scores_name}: {greedy.null_count} evaluation rows lack π_e's greedy action; "
                          "rerun log-prob extraction (files written before the greedy_action column cannot serve FQE)")
-    vocabulary = model.config.actions
     candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
-                                              evaluation[epsilons[0]], vocabulary)
-    arrays = episode_arrays(log, vocabulary, model.config.reward)
+                                              evaluation[epsilons[0]], action_reader(model, action_reading))
+    arrays = episode_arrays(log, model.config.actions, model.config.reward)
     latents, predicted = _encode(model, arrays)
     return LoggedSteps(
         grid=grid,
@@ -150,25 +150,47 @@ def _on_grid(grid: StepGrid, rows: pa.Table) -> np.ndarray:
     return grid.place(rows["episode"].to_numpy(), rows["t"].to_numpy(), rows["logprob"].to_numpy(), 0.0)
 
 
+def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], np.ndarray]:
+    """Action strings → the ids FQE's Q reads them by (FQEConfig.action_reading): the world
+    model's vocabulary ids (⟨unk⟩ outside it), or under ``text`` the ids the world model reads
+    by their words in imagination (one the vocabulary lacks numbered past it)."""
+    if reading == "vocabulary":
+        return lambda actions: np.asarray(model.config.actions.ids(actions), np.int64)
+    if model.config.action_input != "text":
+        raise ValueError(f"FQE's action_reading={reading!r} reads actions by their words, but this world model "
+                         f"reads them as ids (action_input={model.config.action_input!r}): set "
+                         "action_reading='vocabulary', or train the world model with action_input='text'")
+    return lambda actions: model.action_ids(list(actions)).numpy()
+
+
+def action_table(model: WorldModel, steps: LoggedSteps) -> np.ndarray:
+    """e(a) of every id up to the largest in ``steps`` (the vocabulary at least): FQE's action features."""
+    size = max(len(model.config.actions), int(steps.candidates.max()) + 1, int(steps.actions.max()) + 1)
+    with torch.no_grad():
+        return model.action_vectors(torch.arange(size, device=model.device)).cpu().numpy()
+
+
 def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],
-                greedy_rows: pa.Table, vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step: [greedy id, distinct admissible ids…] and each admissible id's share of the list."""
+                greedy_rows: pa.Table, ids: Callable[[Sequence[str]], np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: [greedy id, distinct admissible ids…] (numbered by ``ids``) and each admissible
+    id's share of the list."""
     greedy = grid.place(greedy_rows["episode"].to_numpy(), greedy_rows["t"].to_numpy(),
-                        np.asarray(vocabulary.ids(greedy_rows["greedy_action"].to_pylist())), NULL)
+                        ids(greedy_rows["greedy_action"].to_pylist()), NULL)
     lists = [a or () for a in admissible]
     sizes = np.array([len(a) for a in lists])
     owner = np.repeat(np.arange(len(lists)), sizes)  # the step each listed action belongs to
-    n_ids = len(vocabulary)
-    keys, counts = np.unique(owner * n_ids + np.asarray(vocabulary.ids([a for lst in lists for a in lst]), np.int64),
-                             return_counts=True)
-    step, ids = keys // n_ids, keys % n_ids
+    listed_ids = ids([a for lst in lists for a in lst])
+    n_ids = int(max(listed_ids.max(initial=0), greedy.max(initial=0))) + 1
+    keys, counts = np.unique(owner * n_ids + listed_ids, return_counts=True)
+    step, distinct = keys // n_ids, keys % n_ids
     slot = np.arange(len(keys)) - np.searchsorted(step, step)  # rank of each distinct id within its step
     k = 1 + (int(slot.max()) + 1 if len(slot) else 0)
     candidates = np.full((*grid.shape, k), -1, np.int64)
     uniform = np.zeros((*grid.shape, k))
     candidates[..., 0] = np.where(grid.mask, greedy, -1)
     rows = np.searchsorted(grid.episodes, episodes)
-    candidates[rows[step], t[step], 1 + slot] = ids
+    candidates[rows[step], t[step], 1 + slot] = distinct
     uniform[rows[step], t[step], 1 + slot] = counts / sizes[step]
     listed = grid.place(episodes, t, sizes > 0, False)
     return candidates, uniform, listed
@@ -221,7 +243,7 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
     next_probabilities[done] = 0.0
     states = latents[:, :-1]
-    fqe = FittedQEvaluation(model.action_features().detach().numpy(), states.shape[-1], config.fqe,
+    fqe = FittedQEvaluation(action_table(model, steps), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
     rewards = np.where(mask, steps.rewards[rows], 0.0)
     fqe.fit(Transitions(

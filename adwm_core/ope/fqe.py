@@ -62,7 +62,11 @@ class FittedQEvaluation:
         self.config, self.gamma, self.seed = config, gamma, seed
 
     def _q(self, net: nn.Module, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return net(torch.cat([states, self.actions[actions.clamp(min=0)]], dim=-1)).squeeze(-1)
+        return self._q_read(net, states, self.actions[actions.clamp(min=0)])
+
+    @staticmethod
+    def _q_read(net: nn.Module, states: torch.Tensor, action_features: torch.Tensor) -> torch.Tensor:
+        return net(torch.cat([states, action_features], dim=-1)).squeeze(-1)
 
     def _v(self, net: nn.Module, states: torch.Tensor, candidates: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         k = candidates.shape[1]
@@ -108,6 +112,11 @@ class FittedQEvaluation:
     @torch.no_grad()
     def q_values(self, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
         return self._q(self.q, torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(actions)).numpy()
+
+    @torch.no_grad()
+    def q_values_read(self, states: np.ndarray, action_features: torch.Tensor) -> np.ndarray:
+        """Q(s, a) of actions given by their features (rows aligned with ``states``), not table ids."""
+        return self._q_read(self.q, torch.as_tensor(states, dtype=torch.float32), action_features.float()).numpy()
 
     @torch.no_grad()
     def state_values(self, states: np.ndarray, candidates: np.ndarray, probabilities: np.ndarray) -> np.ndarray:

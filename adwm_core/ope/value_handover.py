@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import torch
 
 from ..model.world_model import WorldModel
 from .fqe import FittedQEvaluation
@@ -21,10 +22,15 @@ from .transitions import Outcome, Query
 
 
 class HandOverToValue:
-    """Every pair it is asked about ends its rollout with FQE's Q̂ of the rollout's ε level."""
+    """Every pair it is asked about ends its rollout with FQE's Q̂ of the rollout's ε level, a_t
+    read as that Q̂ was fitted to read it (``FQEConfig.action_reading``)."""
 
     def __init__(self, model: WorldModel, q_by_epsilon: Mapping[float, FittedQEvaluation]) -> None:
-        self.vocabulary, self.q_by_epsilon = model.config.actions, dict(q_by_epsilon)
+        self.model, self.q_by_epsilon = model, dict(q_by_epsilon)
+        readings = {q.config.action_reading for q in self.q_by_epsilon.values()}
+        if len(readings) > 1:
+            raise ValueError(f"the hand-over's Q-networks read actions in different ways ({sorted(readings)})")
+        self.reads_text = readings == {"text"}
 
     def __call__(self, query: Query) -> Outcome:
         if query.epsilons is None:
@@ -33,10 +39,15 @@ class HandOverToValue:
         if missing:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
-        actions = np.asarray(self.vocabulary.ids(query.actions))
-        value = np.zeros(len(actions))
+        if self.reads_text:
+            with torch.no_grad():
+                read = self.model.action_vectors(self.model.action_ids(query.actions)).cpu()
+        else:
+            ids = np.asarray(self.model.config.actions.ids(query.actions))
+        value = np.zeros(len(query.actions))
         for epsilon, q in self.q_by_epsilon.items():
             rows = query.epsilons == epsilon
             if rows.any():
-                value[rows] = q.q_values(states[rows], actions[rows])
-        return Outcome.answered_by("model", query.past[:, -1].clone(), value, np.ones(len(actions), bool))
+                value[rows] = (q.q_values_read(states[rows], read[torch.as_tensor(rows)]) if self.reads_text
+                               else q.q_values(states[rows], ids[rows]))
+        return Outcome.answered_by("model", query.past[:, -1].clone(), value, np.ones(len(value), bool))

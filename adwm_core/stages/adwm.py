@@ -98,7 +98,7 @@ def fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilo
     π_e's greedy actions in ``scores``), its seconds added to ``timings["fqe_seconds"]`` where given."""
     def fit_q(model: WorldModel) -> dict:
         started = time.perf_counter()
-        steps = logged_steps(log, scores, model, scores_name=scores_name)
+        steps = logged_steps(log, scores, model, scores_name=scores_name, action_reading=settings.fqe.action_reading)
         fitted = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
         if timings is not None:
             timings["fqe_seconds"] = timings.get("fqe_seconds", 0.0) + time.perf_counter() - started

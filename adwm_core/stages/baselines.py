@@ -49,7 +49,7 @@ def run_baselines(
     check_output(out, overwrite=overwrite)
     model = WorldModel.load(world_model)
     steps = logged_steps(BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories), read_table(logprobs, LOGPROBS),
-                         model, scores_name=logprobs)
+                         model, scores_name=logprobs, action_reading=config.fqe.action_reading)
     rows, not_applicable = [], {}
     for seed in config.seeds:
         for epsilon in steps.eval_logp:
