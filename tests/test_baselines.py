@@ -118,6 +118,54 @@ def test_fqe_ranks_the_tiny_policy_above_random_play(estimates):
         assert fqe[(0.0, seed)] > fqe[(1.0, seed)]
 
 
+def test_fqe_reads_actions_outside_the_vocabulary_by_their_words_where_asked(tiny_behaviour, logprobs,
+                                                                           tiny_world_model):
+    """action_reading='text' (the default recipe's world models read actions as text): the
+    candidates the vocabulary knows keep their ids, the others — one ⟨unk⟩ (read as ∅) under the
+    vocabulary — get ids of their own past it, read by their words; the hand-over's Q̂ then tells
+    two never-logged actions apart. A world model of action ids refuses the reading."""
+    import torch
+
+    from adwm_core.data.actions import UNKNOWN, ActionVocabulary
+    from adwm_core.model.world_model import WorldModelConfig
+    from adwm_core.ope.baselines import action_reader, action_table, logged_steps
+    from adwm_core.ope.fqe import FittedQEvaluation
+    from adwm_core.ope.transitions import Query
+    from adwm_core.ope.value_handover import HandOverToValue
+
+    model = WorldModel.load(tiny_world_model[0].path)
+    log, scores = BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES), tiny_behaviour), read_table(logprobs, LOGPROBS)
+    by_vocabulary = logged_steps(log, scores, model)
+    by_words = logged_steps(log, scores, model, action_reading="text")
+    size = len(model.config.actions)
+    np.testing.assert_array_equal(by_words.actions, by_vocabulary.actions)
+    np.testing.assert_array_equal(by_words.candidates[..., 0] < size, by_vocabulary.candidates[..., 0] != UNKNOWN)
+    for i, t in zip(*np.nonzero(by_vocabulary.grid.mask)):
+        shares = [{}, {}]  # candidate id → its share of the admissible list, under each reading
+        for reading, steps in enumerate((by_vocabulary, by_words)):
+            for c, u in zip(steps.candidates[i, t, 1:], steps.uniform[i, t, 1:]):
+                if c >= 0:
+                    key = "outside" if c == UNKNOWN or c >= size else int(c)
+                    shares[reading][key] = shares[reading].get(key, 0.0) + u
+        assert shares[0] == pytest.approx(shares[1])  # the known ids and the share of all the others agree
+    assert len(np.unique(by_words.candidates[by_words.candidates >= size])) > 1  # ⟨unk⟩ each, told apart
+    table = action_table(model, by_words)
+    assert table.shape[0] == by_words.candidates.max() + 1
+    np.testing.assert_allclose(table[:size], action_table(model, by_vocabulary), atol=1e-5)
+
+    unseen = ["juggle the apple", "whistle loudly"]
+    past = torch.randn(1, 1, model.config.d_z, generator=torch.Generator().manual_seed(0)).repeat(2, 1, 1)  # one state
+    query = Query(None, [], unseen, np.zeros(2, np.int64), past, torch.zeros(1, 2, model.config.d_z), np.zeros(2))
+    handed = {}
+    for reading in ("vocabulary", "text"):
+        q = FittedQEvaluation(table, model.config.d_z, FQEConfig(action_reading=reading), seed=3)  # untrained, fixed
+        handed[reading] = HandOverToValue(model, {0.0: q})(query).reward
+    assert handed["vocabulary"][0] == pytest.approx(handed["vocabulary"][1], abs=1e-6)  # both ⟨unk⟩: one action
+    assert abs(handed["text"][0] - handed["text"][1]) > 1e-4, handed
+    with pytest.raises(ValueError, match="action_input='ids'"):
+        action_reader(WorldModel(WorldModelConfig(ActionVocabulary(("go east",)))), "text")
+
+
 def test_dm_reads_the_paper_world_model_on_the_logged_next_observation(tiny_behaviour, logprobs, tmp_path):
     """The paper's reward head reads (z_{t+1}, h̄_t): DM on its world model (two epochs: the path,
     not the fit) is finite and the same for every ε level."""
