@@ -42,13 +42,13 @@ from heldout import ADWM, DEVELOPMENT
 WALKS = ("imagined", "walked", *(f"oracle_{source}" for source in SOURCES))
 
 
-def imagined_values(estimates: pa.Table, policy: str) -> dict[tuple[str, float], float]:
-    """(π_e, ε) → ADWM's seed-averaged reward_sum."""
+def imagined_values(estimates: pa.Table) -> dict[tuple[str, float], float]:
+    """(π_e, ε) → ADWM's seed-averaged reward_sum, π_e as the estimates name it."""
     rows = estimates.filter(pc.equal(estimates["estimator"], ADWM)).to_pylist()
-    by_epsilon: dict[float, list[float]] = {}
+    by_point: dict[tuple[str, float], list[float]] = {}
     for row in rows:
-        by_epsilon.setdefault(float(row["epsilon"]), []).append(row["value"])  # finite for a world model
-    return {(policy, epsilon): float(np.mean(values)) for epsilon, values in by_epsilon.items()}
+        by_point.setdefault((row["policy"], float(row["epsilon"])), []).append(row["value"])  # finite for a world model
+    return {point: float(np.mean(values)) for point, values in by_point.items()}
 
 
 def measure(cell_name: str) -> dict:
@@ -71,7 +71,7 @@ def measure(cell_name: str) -> dict:
                                    gamma=config.gamma, noise_levels=model.diffusion.n_steps)
         points += source_points(walked, config.gamma, value_source)
         estimates = read_table(artifact(cell, "adwm", policy.label).file("estimates"), ESTIMATES)
-        imagined.update(imagined_values(estimates, points[-1]["policy"]))
+        imagined.update(imagined_values(estimates))
     return {"points": points, "summary": source_summary(points, imagined), "value_source": value_source}
 
 

@@ -170,5 +170,5 @@ def source_summary(points: Sequence[dict], estimates: dict[tuple[str, float], fl
         for kind in ("reward_error", "value_error"):
             errors = [p[f"{source}_{kind}"] for p in points if f"{source}_{kind}" in p]
             if errors:
-                summary[f"{source}_{kind}"] = float(np.nanmean(errors)) if np.isfinite(errors).any() else float("nan")
+                summary[f"{source}_{kind}"] = _mean([e for e in errors if np.isfinite(e)])
     return summary
