@@ -166,8 +166,9 @@ def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], 
 def action_table(model: WorldModel, steps: LoggedSteps) -> np.ndarray:
     """e(a) of every id up to the largest in ``steps`` (the vocabulary at least): FQE's action features."""
     size = max(len(model.config.actions), int(steps.candidates.max()) + 1, int(steps.actions.max()) + 1)
-    with torch.no_grad():
-        return model.action_vectors(torch.arange(size, device=model.device)).cpu().numpy()
+    # read with autograd on, as imagination reads them: under no_grad the transformer layers take their
+    # inference fast path, whose float differences (~5e-7) move the Polyak FQE's ranking on local-alfworld
+    return model.action_vectors(torch.arange(size, device=model.device)).detach().cpu().numpy()
 
 
 def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],

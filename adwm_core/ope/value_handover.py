@@ -39,9 +39,8 @@ class HandOverToValue:
         if missing:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
-        if self.reads_text:
-            with torch.no_grad():
-                read = self.model.action_vectors(self.model.action_ids(query.actions)).cpu()
+        if self.reads_text:  # as action_table reads the fitted ones (autograd on: the same float path)
+            read = self.model.action_vectors(self.model.action_ids(query.actions)).detach().cpu()
         else:
             ids = np.asarray(self.model.config.actions.ids(query.actions))
         value = np.zeros(len(query.actions))
