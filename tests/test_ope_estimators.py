@@ -259,6 +259,41 @@ def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_poli
     assert abs(q[0].max() - v[0]) > 0.05
 
 
+def test_fqe_starts_from_its_seed_whatever_another_thread_draws_meanwhile():
+    """Q_φ's initial weights are those torch.manual_seed(seed) gave nn.Linear, from a generator of
+    their own: a thread that reseeds and draws from torch's global generator the whole time (as
+    the ADWM stage's FQE fit does beside the baselines stage in a cell's flow) changes none of them."""
+    import threading
+
+    import torch
+    from torch import nn
+
+    from adwm_core.ope.fqe import FittedQEvaluation
+
+    features = np.eye(4)
+    torch.manual_seed(3)
+    by_global_seed = nn.Sequential(nn.Linear(8, 128), nn.Identity(), nn.SiLU(), nn.Linear(128, 128), nn.Identity(),
+                                   nn.SiLU(), nn.Linear(128, 1)).state_dict()
+    alone = FittedQEvaluation(features, 4, seed=3).q.state_dict()
+    assert all(torch.equal(alone[k], by_global_seed[k]) for k in by_global_seed)
+    stop = threading.Event()
+
+    def meddle():
+        while not stop.is_set():
+            torch.manual_seed(7)
+            torch.randn(64)
+
+    thread = threading.Thread(target=meddle)
+    thread.start()
+    try:
+        beside = [FittedQEvaluation(features, 4, seed=3).q.state_dict() for _ in range(20)]
+    finally:
+        stop.set()
+        thread.join()
+    assert all(torch.equal(state[k], alone[k]) for state in beside for k in alone)
+    assert not torch.equal(FittedQEvaluation(features, 4, seed=4).q.state_dict()["0.weight"], alone["0.weight"])
+
+
 def test_the_range_of_logged_returns_to_go_bounds_every_step_of_every_episode():
     from adwm_core.ope.baselines import returns_to_go_range
 
