@@ -164,8 +164,9 @@ def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], 
 
 
 def action_table(model: WorldModel, steps: LoggedSteps) -> np.ndarray:
-    """e(a) of every id up to the largest in ``steps`` (the vocabulary at least): FQE's action features."""
-    size = max(len(model.config.actions), int(steps.candidates.max()) + 1, int(steps.actions.max()) + 1)
+    """e(a) of every id up to the largest candidate in ``steps`` (the vocabulary, which numbers the logged
+    actions, at least): FQE's action features."""
+    size = max(len(model.config.actions), int(steps.candidates.max()) + 1)
     # read with autograd on, as imagination reads them: under no_grad the transformer layers take their
     # inference fast path, whose float differences (~5e-7) move the Polyak FQE's ranking on local-alfworld
     return model.action_vectors(torch.arange(size, device=model.device)).detach().cpu().numpy()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..model.world_model import WorldModel
+from .baselines import action_reader
 from .fqe import FittedQEvaluation
 from .transitions import Outcome, Query
 
@@ -30,7 +31,8 @@ class HandOverToValue:
         readings = {q.config.action_reading for q in self.q_by_epsilon.values()}
         if len(readings) > 1:
             raise ValueError(f"the hand-over's Q-networks read actions in different ways ({sorted(readings)})")
-        self.reads_text = readings == {"text"}
+        reading = readings.pop() if readings else "vocabulary"
+        self.action_ids, self.reads_text = action_reader(model, reading), reading == "text"
 
     def __call__(self, query: Query) -> Outcome:
         if query.epsilons is None:
@@ -39,11 +41,10 @@ class HandOverToValue:
         if missing:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
-        if self.reads_text:  # as action_table reads the fitted ones (autograd on: the same float path)
-            read = self.model.action_vectors(self.model.action_ids(query.actions)).detach().cpu()
-        else:
-            ids = np.asarray(self.model.config.actions.ids(query.actions))
-        value = np.zeros(len(query.actions))
+        ids = self.action_ids(query.actions)
+        if self.reads_text:  # ids past the fitted table: read as action_table reads it (autograd on, same float path)
+            read = self.model.action_vectors(torch.as_tensor(ids)).detach().cpu()
+        value = np.zeros(len(ids))
         for epsilon, q in self.q_by_epsilon.items():
             rows = query.epsilons == epsilon
             if rows.any():
