@@ -36,21 +36,21 @@ from . import pipeline
 from .cell import CellConfig, logs_cell_name
 from .data import ESTIMATES, GROUND_TRUTH, TRAJECTORIES, read_table, write_table
 from .data.io import atomic_open
-from .ope.intervals import CONCENTRATION
-from .ope.metrics import normalised_absolute_error, regret_at_k, spearman
-from .ope.baseline_settings import BaselineConfig, EstimatorName
+from .ope.statistics.intervals import CONCENTRATION
+from .ope.statistics.metrics import normalised_absolute_error, regret_at_k, spearman
+from .ope.classical.settings import BaselineConfig, EstimatorName
 from .ope.settings import AdwmConfig
-from .ope.signed_log import SignedLog
+from .ope.statistics.signed_log import SignedLog
 from .paths import artifact_path
+from .ope.answers import ADWM, KNN_WM, RANKED_BY
 from .ranking import rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, LogSource, PolicySpec
-from .stages.logs import read_logs
+from .data.logs import read_logs
 
-CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/estimators.py)
-WORLD_MODELS = ("ADWM", "kNN-WM")  # the ADWM stage's: imagination in the learned and in the reference world model
-RANKED_BY = "ADWM:reward_sum"
+CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
+WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
 STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # what from_dataframe needs
 
 
@@ -160,7 +160,7 @@ class LoggedEpisodes:
     def from_records(cls, episodes: Sequence[Mapping], env: str, task: str = "*", *, name: str = "episodes",
                      fields: Mapping[str, str] | None = None, preamble_turns: int = 0) -> "LoggedEpisodes":
         """Episodes in memory, each a record of the JSONL format (``conversations`` of observation
-        and action turns, ``reward``, ``success``: adwm_core/stages/logs.py); line N of an error
+        and action turns, ``reward``, ``success``: adwm_core/data/logs.py); line N of an error
         is episode N. They are written once to ``$ADWM_HOME/imported/<content digest>/<name>.jsonl``,
         so the same episodes give the same cell ``logs-<name>`` and reuse its stages."""
         if isinstance(episodes, Mapping) or not len(episodes):
@@ -323,7 +323,7 @@ class OffPolicyEvaluation:
         """Ĵ with its 1 − ``alpha`` interval, a row per (agent, ε, estimator): ``ci`` is the
         percentile bootstrap (every estimator; ADWM's over imagined rollouts) or, for the classical
         estimators, ``hoeffding``, ``bernstein`` or ``t`` over the trajectories' contributions
-        (ope/intervals.py). An ``alpha`` other than the config's recomputes the estimator stages
+        (ope/statistics/intervals.py). An ``alpha`` other than the config's recomputes the estimator stages
         only; the world model is reused."""
         import pandas as pd
 
@@ -386,7 +386,7 @@ def _estimator_settings(estimators: tuple[str, ...] | None) -> dict:
     if estimators is None:
         return {}
     classical = [n for n in estimators if n in CLASSICAL]
-    return {"adwm.reference": "kNN-WM" in estimators, "baselines.estimators": classical or ["DM"]}
+    return {"adwm.reference": KNN_WM in estimators, "baselines.estimators": classical or ["DM"]}
 
 
 def _selected(row_estimator: str, estimators: tuple[str, ...] | None) -> bool:

@@ -23,7 +23,7 @@ from typing_extensions import Self
 from .specs import EPSILONS, REMOTE_BACKENDS, EnvSpec, LogSource, PolicySpec, check_epsilons
 from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, PsiConfig, TrainConfig
-from .ope.baseline_settings import BaselineConfig, FQEConfig
+from .ope.classical.settings import BaselineConfig, FQEConfig
 from .ope.settings import AdwmConfig
 from .validated import Settings
 

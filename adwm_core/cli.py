@@ -1,7 +1,7 @@
 """Command line: ``adwm envs`` lists environments; ``adwm collect`` runs a real
 episode collection and writes the trajectories Parquet; ``adwm export-logs`` writes a
 trajectories Parquet's behaviour episodes as JSONL conversations; ``adwm calibrate`` combines
-ADWM's imagined episodes with a few live episodes of the same agents (ope/calibration.py).
+ADWM's imagined episodes with a few live episodes of the same agents (ope/statistics/calibration.py).
 ``adwm evaluate`` (the whole job on the user's logs and agent) runs a Prefect flow and is added
 by flows/cli.py."""
 
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from .specs import EnvSpec, check_epsilons
-from .stages.collection import run_epsilon_family
+from .collection import run_epsilon_family
 from .data import TRAJECTORIES, check_output, read_table, write_table
 from .envs import EnvironmentUnavailable, env_names
 from .envs.agents import EpsilonGoldAgent
@@ -23,10 +23,10 @@ from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
 from .envs.episodes import EpisodeSpec
 from .envs.runner import EpisodeRunner
-from .ope.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
+from .ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
 from .paths import artifact_path
 from .specs import LogSource
-from .stages.logs import export_jsonl, read_logs
+from .data.logs import export_jsonl, read_logs
 
 
 def _collect(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
@@ -180,7 +180,7 @@ def _evaluation(cell: CellConfig, policy: PolicySpec) -> dict:
 def _behaviour(cell: CellConfig) -> dict:
     section: dict[str, Any] = {"env": cell.env, "behaviour": cell.behaviour}
     if cell.behaviour.logs is not None:
-        from .stages.logs import fingerprint
+        from .data.logs import fingerprint
 
         section["logs_sha256"] = fingerprint(cell.behaviour.logs)
     return section
@@ -233,12 +233,53 @@ def stage(name: str) -> Stage:
     return STAGES[name]
 
 
-def stage_names(cell: CellConfig) -> list[str]:
-    """The stages of ``cell``, inputs first: every stage but ``policies`` where the cell trains no
-    family and ``greedy`` where its ADWM stage reads the log-prob stage instead (the flow skips
-    ``psi`` and ``ground-truth`` where the cell reads or grades none)."""
-    unused = {"policies": cell.local_policies is None, "greedy": "greedy" not in STAGES["adwm"].inputs(cell)}
-    return [name for name in STAGES if not unused.get(name)]
+# ------------------------------------------------------------------------------------------ plan
+
+@dataclass(frozen=True)
+class Step:
+    """Stage ``name`` of a plan, for π_e ``policy`` (None: cell-wide), once the steps ``after``
+    (by :attr:`index`) finished."""
+
+    name: str
+    policy: PolicySpec | None
+    after: tuple[tuple[str, str | None], ...]
+
+    @property
+    def index(self) -> tuple[str, str | None]:
+        return self.name, None if self.policy is None else self.policy.name
+
+
+def _instances(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> list[PolicySpec | None]:
+    """The π_e a stage runs for: ``policy`` where given, every π_e of the cell, or None (cell-wide)."""
+    if not stage(name).per_policy:
+        return [None]
+    return [policy] if policy is not None else list(cell.evaluation.policies)
+
+
+def plan(cell: CellConfig, targets: Sequence[str] | None = None, given: Sequence[str] = ()) -> list[Step]:
+    """The stages to run for ``targets`` of ``cell`` (default: its report), inputs first, each
+    after exactly the stages its key reads (:func:`stage_key`): ψ only where π_e reads soft tokens,
+    the log-prob or greedy-action stage only where it is read, ground truth only where the cell
+    is graded, the policies only where a stage runs a model of the cell's family. ``given``:
+    stages the caller holds finished (evaluate-policy's behaviour and world model), left out with
+    what only they read. The one DAG every runner walks: the flows, :func:`run_all`, the benches."""
+    memo: dict = {}
+    steps: dict[tuple[str, str | None], Step] = {}
+
+    def visit(name: str, policy: PolicySpec | None) -> tuple[str, str | None]:
+        index = (name, None if policy is None else policy.name)
+        if index not in steps:
+            inputs = stage_key(cell, name, policy, memo)[1]
+            after = tuple(visit(upstream, p) for upstream in inputs if upstream not in given
+                          for p in _instances(cell, upstream, policy))
+            steps[index] = Step(name, policy, after)
+        return index
+
+    for name in targets or ("report",):
+        for policy in _instances(cell, name):
+            visit(name, policy)
+    order, policies = list(STAGES), [p.name for p in cell.evaluation.policies]
+    return sorted(steps.values(), key=lambda s: (order.index(s.name), -1 if s.policy is None else policies.index(s.policy.name)))
 
 
 # ------------------------------------------------------------------------------------------ keys
@@ -453,15 +494,10 @@ def _reused(artifact: Artifact, name: str, log: Callable[[str], None],
     return artifact
 
 
-def run_all(cell: CellConfig, *, log: Callable[[str], None] = print) -> Artifact:
-    """Every stage of ``cell``, one after another in this process, without an orchestrator (the
-    Python API, adwm_core/api.py; the flow ope-cell runs the same stages, independent branches
-    concurrently): the report's artifact. Stages the cell skips (``psi`` unless π_e reads soft
-    tokens, ``ground-truth`` without a ground-truth section) are skipped here too."""
-    skipped = {"psi": cell.adwm.reading != "soft_tokens", "ground-truth": cell.ground_truth is None}
-    for name in stage_names(cell):
-        if skipped.get(name):
-            continue
-        for policy in cell.evaluation.policies if stage(name).per_policy else [None]:
-            artifact = run(cell, name, policy, log=log)
+def run_all(cell: CellConfig, targets: Sequence[str] | None = None, *, log: Callable[[str], None] = print) -> Artifact:
+    """Every step of :func:`plan` (``targets``, default the report), one after another in this
+    process, without an orchestrator (the Python API; the flow ope-cell runs the same plan, its
+    independent branches concurrently): the last step's artifact."""
+    for step in plan(cell, targets):
+        artifact = run(cell, step.name, step.policy, log=log)
     return artifact

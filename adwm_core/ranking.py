@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 from scipy.stats import norm
 
+from .ope.answers import RANKED_BY
+
 
 @dataclass(frozen=True)
 class AgentRank:
@@ -26,7 +28,7 @@ class AgentRank:
     p_best: float
 
 
-def rank_agents(estimates: pa.Table, *, estimator: str = "ADWM:reward_sum", epsilon: float = 0.0,
+def rank_agents(estimates: pa.Table, *, estimator: str = RANKED_BY, epsilon: float = 0.0,
                 seed: int | None = None, confidence: float = 0.95, draws: int = 20_000,
                 rng_seed: int = 0) -> list[AgentRank]:
     """The agents of ``estimates`` (its ``policy`` column) by ``estimator``'s Ĵ at ``epsilon``

@@ -5,34 +5,38 @@ Per estimator, Ĵ is the mean over seeds of its estimate at each point (exact, i
 form; ranked by its order, the data contract's rule, where its float saturates); against the
 ground-truth mean return it gets Spearman ρ (with a percentile-bootstrap interval over points,
 2000 resamples as in the paper's Table main_results, marked degenerate where every resample
-ranks alike, and the exact permutation p-value: ope/metrics.py), the per-seed ρ
+ranks alike, and the exact permutation p-value: ope/statistics/metrics.py), the per-seed ρ
 (each, and mean ± s.d.), regret@1 and the normalised mean absolute error
 (|Ĵ − J| / range of J; meaningful for estimators on the return scale —
 ``ADWM:success_similarity`` is a cosine, ranked but not calibrated), and the coverage and
 width of its 95 % intervals. Rows ``<estimator>@<interval>`` carry the estimator's Ĵ with
-another interval (stages/baselines.py): they are not ranked again, only their coverage and
+another interval (ope/classical/meta.py): they are not ranked again, only their coverage and
 width are shown beside the bootstrap's, in the interval-methods table.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .ope.diagnostics import verdicts
-from .ope.signed_log import SignedLog, signed_sum
-from .ope.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
+from .ope.statistics.diagnostics import verdicts
+from .ope.statistics.signed_log import SignedLog, signed_sum
+from .ope.statistics.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
 
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
                   "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "coverage", "width", "n_seeds")
 
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 INTERVAL_MARK = "@"  # <estimator>@<interval>: the estimator's Ĵ with another interval
-DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/diagnostics.py)
+DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/statistics/diagnostics.py)
 
 
 def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, list[list[SignedLog]]]:
@@ -129,7 +133,7 @@ def interval_method_lines(curves: dict) -> list[str]:
         return []
     methods = list(dict.fromkeys(m for by_method in shown.values() for m in by_method))
     lines = ["## Interval methods", "", "Coverage / median width over the range of J of each estimator's 95 % "
-             "intervals, by how the interval is made (ope/intervals.py); Ĵ is the same in every column.", "",
+             "intervals, by how the interval is made (ope/statistics/intervals.py); Ĵ is the same in every column.", "",
              "| estimator | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for name, by_method in shown.items():
         lines.append(f"| {name} | " + " | ".join(
@@ -139,7 +143,7 @@ def interval_method_lines(curves: dict) -> list[str]:
 
 
 def trust_diagnostics(estimates: pa.Table) -> dict[str, dict[str, float]]:
-    """Per estimator that has them (ope/diagnostics.py): the mean share of imagined steps the log
+    """Per estimator that has them (ope/statistics/diagnostics.py): the mean share of imagined steps the log
     answered and the mean distance of the others from it, the smallest ESS and the largest
     top-trajectory weight share over its points and seeds."""
     present = [c for c in DIAGNOSTICS if c in estimates.column_names]
@@ -215,7 +219,7 @@ def summary_lines(rows: list[dict], curves: dict) -> list[str]:
 
 
 def trust_lines(curves: dict) -> list[str]:
-    """The verdicts of the trust diagnostics (ope/diagnostics.py), a line each, for the terminal."""
+    """The verdicts of the trust diagnostics (ope/statistics/diagnostics.py), a line each, for the terminal."""
     return [f"trust: {line}" for line in curves.get("verdicts", [])]
 
 
@@ -316,3 +320,51 @@ def plot(curves: dict, path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
+
+
+def read_reasons(paths: Sequence[str]) -> dict[str, str]:
+    """Estimator → why the logs could not feed it, over the π_e of the cell (the baselines'
+    ``not_applicable`` files)."""
+    reasons: dict[str, str] = {}
+    for path in paths:
+        with fsspec.open(path, "r") as f:
+            reasons.update(json.load(f))
+    return reasons
+
+
+def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons: Mapping[str, str],
+                 outputs: Mapping[str, str], keep: Callable[[str], None]) -> tuple[list[dict], dict]:
+    """The cell's report files at ``outputs`` (role → path: report, results, curves, plot; on any
+    fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
+    ``truth`` (a cell that cannot be run) the report is ungraded."""
+    rows, curves = main_results(truth, estimates)
+    curves["not_applicable"] = dict(reasons)
+    with tempfile.TemporaryDirectory() as scratch:
+        local = {role: os.path.join(scratch, os.path.basename(outputs[role]))
+                 for role in ("report", "results", "curves", "plot")}
+        for role, content in (("report", markdown(cell, rows, curves)), ("results", json.dumps(rows, indent=2)),
+                              ("curves", json.dumps(curves, indent=2))):
+            with open(local[role], "w") as f:
+                f.write(content)
+        plot(curves, local["plot"], f"{cell}: Ĵ over ε" + (" against ground truth" if truth is not None else ""))
+        for role, path in local.items():
+            fs, target = fsspec.core.url_to_fs(outputs[role])
+            fs.put_file(path, target)
+            if role != "results":
+                keep(path)
+    return rows, curves
+
+
+def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
+    """The report's numbers as tracked metrics: each row's grades, each estimator's trust
+    diagnostics and each interval method's coverage and width."""
+    metrics: dict[str, float] = {}
+    for row in rows:
+        name = row["estimator"].replace(":", "_")
+        metrics.update({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator", "rho_seeds")})
+    for estimator, diagnostics in curves["diagnostics"].items():
+        metrics.update({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
+    for estimator, by_method in curves.get("intervals", {}).items():
+        metrics.update({f"{estimator.replace(':', '_')}.{k}_{method}": float(v)
+                        for method, graded in by_method.items() for k, v in graded.items()})
+    return metrics

@@ -2,7 +2,7 @@
 adapter (:class:`PsiConfig`) — in the one style of every stage's settings: frozen pydantic
 models, modes as ``Literal``, bounds as field constraints, presets that fill what is left
 unset, and no torch, so a cell config is checked before anything heavy loads. The
-estimators' settings live in ope/settings.py (ADWM) and ope/baseline_settings.py, outside the
+estimators' settings live in ope/settings.py (ADWM) and ope/classical/settings.py, outside the
 world model's code fingerprint: a change to how π_e is scored never retrains a world model.
 """
 
@@ -98,7 +98,7 @@ class TrainConfig(Settings):
     seed: int = 0
     device: str = "auto"
     # K world models: member 0 on the training episodes, members 1..K−1 each on a bootstrap
-    # resample of them; ADWM's interval then spans the members (ope/evaluate.py)
+    # resample of them; ADWM's interval then spans the members (ope/imagination/estimates.py)
     members: int = Field(default=1, ge=1)
 
     @model_validator(mode="before")

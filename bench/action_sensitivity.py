@@ -31,13 +31,13 @@ import numpy as np
 import torch
 
 from adwm_core.cell import CellConfig
-from adwm_core.stages.collection import logged_histories
+from adwm_core.collection import logged_histories
 from adwm_core.data import LOGPROBS, TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import DiffusionTransition
-from adwm_core.ope.state_bank import StateBank
+from adwm_core.ope.imagination.diffusion_transition import DiffusionTransition
+from adwm_core.ope.imagination.state_bank import StateBank
 from common import RESULTS, artifact, load_cell, machine
 from flows.cells import cell_names
 

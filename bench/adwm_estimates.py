@@ -31,19 +31,19 @@ import torch
 
 from adwm_core.specs import EPSILONS, PolicySpec
 from adwm_core.policies.loading import ModelCache
-from adwm_core.stages.collection import ground_truth_rollouts
+from adwm_core.collection import ground_truth_rollouts
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.data.actions import NULL
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
-from adwm_core.ope.rollouts import ImaginedRollouts
+from adwm_core.ope.imagination.diffusion_transition import DiffusionTransition, adwm_transition
+from adwm_core.ope.imagination.rollouts import ImaginedRollouts
 from adwm_core.ope.settings import AdwmConfig
-from adwm_core.ope.state_bank import StateBank
-from adwm_core.ope.evaluate import evaluate_policy
-from adwm_core.ope.metrics import spearman
+from adwm_core.ope.imagination.state_bank import StateBank
+from adwm_core.ope.imagination.estimates import adwm_estimates
+from adwm_core.ope.statistics.metrics import spearman
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
 from common import RESULTS, default_env, machine, tiny_family
@@ -71,7 +71,7 @@ def ground_truth(policy: PolicySpec, n_episodes: int) -> list[dict]:
 
 def estimates(model, trajectories, reader, llm, config: AdwmConfig) -> dict:
     started = time.perf_counter()
-    table, runs = evaluate_policy(model, trajectories, reader if config.reading == "soft_tokens" else llm,
+    table, runs = adwm_estimates(model, trajectories, reader if config.reading == "soft_tokens" else llm,
                                   cell="bench", label="tiny-iter2@p0", epsilons=EPSILONS, config=config)
     rows = table.to_pylist()
     out = {"seconds": time.perf_counter() - started, "config": config.model_dump(mode="json"), "estimates": {}}

@@ -1,4 +1,4 @@
-"""ADWM calibrated by k live episodes of π_e (adwm_core/ope/calibration.py, PPI++), measured.
+"""ADWM calibrated by k live episodes of π_e (adwm_core/ope/statistics/calibration.py, PPI++), measured.
 
 `python bench/calibration.py`: for every development cell and every admitted test cell whose
 ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy import stats
 
-from adwm_core.ope.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
+from adwm_core.ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
 from common import RESULTS, load_cell, machine
 from flows.cells import cell_names
 from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage

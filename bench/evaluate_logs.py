@@ -24,11 +24,11 @@ from scipy.stats import spearmanr
 
 from adwm_core.cell import CellConfig
 from adwm_core.data import ESTIMATES, read_table
-from adwm_core.ope.metrics import normalised_absolute_error
+from adwm_core.ope.statistics.metrics import normalised_absolute_error
 from adwm_core.policies.local_models import smollm2_dir
 from adwm_core.policies.serving import serve_vllm
 from adwm_core.specs import PolicySpec
-from adwm_core.stages.collection import ground_truth_rollouts
+from adwm_core.collection import ground_truth_rollouts
 from tasks.report import ESTIMATES_FILE
 from common import RESULTS, machine
 

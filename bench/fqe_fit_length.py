@@ -28,9 +28,9 @@ import yaml
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.baseline_settings import BaselineConfig, FQEConfig
-from adwm_core.ope.baselines import fitted_q, logged_steps
-from adwm_core.ope.metrics import normalised_absolute_error, spearman
+from adwm_core.ope.classical.settings import BaselineConfig, FQEConfig
+from adwm_core.ope.classical.logged_steps import fitted_q, logged_steps
+from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from common import RESULTS, artifact, load_cell, machine
 from flows.cells import cell_names
 from heldout import DEVELOPMENT, ground_truth, slug

@@ -86,21 +86,17 @@ def run(out: Path, cell_yaml: str, stand_in: str) -> None:
 
         config, _ = smoke_cell(str(on_transformers(Path(cell_yaml), Path(scratch))), stand_in,
                                data_root=str(Path(scratch) / "data"))
-        skipped = {"psi": config.adwm.reading != "soft_tokens", "ground-truth": config.ground_truth is None}
         facts = {"cell": config.name, "stand_in": Path(stand_in).name, "device": device(), "complete": False,
                  "wall_s": 0.0, "stages": []}
         started = time.perf_counter()
-        for name in pipeline.stage_names(config):
-            if skipped.get(name):
-                continue
-            for policy in config.evaluation.policies if pipeline.stage(name).per_policy else [None]:
-                begun = time.perf_counter()
-                pipeline.run(config, name, policy, log=lambda message: None)
-                facts["stages"].append({"stage": name, "policy": policy.label if policy else None,
-                                        "seconds": time.perf_counter() - begun})
-                facts["wall_s"] = time.perf_counter() - started
-                out.write_text(json.dumps(facts, indent=2))  # each stage as it ends: a run cut short keeps them
-                print(f"{name}: {facts['stages'][-1]['seconds']:.1f} s", flush=True)
+        for step in pipeline.plan(config):
+            begun = time.perf_counter()
+            pipeline.run(config, step.name, step.policy, log=lambda message: None)
+            facts["stages"].append({"stage": step.name, "policy": step.policy.label if step.policy else None,
+                                    "seconds": time.perf_counter() - begun})
+            facts["wall_s"] = time.perf_counter() - started
+            out.write_text(json.dumps(facts, indent=2))  # each stage as it ends: a run cut short keeps them
+            print(f"{step.name}: {facts['stages'][-1]['seconds']:.1f} s", flush=True)
         facts["complete"] = True
         out.write_text(json.dumps(facts, indent=2))
 

@@ -46,8 +46,8 @@ import yaml
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig, assign
 from adwm_core.model.world_model import member_paths
-from adwm_core.ope.intervals import percentile_bootstrap
-from adwm_core.ope.transitions import SOURCES
+from adwm_core.ope.statistics.intervals import percentile_bootstrap
+from adwm_core.ope.imagination.transitions import SOURCES
 from adwm_core.paths import local_cache_dir
 from adwm_core.training.world_model import HISTORY_FILE
 from common import RESULTS, load_cell, machine

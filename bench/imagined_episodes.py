@@ -24,9 +24,9 @@ from adwm_core.cell import parse_assignments
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import adwm_transition
-from adwm_core.ope.rollouts import ImaginedRollouts
-from adwm_core.ope.state_bank import StateBank
+from adwm_core.ope.imagination.diffusion_transition import adwm_transition
+from adwm_core.ope.imagination.rollouts import ImaginedRollouts
+from adwm_core.ope.imagination.state_bank import StateBank
 from common import artifact, load_cell
 from fidelity import evaluated_policy
 

@@ -23,7 +23,7 @@ import time
 import pyarrow as pa
 
 from adwm_core.specs import EnvSpec, PolicySpec
-from adwm_core.stages.collection import collect_behavior, ground_truth_rollouts
+from adwm_core.collection import collect_behavior, ground_truth_rollouts
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.local_models import smollm2_dir
 from common import CHECKPOINTS, RESULTS, default_env, tiny_family

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from adwm_core import pipeline
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.specs import PolicySpec
-from adwm_core.stages.collection import collect_behavior
+from adwm_core.collection import collect_behavior
 from common import RESULTS, machine
 
 DEPLOYMENTS = Path(__file__).parent.parent / "deployments"

@@ -81,7 +81,7 @@ def measure(kind: str, cell: str, code: Path | None = None, label: str | None = 
 def child(kind: str, cell: str, facts_path: str, label: str | None = None) -> None:
     """One measurement, in this (child) process; writes its facts as JSON to ``facts_path``."""
     from adwm_core import pipeline
-    from adwm_core.stages.collection import ground_truth_rollouts
+    from adwm_core.collection import ground_truth_rollouts
     from adwm_core.api import agent as agent_spec
     from flows.evaluate_policy import evaluate_policy, scoring_config
 
@@ -111,7 +111,7 @@ def llm_throughput(env_name: str, spec, trajectories: str) -> dict:
     """π_e's LLM on the prompts of the first LLM_SAMPLE logged steps: new tokens/s of greedy
     generation (one batch, as the rollouts call it) and prompt + action tokens/s of scoring."""
     from adwm_core.policies.loading import ModelCache
-    from adwm_core.stages.collection import logged_histories
+    from adwm_core.collection import logged_histories
     from adwm_core.data import TRAJECTORIES, read_table
 
     steps = list(logged_histories(read_table(trajectories, TRAJECTORIES)))[:LLM_SAMPLE]

@@ -1,4 +1,4 @@
-"""Where ADWM's error sits on a cell, by what answered (adwm_core/ope/source_errors.py).
+"""Where ADWM's error sits on a cell, by what answered (adwm_core/ope/instruments/source_errors.py).
 
 `python bench/source_errors.py [CELL ...]` (default: the development cells), for each cell whose
 behaviour, world-model, log-prob, ground-truth and ADWM stages have finished under today's code
@@ -29,12 +29,12 @@ import pyarrow.compute as pc
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table
 from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.model.world_model import WorldModel
-from adwm_core.ope.adwm import adwm_transition
-from adwm_core.ope.baseline_settings import BaselineConfig
-from adwm_core.ope.source_errors import source_points, source_summary, walk_ground_truth
-from adwm_core.ope.state_bank import StateBank
-from adwm_core.ope.transitions import SOURCES
-from adwm_core.stages.adwm import fqe_per_member
+from adwm_core.ope.imagination.diffusion_transition import adwm_transition
+from adwm_core.ope.classical.settings import BaselineConfig
+from adwm_core.ope.instruments.source_errors import source_points, source_summary, walk_ground_truth
+from adwm_core.ope.imagination.state_bank import StateBank
+from adwm_core.ope.imagination.transitions import SOURCES
+from adwm_core.ope.imagination.driver import fqe_per_member
 from common import RESULTS, artifact, load_cell, machine
 from flows.cells import cell_names
 from heldout import ADWM, DEVELOPMENT
@@ -58,7 +58,6 @@ def measure(cell_name: str) -> dict:
     log = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories)
     model = WorldModel.load_ensemble(artifact(cell, "world-model").file("model"))[0]
     bank, config = StateBank.from_log(log, model), cell.adwm
-    value_source = "model" if config.hands_over_to_fqe else None
     points, imagined = [], {}
     for policy in cell.evaluation.policies:
         q = None
@@ -69,15 +68,15 @@ def measure(cell_name: str) -> dict:
         episodes = read_table(artifact(cell, "ground-truth", policy.label).file("episodes"), TRAJECTORIES)
         walked = walk_ground_truth(adwm_transition(model, bank, config, q), bank, model, episodes,
                                    gamma=config.gamma, noise_levels=model.diffusion.n_steps)
-        points += source_points(walked, config.gamma, value_source)
+        points += source_points(walked, config.gamma)
         estimates = read_table(artifact(cell, "adwm", policy.label).file("estimates"), ESTIMATES)
         imagined.update(imagined_values(estimates))
-    return {"points": points, "summary": source_summary(points, imagined), "value_source": value_source}
+    return {"points": points, "summary": source_summary(points, imagined)}
 
 
 def report(results: dict[str, dict]) -> list[str]:
     lines = ["# Where ADWM's error sits, by what answered", "",
-             "`python bench/source_errors.py [CELL ...]` (adwm_core/ope/source_errors.py): every ground-truth "
+             "`python bench/source_errors.py [CELL ...]` (adwm_core/ope/instruments/source_errors.py): every ground-truth "
              "episode of π_e^ε walked, teacher forced, through the cell's ADWM transition. ρ / NMAE against J "
              "of ADWM's own Ĵ (*imagined*), of the teacher-forced walk (*walked*: the real states, the "
              "transition's answers) and of each source's *oracle* walk (that source's answers replaced by the "

@@ -21,7 +21,7 @@ import os
 import time
 
 from adwm_core.specs import PolicySpec
-from adwm_core.stages.collection import collect_behavior
+from adwm_core.collection import collect_behavior
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.model.world_model import WorldModel

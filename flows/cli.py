@@ -14,11 +14,10 @@ from adwm_core import cli as core
 from adwm_core.api import endpoint, seed_overrides
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
+from adwm_core.ope.answers import RANKED_BY
 from adwm_core.policies.openai_backend import MODES
 from adwm_core.ranking import rank_agents, ranking_lines
 from adwm_core.report import interval_lines, not_applicable_lines, trust_lines
-
-RANKED_BY = "ADWM:reward_sum"
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world

@@ -20,6 +20,8 @@ from tasks.common import cell_run
 from tasks.policies import prepare_policies
 from tasks.stages import call
 
+FINISHED = ("behaviour", "world-model")  # the cell's flow made them; evaluate-policy trains nothing of the cell
+
 
 def scoring_config(cell: str, agent: PolicySpec, reference: bool = False) -> CellConfig:
     """The cell's config as evaluate-policy scores ``agent``: with the kNN-WM reference or without,
@@ -36,17 +38,14 @@ def evaluate_policy(cell: str, model: str, label: str | None = None, backend: st
     the estimates Parquet's path. ``reference``: the kNN-WM reference's rows as well."""
     agent = agent_spec(model, backend=backend, label=label, variant=variant)
     config = scoring_config(cell, agent, reference)
-    for stage in ("behaviour", "world-model"):
+    for stage in FINISHED:
         pipeline.finished(config, stage)  # names the flow that makes it, before any work
     with cell_run(config.name, f"evaluate {agent.name}") as parent:
         mlflow.log_params({"cell": config.name, "agent": agent.model, "flow_run_id": flow_run.get_id() or "local"})
         config = prepare_policies(config, environment=False)
         agent = config.evaluation.policies[0]  # with its GPU share on a GPU worker
-        if config.adwm.reading == "soft_tokens":
-            call("psi", config, parent, agent)
-        if config.adwm.hands_over_to_fqe:  # the hand-over's Q is fitted on the agent's greedy actions at logged steps
-            call("greedy", config, parent, agent)
-        estimates = call("adwm", config, parent, agent)
+        for step in pipeline.plan(config, targets=["adwm"], given=FINISHED):
+            estimates = call(step.name, config, parent, step.policy)
     path = estimates.file("estimates")
     print(f"estimates of {agent.name}: {path}")
     return path

@@ -12,7 +12,7 @@ from flows.cells import cell_names
 
 
 @task(name="run-cell")
-def run_cell(cell: str, smoke: bool = False) -> str:
+def queue_cell(cell: str, smoke: bool = False) -> str:
     """Queue deployment ``ope-cell/<cell>`` (in smoke mode if ``smoke``) and wait for its flow
     run; its final state."""
     parameters = {"smoke": True} if smoke else None  # a real run's parameters stay the deployment's own
@@ -27,7 +27,7 @@ def full_suite(cells: list[str] | None = None, pattern: str = "*", smoke: bool =
     names = cells or fnmatch.filter(cell_names(), pattern)
     if not names:
         raise ValueError(f"no cell under deployments/ matches {pattern!r}")
-    states = dict(zip(names, run_cell.map(names, smoke=smoke).result()))
+    states = dict(zip(names, queue_cell.map(names, smoke=smoke).result()))
     print("\n".join(f"{name}: {state}" for name, state in states.items()))
     failed = [name for name, state in states.items() if state != "COMPLETED"]
     if failed:

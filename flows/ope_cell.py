@@ -6,9 +6,10 @@
               └─> ground truth ──────────────────────────────────────────┘
 
 Stages right of behaviour and world model (and ground truth) run once per π_e of the cell.
-Each stage is declared in adwm_core/pipeline.py (settings, inputs, outputs, key) and reused
-where its artifact is complete; ``policies`` (a local cell's tiny family) runs where the cell
-trains one. Behaviour data is collected live, or imported from the user's logs
+Each stage is declared in adwm_core/pipeline.py (settings, inputs, outputs, key); which of them
+run, and after what, is ``pipeline.plan(cell)`` (ψ where π_e reads soft tokens, the log-prob or
+greedy-action stage where it is read, ground truth where the cell is graded, ``policies`` where
+the cell trains a tiny family), and a stage whose artifact is complete is reused. Behaviour data is collected live, or imported from the user's logs
 (``behaviour.logs``; flows/evaluate_logs.py builds such a cell from the command line).
 """
 
@@ -27,7 +28,7 @@ from flows.runners import cell_task_runner
 from tasks.common import cell_run
 from tasks.policies import prepare_policies
 from tasks.report import closing_screen, publish
-from tasks.stages import submit
+from tasks.stages import submit_plan
 
 
 @flow(name="ope-cell", log_prints=True, task_runner=cell_task_runner())
@@ -59,22 +60,8 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
             mlflow.set_tag("smoke", "true")
             mlflow.log_dict(smoke_overlay, "smoke_overlay.json")
         config = prepare_policies(config)
-        family = submit("policies", config, parent) if config.local_policies else None
-        targets = config.evaluation.policies
-        truths = [submit("ground-truth", config, parent, p, [family]) for p in targets] if config.ground_truth else []
-        logged = submit("behaviour", config, parent, after=[family])
-        logps = [submit("logprobs", config, parent, p, [logged]) for p in targets]
-        model = submit("world-model", config, parent, after=[logged])
-        soft = config.adwm.reading == "soft_tokens"
-        adapters = [submit("psi", config, parent, p, [model]) if soft else None for p in targets]
-        to_fqe = config.adwm.hands_over_to_fqe  # ADWM hands off-log pairs to FQE, fitted on the log-probs
-        imagined = [submit("adwm", config, parent, p, [model, a, lp if to_fqe else None])
-                    for p, a, lp in zip(targets, adapters, logps)]
-        classical = [submit("baselines", config, parent, p, [lp, model]) for p, lp in zip(targets, logps)]
-        for future in (family, logged, model, *truths, *logps, *adapters, *imagined, *classical):
-            if future is not None:
-                future.result()  # in the DAG's order: raises the first failed stage's own error
-        result = submit("report", config, parent, after=[*truths, *imagined, *classical]).result()
+        for future in submit_plan(config, parent).values():
+            result = future.result()  # in the plan's order: raises the first failed stage's own error
         publish(config.name, result)
     print(f"report: {result.file('report')}")
     return result.path

@@ -9,7 +9,7 @@ the DAG in the Prefect UI)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 
 import mlflow
@@ -90,3 +90,13 @@ def submit(name: str, cell: CellConfig, parent_run: str | None, policy: PolicySp
 def call(name: str, cell: CellConfig, parent_run: str | None, policy: PolicySpec | None = None) -> Artifact:
     """Stage ``name`` of ``cell`` (for π_e ``policy``) run now, in the calling flow."""
     return TASKS[name](cell, policy, parent_run)
+
+
+def submit_plan(cell: CellConfig, parent_run: str | None,
+                submit_one: Callable[..., PrefectFuture] = submit) -> dict[tuple[str, str | None], PrefectFuture]:
+    """Every step of ``pipeline.plan(cell)`` submitted, each to start once the steps it reads
+    finished: the futures by step (in the plan's order)."""
+    futures: dict[tuple[str, str | None], PrefectFuture] = {}
+    for step in pipeline.plan(cell):
+        futures[step.index] = submit_one(step.name, cell, parent_run, step.policy, [futures[i] for i in step.after])
+    return futures

@@ -110,7 +110,7 @@ WM_STEPS = 400  # the default recipe's budget is in optimiser steps (20 evaluati
 @pytest.fixture(scope="session")
 def tiny_behaviour(tiny_pool, adwm_home):
     """160 behaviour trajectories of the tiny pool (path to the Parquet file)."""
-    from adwm_core.stages.collection import collect_behavior
+    from adwm_core.collection import collect_behavior
 
     out = str(adwm_home / "tiny-cell" / "trajectories.parquet")
     collect_behavior(tiny_env_spec(), tiny_pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)

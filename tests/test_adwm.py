@@ -20,22 +20,23 @@ from adwm_core.envs.episodes import Decision, EpisodeSpec, episodes_table
 from adwm_core.envs.runner import EpisodeRunner
 from adwm_core.model.psi import PsiAdapter
 from adwm_core.model.world_model import WorldModel, on_latent_manifold
-from adwm_core.ope.adwm import DiffusionTransition, adwm_transition
-from adwm_core.ope.rollouts import ImaginedRollouts
-from adwm_core.ope.transitions import LoggedSuccessors, NearestLogged, Query
-from adwm_core.ope.carry_over import CarriedOver, signature, template
-from adwm_core.ope.diagnostics import verdicts
-from adwm_core.ope.fqe import FittedQEvaluation
-from adwm_core.ope.state_bank import StateBank
-from adwm_core.ope.evaluate import evaluate_policy, value_rows
-from adwm_core.ope.logged import LoggedTransitions
+from adwm_core.ope.imagination.diffusion_transition import DiffusionTransition, adwm_transition
+from adwm_core.ope.imagination.rollouts import ImaginedRollouts
+from adwm_core.ope.imagination.transitions import LoggedSuccessors, NearestLogged, Query
+from adwm_core.ope.imagination.carry_over import CarriedOver, signature, template
+from adwm_core.ope.statistics.diagnostics import verdicts
+from adwm_core.ope.classical.fqe import FittedQEvaluation
+from adwm_core.ope.imagination.state_bank import StateBank
+from adwm_core.ope.imagination.estimates import adwm_estimates, value_rows
+from adwm_core.ope.imagination.logged import LoggedTransitions
 from adwm_core.envs.base import Observation, StepResult, TextEnv
 from adwm_core.envs import registry
-from adwm_core.ope.fidelity import (environment_replay, logged_coverage, one_step_fidelity, open_loop_replay,
+from adwm_core.ope.instruments.fidelity import (environment_replay, logged_coverage, one_step_fidelity, open_loop_replay,
                                     policy_agreement)
-from adwm_core.ope.metrics import spearman
+from adwm_core.ope.statistics.metrics import spearman
 from adwm_core.policies.prompts import History
 from adwm_core.settings import TrainConfig
+from adwm_core.ope.answers import SOURCES
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.training.world_model import train_world_model
 
@@ -86,13 +87,13 @@ def test_memoised_decisions_give_the_same_rows_and_ask_each_history_once(corrido
     """π_e behind the stage's memo: the estimates are those of the bare policy, π_e is asked once
     per distinct history (every rollout's first step is shared across ε levels and seeds, so
     most are hits), and the hit rate says so."""
-    from adwm_core.ope.memo import MemoisedPolicy
+    from adwm_core.ope.imagination.memo import MemoisedPolicy
 
     trajectories, model = corridor
     config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_bootstrap=50)
     bare, inner = Counting(), Counting()
     memoised = MemoisedPolicy(inner)
-    rows = [evaluate_policy(model, trajectories, policy, cell="c", label="east", epsilons=(0.0, 0.5, 1.0),
+    rows = [adwm_estimates(model, trajectories, policy, cell="c", label="east", epsilons=(0.0, 0.5, 1.0),
                             config=config)[0].to_pylist() for policy in (bare, memoised)]
     assert rows[0] == rows[1]
     assert memoised.asked == bare.asked and inner.asked == len(memoised.memo) < bare.asked / 2
@@ -110,7 +111,7 @@ def test_progress_counts_the_steps_imagined_in_this_run_and_none_for_a_unit_read
 
     def run():
         calls.clear()
-        return evaluate_policy(model, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config,
+        return adwm_estimates(model, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config,
                                progress=lambda done, total, **counts: calls.append((done, total, counts)),
                                units=str(tmp_path))[1]
 
@@ -135,7 +136,7 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
     ADWM's diffusion model answers every step (the log holds every pair π_e plays here)."""
     trajectories, model = corridor
     config = AdwmConfig(reading="retrieval", logged_successors=False, horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
-    table, runs = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
+    table, runs = adwm_estimates(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
                                   config=config)
     rows = table.to_pylist()
     assert {(r["estimator"], r["epsilon"], r["seed"]) for r in rows} == {
@@ -184,7 +185,7 @@ def test_logged_pairs_are_answered_from_the_log_and_the_others_by_the_diffusion_
         assert answers and reward[j] == logged.rewards[answers[0]] and done[j] == logged.done[answers[0]]
     assert torch.equal(z[2:], asked.z_next) and np.array_equal(reward[2:], asked.reward)
     assert np.array_equal(done[2:], asked.done)
-    assert answer.source.tolist() == ["log", "log", "model", "model"] and not every.logged.any()
+    assert answer.source.tolist() == ["log", "log", "diffusion", "diffusion"] and not every.logged.any()
     torch.testing.assert_close(every.z_next[2:], asked.z_next)  # the same noise, in a batch of another size
     assert not any(torch.equal(every.z_next[0], logged.next_latents[i]) for i in logged.pairs[int(read[0]), "go east"])
 
@@ -225,7 +226,7 @@ def test_an_off_log_pair_is_answered_by_a_logged_transition_of_the_same_signatur
     torch.testing.assert_close(answer.z_next[0], torch.eye(4)[3])
     nearest = NearestLogged(bank)(query.subset(np.array([1])))
     assert answer.reward[1] == nearest.reward[0] and not answer.logged.any()
-    assert answer.source.tolist() == ["carried", "model", "carried"]
+    assert answer.source.tolist() == ["carried", "nearest", "carried"]
 
 
 def test_the_template_level_answers_a_signature_the_log_never_took_by_what_that_kind_of_action_earned():
@@ -246,8 +247,8 @@ def test_the_template_level_answers_a_signature_the_log_never_took_by_what_that_
     fallback = NearestLogged(bank)
     by_signature = CarriedOver(bank, fallback)(query)
     backed_off = CarriedOver(bank, fallback, levels=("signature", "template"))(query)
-    assert by_signature.source.tolist() == ["model", "model"]
-    assert backed_off.source.tolist() == ["carried", "model"]
+    assert by_signature.source.tolist() == ["nearest", "nearest"]
+    assert backed_off.source.tolist() == ["carried", "nearest"]
     assert backed_off.reward[0] == 0.0 and not backed_off.done[0]
     with pytest.raises(ValueError, match="carry-over levels"):
         CarriedOver(bank, fallback, levels=("verb",))
@@ -371,9 +372,9 @@ def test_auto_guidance_steers_by_the_success_bank_where_the_log_holds_a_success_
     assert guided.success_guidance is not None and not unguided.guided
     path = trajectories.replace("trajectories.parquet", "failures.parquet")
     write_table(failures, path, TRAJECTORIES)
-    rows = evaluate_policy(model, path, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
+    rows = adwm_estimates(model, path, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
     assert {r["estimator"] for r in rows.to_pylist()} == {"ADWM:reward_sum", "kNN-WM:reward_sum"}
-    loaded = evaluate_policy(model, failures, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
+    loaded = adwm_estimates(model, failures, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=config)[0]
     assert loaded.equals(rows)  # a table in memory scores as its file does
 
 
@@ -399,20 +400,20 @@ def test_bad_settings_are_named(corridor):
         config.check_behaviour(failures)
     paper_guidance.check_behaviour(table)
     with pytest.raises(ValueError, match="ε levels"):
-        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
+        adwm_estimates(model, trajectories, East(), cell="c", label="l", epsilons=(1.5,))
     with pytest.raises(ValueError, match=r"fit_q.*preset='carry_over'"):  # the default hands over to FQE
-        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,))
+        adwm_estimates(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,))
     with pytest.raises(ValueError, match="guidance='likelihood' with reading='retrieval'"):
         AdwmConfig(reading="retrieval", guidance="likelihood")
     with pytest.raises(TypeError, match="SoftPromptPolicy"):
-        evaluate_policy(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,),
+        adwm_estimates(model, trajectories, East(), cell="c", label="l", epsilons=(0.0,),
                         config=AdwmConfig(preset="carry_over", reading="soft_tokens"))
 
 
 def test_the_stage_scores_an_llm_policy_family_against_a_trained_world_model(tiny_behaviour, tiny_world_model,
                                                                              tiny_pool, tiny_psi, tmp_path):
     from adwm_core.data import ESTIMATES
-    from adwm_core.stages.adwm import run_adwm
+    from adwm_core.ope.imagination.driver import run_adwm
     from conftest import TINY_ENV
 
     out = tmp_path / "adwm.parquet"
@@ -575,9 +576,9 @@ def test_a_log_without_pi_es_steps_gets_the_extrapolation_verdict_and_a_covering
     trajectories, model = corridor
     config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0,), n_rollouts=8,
                         n_bootstrap=50)
-    covered, _ = evaluate_policy(model, trajectories, East(), cell="corridor", label="east", epsilons=(0.0,),
+    covered, _ = adwm_estimates(model, trajectories, East(), cell="corridor", label="east", epsilons=(0.0,),
                                  config=config)
-    uncovered, _ = evaluate_policy(model, trajectories, Jump(), cell="corridor", label="jump", epsilons=(0.0,),
+    uncovered, _ = adwm_estimates(model, trajectories, Jump(), cell="corridor", label="jump", epsilons=(0.0,),
                                    config=config)
     east, jump = covered.to_pylist(), uncovered.to_pylist()
     assert min(r["log_share"] for r in east) > 0.9 and all(r["ess"] is None for r in east)
@@ -603,7 +604,7 @@ def test_an_off_log_pair_hands_the_rollout_over_to_q(corridor):
     run = imagination.run(Jump(), adwm_transition(model, bank, config, {0.0: q}), (0.0,), seed=0)
     starts = torch.stack([bank.latents[s.observation] for s in run.steps]).numpy()
     expected = q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * len(starts))))
-    assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"model"}
+    assert run.lengths.tolist() == [1] * 8 and {s.source for s in run.steps} == {"value"}
     np.testing.assert_allclose(run.reward_sum, expected, rtol=1e-6)
     assert abs(expected).min() > 0  # a value was handed over, not a step reward of 0
     rows = value_rows([run], [bank], cell="corridor", policy="jump", seed=0, config=config)
@@ -637,7 +638,7 @@ def test_carry_over_fqe_carries_a_logged_signature_over_and_hands_the_rest_to_q(
     assert {s.source for s in east.steps} == {"log", "carried"} and east.lengths.max() > 2
     jump = imagination.run(Jump(), transition, (0.0,), seed=0)
     starts = torch.stack([bank.latents[s.observation] for s in jump.steps]).numpy()
-    assert jump.lengths.tolist() == [1] * 8 and {s.source for s in jump.steps} == {"model"}
+    assert jump.lengths.tolist() == [1] * 8 and {s.source for s in jump.steps} == {"value"}
     np.testing.assert_allclose(jump.reward_sum, q.q_values(starts, np.asarray(model.config.actions.ids(["jump"] * 8))),
                                rtol=1e-6)
 
@@ -651,7 +652,7 @@ def test_an_ensemble_averages_its_members_and_its_interval_spans_them(corridor):
                         n_bootstrap=200, reference=False)
 
     def rows(members):
-        table, runs = evaluate_policy(members, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0),
+        table, runs = adwm_estimates(members, trajectories, East(), cell="c", label="east", epsilons=(0.0, 1.0),
                                       config=config)
         assert len(runs) == len(members)
         return {(r["estimator"], r["epsilon"]): r for r in table.to_pylist()}
@@ -683,8 +684,8 @@ def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
     carried-over outcomes room 2's; the log's answers are the environment's own (the corridor is
     deterministic). Handed over to an untrained Q̂, every walk ends at its first step with Q̂ there.
     With every source an oracle a walk returns the episode's return, so each point's J."""
-    from adwm_core.ope.source_errors import source_points, source_summary, walk_ground_truth, walked_value
-    from adwm_core.ope.value_handover import HandOverToValue
+    from adwm_core.ope.instruments.source_errors import source_points, source_summary, walk_ground_truth, walked_value
+    from adwm_core.ope.imagination.value_handover import HandOverToValue
 
     trajectories, model = corridor
     bank = StateBank.from_log(BehaviourLog(room_2_east_relabelled(trajectories)), model)
@@ -700,28 +701,28 @@ def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
     assert all(s.source == "carried" for s in east if s.t == 1)  # room 2 (the corridor starts in room 1)
     logged = [s for s in steps if s.source == "log"]
     assert all(s.reward == s.true_reward and s.done == s.true_done for s in logged)
-    points = source_points(steps, gamma=1.0, value_source="model")
+    points = source_points(steps, gamma=1.0)
     returns = {eps: np.mean([sum(r["reward"] for r in truth.filter(pc.and_(pc.equal(truth["epsilon"], eps),
                                                                              pc.equal(truth["episode"], e))).to_pylist())
                              for e in set(truth["episode"].to_pylist())]) for eps in (0.0, 1.0)}
     assert [p["truth"] for p in points] == pytest.approx([returns[0.0], returns[1.0]])
     episode = sorted((s for s in steps if s.episode == east[0].episode and s.epsilon == 0.0), key=lambda s: s.t)
-    assert walked_value(episode, 1.0, oracle=frozenset({"log", "carried", "model"}), value_source="model") == \
+    assert walked_value(episode, 1.0, oracle=frozenset(SOURCES)) == \
         pytest.approx(episode[0].return_to_go)
     for point in points:
         assert point["log_reward_error"] == 0 and point["oracle_log"] == pytest.approx(point["walked"])  # exact answers
-        assert sum(point[f"{source}_share"] for source in ("log", "carried", "model")) == pytest.approx(1.0)
+        assert sum(point[f"{source}_share"] for source in SOURCES) == pytest.approx(1.0)
     handed = walk_ground_truth(HandOverToValue(model, {0.0: q, 1.0: q}), bank, model, truth)
     first = [s for s in handed if s.t == 0]
     starts = model.encode_texts([r["observation"] for r in truth.to_pylist() if r["t"] == 0]).detach().numpy()
-    assert {s.source for s in handed} == {"model"} and all(s.done for s in handed)
+    assert {s.source for s in handed} == {"value"} and all(s.done for s in handed)
     np.testing.assert_allclose(sorted(s.reward for s in first),
                                sorted(q.q_values(starts, np.asarray(model.config.actions.ids(
                                    [r["action"] for r in truth.to_pylist() if r["t"] == 0])))), rtol=1e-5)
-    handed_points = source_points(handed, gamma=1.0, value_source="model")
+    handed_points = source_points(handed, gamma=1.0)
     for point, expected in zip(handed_points, points):
-        assert point["oracle_model"] == pytest.approx(expected["truth"])  # Q̂ replaced by G_0
+        assert point["oracle_value"] == pytest.approx(expected["truth"])  # Q̂ replaced by G_0
         assert point["walked"] == pytest.approx(np.mean([s.reward for s in first if s.epsilon == point["epsilon"]]))
     summary = source_summary(handed_points, {(p["policy"], p["epsilon"]): p["truth"] for p in handed_points})
-    assert summary["oracle_model"]["nmae"] == pytest.approx(0.0, abs=1e-9)
-    assert summary["imagined"]["nmae"] == pytest.approx(0.0, abs=1e-9) and summary["model_share"] == 1.0
+    assert summary["oracle_value"]["nmae"] == pytest.approx(0.0, abs=1e-9)
+    assert summary["imagined"]["nmae"] == pytest.approx(0.0, abs=1e-9) and summary["value_share"] == 1.0

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from adwm_core.api import LoggedEpisodes, _ranking_metrics, agent, seed_overrides
-from adwm_core.ope.metrics import regret_at_1, regret_at_k
-from adwm_core.stages.logs import LogFormatError
+from adwm_core.ope.statistics.metrics import regret_at_1, regret_at_k
+from adwm_core.data.logs import LogFormatError
 
 ENV, TASK = "textworld-express", "simonsays"
 

@@ -6,18 +6,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.stages.collection import extract_logprobs
+from adwm_core.collection import extract_logprobs
 from adwm_core.data import ESTIMATES, LOGPROBS, TRAJECTORIES, read_table, write_table
 from adwm_core.data.behaviour_log import BehaviourLog
-from adwm_core.stages.baselines import run_baselines
-from adwm_core.ope.diagnostics import IMPORTANCE_WEIGHTED
-from adwm_core.ope.estimators import ESTIMATORS
-from adwm_core.ope.intervals import CONCENTRATION
-from adwm_core.ope.baseline_settings import BaselineConfig, FQEConfig
+from adwm_core.ope.classical.meta import run_baselines
+from adwm_core.ope.statistics.diagnostics import IMPORTANCE_WEIGHTED
+from adwm_core.ope.classical.estimators import ESTIMATORS
+from adwm_core.ope.statistics.intervals import CONCENTRATION
+from adwm_core.ope.classical.settings import BaselineConfig, FQEConfig
 from adwm_core.data.windows import episode_arrays
 from adwm_core.model.world_model import WorldModel
 from adwm_core.specs import LogSource
-from adwm_core.stages.logs import export_jsonl, import_logs
+from adwm_core.data.logs import export_jsonl, import_logs
 from conftest import TINY_ENV
 
 EPSILONS = (0.0, 0.5, 1.0)
@@ -128,10 +128,10 @@ def test_fqe_reads_actions_outside_the_vocabulary_by_their_words_where_asked(tin
 
     from adwm_core.data.actions import UNKNOWN, ActionVocabulary
     from adwm_core.model.world_model import WorldModelConfig
-    from adwm_core.ope.baselines import action_reader, action_table, logged_steps
-    from adwm_core.ope.fqe import FittedQEvaluation
-    from adwm_core.ope.transitions import Query
-    from adwm_core.ope.value_handover import HandOverToValue
+    from adwm_core.ope.classical.logged_steps import action_reader, action_table, logged_steps
+    from adwm_core.ope.classical.fqe import FittedQEvaluation
+    from adwm_core.ope.imagination.transitions import Query
+    from adwm_core.ope.imagination.value_handover import HandOverToValue
 
     model = WorldModel.load(tiny_world_model[0].path)
     log, scores = BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES), tiny_behaviour), read_table(logprobs, LOGPROBS)

@@ -1,4 +1,4 @@
-"""ADWM calibrated by a few live episodes (adwm_core/ope/calibration.py)."""
+"""ADWM calibrated by a few live episodes (adwm_core/ope/statistics/calibration.py)."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from adwm_core.cli import main
-from adwm_core.ope.calibration import linear_calibration, per_start_means, prediction_powered
+from adwm_core.ope.statistics.calibration import linear_calibration, per_start_means, prediction_powered
 
 
 def synthetic_point(rng, k: int, n: int, bias: float, noise: float):

@@ -5,7 +5,7 @@ import pyarrow.compute as pc
 import pytest
 
 from adwm_core.specs import EnvSpec, PolicySpec
-from adwm_core.stages.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_histories
+from adwm_core.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_histories
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
 from adwm_core.policies.base import LLMPolicy
 from adwm_core.policies.loading import load_language_model

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
+from adwm_core.ope.answers import SOURCES
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
 from conftest import tiny_cell
 
@@ -277,7 +278,7 @@ def test_a_pool_without_a_success_is_refused_before_world_model_training(harness
 def evaluate_argv(first_run, logs, *options: str) -> list[str]:
     """``adwm evaluate`` on the tiny cell's behaviour exported to JSONL at ``logs``, at toy sizes,
     its agents loaded in-process, ``options`` added (the agents among them)."""
-    from adwm_core.stages.logs import export_jsonl
+    from adwm_core.data.logs import export_jsonl
 
     (behaviour,) = stage_folders("behaviour")
     export_jsonl(read_table(os.path.join(behaviour, "trajectories.parquet"), TRAJECTORIES), str(logs))
@@ -412,7 +413,7 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     assert imagined.n_episodes == 16 and set(imagined.steps["policy"].to_pylist()) == {"late@p0", "early@p0"}
     records = [json.loads(line) for line in samples.read_text().splitlines()]
     assert {(r["policy"], r["epsilon"]) for r in records} == set(values.index)
-    assert all(turn["source"] in ("log", "carried", "model") for r in records for turn in r["conversations"][1::2])
+    assert all(turn["source"] in SOURCES for r in records for turn in r["conversations"][1::2])
 
     wide, narrow = ope.estimate_intervals(alpha=0.05), ope.estimate_intervals(alpha=0.5)
     assert len(glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))) == 1
@@ -445,7 +446,7 @@ def test_a_killed_adwm_stage_resumes_from_its_finished_seeds(first_run, harness,
     uninterrupted run gives (seeds 0 and 1: the first run's own rows)."""
     from adwm_core import pipeline
     from adwm_core.cell import CellConfig
-    from adwm_core.ope.rollouts import ImaginedRollouts
+    from adwm_core.ope.imagination.rollouts import ImaginedRollouts
 
     config = yaml.safe_load(open(first_run[0]))
     config["adwm"]["seeds"] = [0, 1, 2]

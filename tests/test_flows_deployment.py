@@ -113,7 +113,7 @@ def test_evaluate_logs_runs_as_a_deployment_on_the_worker(stack, tiny_behaviour,
     """`adwm evaluate` as deployment evaluate-logs/<name>: the user's logs (JSONL) and agent as
     parameters, run by the worker to Completed, its estimates in the cell named after the logs."""
     from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
-    from adwm_core.stages.logs import export_jsonl
+    from adwm_core.data.logs import export_jsonl
     from conftest import tiny_env_spec
 
     logs = str(tmp_path / "deployed-logs.jsonl")

@@ -9,7 +9,7 @@ import pytest
 from adwm_core.cell import CellConfig, CellConfigError
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.specs import LogSource
-from adwm_core.stages.logs import LogFormatError, export_jsonl, import_logs, read_logs
+from adwm_core.data.logs import LogFormatError, export_jsonl, import_logs, read_logs
 
 
 def _sorted(table):
@@ -98,7 +98,7 @@ def test_malformed_logs_name_file_line_and_field_and_write_nothing(case, tmp_pat
 
 
 def test_a_missing_logs_file_is_named(tmp_path):
-    from adwm_core.stages.logs import fingerprint
+    from adwm_core.data.logs import fingerprint
 
     with pytest.raises(FileNotFoundError, match="nowhere.jsonl: no logs file here"):
         fingerprint(LogSource(str(tmp_path / "nowhere.jsonl")))

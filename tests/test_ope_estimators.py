@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from adwm_core.ope.diagnostics import verdicts, weight_diagnostics
-from adwm_core.ope.estimators import ESTIMATORS, LoggedTrajectories
-from adwm_core.ope.intervals import CONCENTRATION, concentration_interval, members_bootstrap, percentile_bootstrap
-from adwm_core.ope.metrics import (
+from adwm_core.ope.statistics.diagnostics import verdicts, weight_diagnostics
+from adwm_core.ope.classical.estimators import ESTIMATORS, LoggedTrajectories
+from adwm_core.ope.statistics.intervals import CONCENTRATION, concentration_interval, members_bootstrap, percentile_bootstrap
+from adwm_core.ope.statistics.metrics import (
     kendall,
     normalised_absolute_error,
     per_seed_spearman,
@@ -17,7 +17,7 @@ from adwm_core.ope.metrics import (
     spearman_with_interval,
     permutation_p_value,
 )
-from adwm_core.ope.signed_log import SignedLog
+from adwm_core.ope.statistics.signed_log import SignedLog
 
 GAMMA = 0.99
 
@@ -221,9 +221,9 @@ def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_d
 @pytest.mark.parametrize("stabilised", [{}, {"target_every": 1},
                                         {"layer_norm": True, "weight_decay": 1e-3, "clip_targets": True}])
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy(stabilised):
-    from adwm_core.ope.fqe import FittedQEvaluation, Transitions
-    from adwm_core.ope.baseline_settings import FQEConfig
-    from adwm_core.ope.baselines import returns_to_go_range
+    from adwm_core.ope.classical.fqe import FittedQEvaluation, Transitions
+    from adwm_core.ope.classical.settings import FQEConfig
+    from adwm_core.ope.classical.logged_steps import returns_to_go_range
 
     mdp = TabularMDP(17)
     pi_b, greedy = mdp.policy(18), mdp.policy(19)
@@ -268,7 +268,7 @@ def test_fqe_starts_from_its_seed_whatever_another_thread_draws_meanwhile():
     import torch
     from torch import nn
 
-    from adwm_core.ope.fqe import FittedQEvaluation
+    from adwm_core.ope.classical.fqe import FittedQEvaluation
 
     features = np.eye(4)
     torch.manual_seed(3)
@@ -295,7 +295,7 @@ def test_fqe_starts_from_its_seed_whatever_another_thread_draws_meanwhile():
 
 
 def test_the_range_of_logged_returns_to_go_bounds_every_step_of_every_episode():
-    from adwm_core.ope.baselines import returns_to_go_range
+    from adwm_core.ope.classical.logged_steps import returns_to_go_range
 
     rewards = np.array([[1.0, -2.0, 3.0], [0.5, 9.0, 0.0]])  # the 9 lies past the second episode's end
     mask = np.array([[True, True, True], [True, False, False]])

@@ -14,8 +14,8 @@ from adwm_core.policies.loading import load_language_model
 from adwm_core.policies.local_models import smollm2_dir
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.specs import PolicySpec
-from adwm_core.stages.adwm import run_adwm
-from adwm_core.stages.collection import ground_truth_rollouts
+from adwm_core.ope.imagination.driver import run_adwm
+from adwm_core.collection import ground_truth_rollouts
 from conftest import TINY_ENV, tiny_env_spec
 from test_vllm_backend import HISTORIES, LOGPROB_TOLERANCE
 

@@ -9,12 +9,12 @@ from typing import get_args
 import pytest
 
 import adwm_core.ope as ope
-from adwm_core.ope.baseline_settings import EstimatorName
+from adwm_core.ope.classical.settings import EstimatorName
 
 
 def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names():
     from adwm_core.ope import WIS, LoggedTrajectories, WeightedImportanceSampling
-    from adwm_core.ope.estimators import LoggedTrajectories as defined
+    from adwm_core.ope.classical.estimators import LoggedTrajectories as defined
 
     assert WIS is WeightedImportanceSampling and WIS.name == "WIS" and LoggedTrajectories is defined
     for name in ope.__all__:
@@ -26,7 +26,7 @@ def test_every_public_name_resolves_and_the_estimators_answer_to_their_row_names
 
 
 def test_every_stage_setting_loads_without_torch():
-    code = ("import sys, adwm_core.settings as s, adwm_core.ope.settings as o, adwm_core.ope.baseline_settings as b; "
+    code = ("import sys, adwm_core.settings as s, adwm_core.ope.settings as o, adwm_core.ope.classical.settings as b; "
             "[c() for c in (s.TrainConfig, s.PsiConfig, b.BaselineConfig, o.AdwmConfig, b.FQEConfig)]; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

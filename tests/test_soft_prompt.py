@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from adwm_core.stages.collection import logged_histories
+from adwm_core.collection import logged_histories
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.diffusion.guidance import eta_schedule, gradient_guidance
 from adwm_core.diffusion.process import GaussianDiffusion

@@ -18,8 +18,12 @@ def cell():
 
 
 def keys(cell: CellConfig) -> dict[tuple[str, str | None], str]:
-    return {(name, p and p.label): pipeline.locate(cell, name, p).key for name in pipeline.stage_names(cell)
-            for p in (cell.evaluation.policies if pipeline.stage(name).per_policy else [None])}
+    return {(s.name, s.policy and s.policy.label): pipeline.locate(cell, s.name, s.policy).key
+            for s in pipeline.plan(cell)}
+
+
+def planned(cell: CellConfig) -> set[str]:
+    return {step.name for step in pipeline.plan(cell)}
 
 
 def test_a_stage_not_yet_run_is_named_with_the_command_that_runs_it(cell):
@@ -90,12 +94,12 @@ def test_the_code_of_a_stage_is_what_its_module_imports():
     which can hand off-log pairs to it; the world model's training to its own stage (and through
     their artifacts to what reads them)."""
     baselines = code_closure("adwm_core.stages.baselines")
-    assert {"adwm_core.ope.estimators", "adwm_core.ope.fqe", "adwm_core.stages.baselines"} <= set(baselines)
-    assert "adwm_core.ope.fqe" in code_closure("adwm_core.stages.adwm")
+    assert {"adwm_core.ope.classical.estimators", "adwm_core.ope.classical.fqe", "adwm_core.stages.baselines"} <= set(baselines)
+    assert "adwm_core.ope.classical.fqe" in code_closure("adwm_core.stages.adwm")
     for name in ("adwm", "world_model", "behaviour", "ground_truth", "logprobs", "greedy", "psi", "report", "policies"):
         closure = code_closure(f"adwm_core.stages.{name}")
-        assert "adwm_core.ope.estimators" not in closure, name
-        assert name == "adwm" or "adwm_core.ope.fqe" not in closure, name
+        assert "adwm_core.ope.classical.estimators" not in closure, name
+        assert name == "adwm" or "adwm_core.ope.classical.fqe" not in closure, name
         assert "adwm_core.pipeline" not in closure, name  # the registry's own changes do not recompute stages
     assert "adwm_core.training.world_model" in code_closure("adwm_core.stages.world_model")
     assert code_fingerprint("adwm_core.stages.adwm") != code_fingerprint("adwm_core.stages.baselines")
@@ -107,14 +111,14 @@ def test_an_estimator_only_change_retrains_no_world_model():
     """The estimators' settings and rollout code sit outside the training stages' code, so a
     change to how π_e is scored reruns the estimator stages (and the report) alone; ADWM's
     settings and sampler sit outside the baselines stage's too, so tuning ADWM refits no FQE."""
-    scoring = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.transitions", "adwm_core.ope.adwm"}
+    scoring = {"adwm_core.ope.settings", "adwm_core.ope.imagination.rollouts", "adwm_core.ope.imagination.transitions", "adwm_core.ope.imagination.diffusion_transition"}
     for name in ("world_model", "psi", "behaviour", "ground_truth", "logprobs", "policies"):
         assert not scoring & set(code_closure(f"adwm_core.stages.{name}")), name
     assert scoring <= set(code_closure("adwm_core.stages.adwm"))
-    adwm_only = {"adwm_core.ope.settings", "adwm_core.ope.rollouts", "adwm_core.ope.adwm", "adwm_core.diffusion.respaced"}
+    adwm_only = {"adwm_core.ope.settings", "adwm_core.ope.imagination.rollouts", "adwm_core.ope.imagination.diffusion_transition", "adwm_core.diffusion.respaced"}
     assert adwm_only <= set(code_closure("adwm_core.stages.adwm"))
     assert not adwm_only & set(code_closure("adwm_core.stages.baselines"))
-    assert "adwm_core.ope.baseline_settings" in code_closure("adwm_core.stages.baselines")
+    assert "adwm_core.ope.classical.settings" in code_closure("adwm_core.stages.baselines")
 
 
 def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell, monkeypatch):
@@ -125,11 +129,11 @@ def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell
     real, calls = pipeline.code_fingerprint, []
     monkeypatch.setattr(pipeline, "code_fingerprint", lambda *modules: calls.append(modules) or real(*modules))
     policy = cell.evaluation.policies[0]
-    for name in pipeline.stage_names(cell):
+    for name in pipeline.STAGES:
         pipeline.stage_key(cell, name, policy if pipeline.stage(name).per_policy else None)
         own = calls[-1]  # inputs' keys come first
         assert own[0] == pipeline.stage(name).module
-        expected = name in ("policies", "behaviour", "ground-truth", "logprobs", "psi", "adwm")
+        expected = name in ("policies", "behaviour", "ground-truth", "logprobs", "greedy", "psi", "adwm")
         assert (env_module(cell.env.name) in own) == expected, name
 
 
@@ -173,10 +177,10 @@ def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
         slower = handing.replace(baselines=handing.baselines.replace(fqe=handing.baselines.fqe.replace(epochs=5)))
         assert keys(slower)[("adwm", policy.label)] != keys(handing)[("adwm", policy.label)]
     assert "logprobs" not in pipeline.stage_key(carried, "adwm", policy)[1]
-    assert "greedy" not in pipeline.stage_names(cell)  # a cell's flow hands over on the log-prob stage's actions
+    assert "greedy" not in planned(cell)  # a cell's flow hands over on the log-prob stage's actions
     greedy = cell.replace(adwm=cell.adwm.replace(handover_actions="greedy"))  # evaluate-policy: nothing scored
     inputs = pipeline.stage_key(greedy, "adwm", policy)[1]
-    assert "greedy" in inputs and "logprobs" not in inputs and "greedy" in pipeline.stage_names(greedy)
+    assert "greedy" in inputs and "logprobs" not in inputs and "greedy" in planned(greedy)
     slower = carried.replace(baselines=slower.baselines)
     assert keys(slower)[("adwm", policy.label)] == keys(carried)[("adwm", policy.label)]
     # the default's own FQE settings: ADWM's key follows them, not the baselines', and the baselines' stays
@@ -187,3 +191,55 @@ def test_the_fqe_hand_over_makes_adwm_read_the_log_probs_and_fqe_settings(cell):
     assert keys(longer)[("baselines", policy.label)] == keys(cell)[("baselines", policy.label)]
     slower = cell.replace(baselines=cell.baselines.replace(fqe=cell.baselines.fqe.replace(epochs=5)))
     assert keys(slower)[("adwm", policy.label)] == keys(cell)[("adwm", policy.label)]
+
+
+def test_every_shipped_deployment_plans_each_stage_after_exactly_what_its_key_reads():
+    """pipeline.plan is the one DAG: each step runs after the steps of the inputs its key reads
+    (and nothing else), inputs first, ending on the report; ψ only under the soft-token reading,
+    ground truth only where the cell is graded, the greedy-action stage only where the hand-over
+    reads it — and the flow's wiring submits exactly the plan."""
+    from flows.cells import cell_names
+    from tasks.stages import submit_plan
+
+    class Unset(dict):  # the seed cells' model and data paths, as on a machine that has none of them
+        def __contains__(self, variable: object) -> bool:
+            return True
+
+        def __missing__(self, variable: str) -> str:
+            return f"/nowhere/{variable}"
+
+    for name in cell_names():
+        cell = CellConfig.load(cell_config_path(name), environ=Unset(os.environ))
+        steps = pipeline.plan(cell)
+        assert steps[-1].index == ("report", None), name
+        seen: set = set()
+        for step in steps:
+            assert set(step.after) <= seen, (name, step.index)  # inputs first
+            reads = pipeline.stage_key(cell, step.name, step.policy)[1]
+            assert {upstream for upstream, _ in step.after} == set(reads), (name, step.index)
+            seen.add(step.index)
+        names = {step.name for step in steps}
+        assert ("psi" in names) == (cell.adwm.reading == "soft_tokens"), name
+        assert ("ground-truth" in names) == (cell.ground_truth is not None), name
+        assert ("greedy" in names) == (cell.adwm.hands_over_to_fqe and cell.adwm.handover_actions == "greedy"), name
+        submitted = []
+        submit_plan(cell, None, lambda stage, config, parent, policy, after: submitted.append(
+            (stage, policy and policy.name, len(after))) or (stage, policy and policy.name))
+        assert submitted == [(s.name, s.policy and s.policy.name, len(s.after)) for s in steps], name
+
+
+def test_a_greedy_hand_over_plans_the_greedy_action_stage_and_evaluate_policy_plans_only_what_it_scores(cell):
+    """A cell whose ADWM stage hands over on π_e's greedy actions gets the stage that makes them
+    (the flow once wired the log-prob stage by hand); evaluate-policy's plan (target ``adwm``,
+    behaviour and world model given) trains nothing of the cell."""
+    greedy = cell.replace(adwm=cell.adwm.replace(handover_actions="greedy"))
+    policy = greedy.evaluation.policies[0]
+    adwm = next(s for s in pipeline.plan(greedy) if s.index == ("adwm", policy.name))
+    assert ("greedy", policy.name) in adwm.after and ("logprobs", policy.name) not in adwm.after
+    agent = policy.replace(model="/nowhere/my-agent")  # a new agent, not of the cell's family
+    given = ("behaviour", "world-model")
+    assert [s.name for s in pipeline.plan(greedy.with_evaluated(agent), ["adwm"], given)] == ["greedy", "adwm"]
+    soft = greedy.replace(adwm=greedy.adwm.replace(reading="soft_tokens"))
+    assert [s.name for s in pipeline.plan(soft.with_evaluated(agent), ["adwm"], given)] == ["greedy", "psi", "adwm"]
+    assert [s.name for s in pipeline.plan(greedy, ["adwm"], given)][0] == "policies"  # a family agent: its family
+

@@ -1,6 +1,6 @@
 """The behaviour log as one episode view: every reader of the logged episodes — world-model
-training (data/windows.py), the state bank and its logged successors (ope/state_bank.py,
-ope/logged.py), the baselines (ope/baselines.py) and the fidelity instruments — takes them from
+training (data/windows.py), the state bank and its logged successors (ope/imagination/state_bank.py,
+ope/imagination/logged.py), the baselines (ope/classical/logged_steps.py) and the fidelity instruments — takes them from
 a :class:`BehaviourLog` instead of filtering, sorting and checking the trajectories table itself.
 
 Episode i holds steps t = 0…T_i−1 in order; step t's ``next_observation`` is o_{t+1}.

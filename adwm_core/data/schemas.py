@@ -99,7 +99,7 @@ ESTIMATES = Contract(
             _f("ci_high", pa.float64()),
             _f("log_abs_value", pa.float64()),  # log|Ĵ| exactly, −inf for 0
             _f("sign", pa.int64()),  # −1, 0 or 1
-            # trust diagnostics (ope/diagnostics.py), null where they do not apply:
+            # trust diagnostics (ope/statistics/diagnostics.py), null where they do not apply:
             _f("log_share", pa.float64(), nullable=True),  # world models: imagined steps answered by the log
             _f("off_log_distance", pa.float64(), nullable=True),  # world models: how far the others are from it
             _f("ess", pa.float64(), nullable=True),  # importance weighting: effective sample size

@@ -4,7 +4,7 @@ The sampler steps with ε̂ − g_k (``GaussianDiffusion.sample``), g_k = α η_
 an objective J of the denoised estimate ẑ = (z_k − √(1−ᾱ_k) ε̂)/√ᾱ_k (Eq. app_denoised), the
 gradient taken with respect to ẑ as in Eq. (app_cont_grad). The weight η_k grows as the
 reverse process nears k = 0, where ẑ becomes reliable. Two objectives: the π_e likelihood
-along a look-ahead (Eq. final_score; ope/adwm.py builds it, it needs ψ and the LLM) and the
+along a look-ahead (Eq. final_score; ope/imagination/diffusion_transition.py builds it, it needs ψ and the LLM) and the
 cosine similarity to a success bank (Alg. ope-rollout).
 """
 

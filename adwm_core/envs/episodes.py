@@ -4,7 +4,7 @@ An episode is addressed by :class:`EpisodeSpec`; an :class:`Agent` sees each
 waiting episode as an :class:`EpisodeState` and answers a :class:`Decision`;
 the environment's reply is a :class:`Turn`. The runner (``runner.py``) plays
 episodes in worker processes; policies (``policies/``) and imagined rollouts
-(``ope/rollouts.py``) answer with the same :class:`Decision`.
+(``ope/imagination/rollouts.py``) answer with the same :class:`Decision`.
 """
 
 from __future__ import annotations

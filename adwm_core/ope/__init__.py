@@ -1,25 +1,28 @@
-"""Off-policy estimators: ADWM imagined rollouts, COBS baselines, ranking metrics, world-model fidelity instruments.
+"""Off-policy estimators, by concept: ``imagination/`` (ADWM's imagined rollouts and the
+transitions that answer them), ``classical/`` (the COBS estimators and FQE), ``statistics/``
+(intervals, metrics, diagnostics, calibration), ``instruments/`` (fidelity and error-location
+instruments for the benches); ``settings.py`` holds ADWM's inference settings.
 
 The public names load on first use (PEP 562), so importing a light module of this package
-(``adwm_core.ope.settings``, ``adwm_core.ope.baseline_settings``) does not load torch::
+(``adwm_core.ope.settings``, ``adwm_core.ope.classical.settings``) does not load torch::
 
-    from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, evaluate_policy, spearman
+    from adwm_core.ope import WIS, LoggedTrajectories, AdwmConfig, adwm_estimates, spearman
 """
 
 from importlib import import_module
 
 _EXPORTS = {
-    "adwm": ("DiffusionTransition", "adwm_transition", "reference_transition"),
-    "rollouts": ("ImaginedRollouts", "Rollouts"),
-    "transitions": ("Transition", "LoggedSuccessors", "NearestLogged"),
+    "imagination.diffusion_transition": ("DiffusionTransition", "adwm_transition", "reference_transition"),
+    "imagination.rollouts": ("ImaginedRollouts", "Rollouts"),
+    "imagination.transitions": ("Transition", "LoggedSuccessors", "NearestLogged"),
     "settings": ("AdwmConfig",),
-    "baseline_settings": ("BaselineConfig", "FQEConfig"),
-    "estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
+    "classical.settings": ("BaselineConfig", "FQEConfig"),
+    "classical.estimators": ("ESTIMATORS", "Estimate", "LoggedTrajectories", "OffPolicyEstimator", "DirectMethod", "FittedQ",
                    "ImportanceSampling", "PerDecisionImportanceSampling", "WeightedImportanceSampling",
                    "WeightedPerDecisionImportanceSampling", "DoublyRobust", "WeightedDoublyRobust"),
-    "evaluate": ("evaluate_policy",),
-    "metrics": ("spearman", "kendall", "regret_at_1", "normalised_absolute_error"),
-    "state_bank": ("StateBank",),
+    "imagination.estimates": ("adwm_estimates",),
+    "statistics.metrics": ("spearman", "kendall", "regret_at_1", "normalised_absolute_error"),
+    "imagination.state_bank": ("StateBank",),
 }
 _SHORT = {"DM": "DirectMethod", "FQE": "FittedQ", "IS": "ImportanceSampling", "PDIS": "PerDecisionImportanceSampling",
           "WIS": "WeightedImportanceSampling", "WPDIS": "WeightedPerDecisionImportanceSampling",

@@ -1,5 +1,5 @@
 """ADWM's inference settings (:class:`AdwmConfig`), in the style of adwm_core/settings.py. Apart
-from the training settings, and from the baselines' (ope/baseline_settings.py), so that the code
+from the training settings, and from the baselines' (ope/classical/settings.py), so that the code
 fingerprints of the world-model and baselines stages do not read them: a change here reruns
 the ADWM stage alone.
 """
@@ -15,14 +15,14 @@ from typing_extensions import Self
 from ..data import behaviour_rows
 from ..settings import filled_from_preset
 from ..validated import Settings
-from .baseline_settings import FQEConfig
+from .classical.settings import FQEConfig
 
 Reading = Literal["soft_tokens", "retrieval", "none"]  # how π_e reads an imagined state
 Guidance = Literal["success_bank", "likelihood", "none", "auto"]  # auto: success_bank where the log holds a success
-# what answers a pair the log never took (ope/adwm.py: adwm_transition)
+# what answers a pair the log never took (ope/imagination/diffusion_transition.py: adwm_transition)
 OffLog = Literal["diffusion", "carry_over", "fqe", "carry_over_fqe"]
-CarryOverLevel = Literal["signature", "template"]  # ope/carry_over.py: LEVELS
-Sampler = Literal["ancestral", "ddim"]  # ope/adwm.py: DiffusionTransition.sample
+CarryOverLevel = Literal["signature", "template"]  # ope/imagination/carry_over.py: LEVELS
+Sampler = Literal["ancestral", "ddim"]  # ope/imagination/diffusion_transition.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 
 
@@ -59,8 +59,8 @@ class AdwmConfig(Settings):
     that never succeed still get ``reward_sum``; ``success_similarity`` needs the bank). The
     default answers a (state, action) pair the log holds by a logged successor
     (``logged_successors``) and one it never took by a logged transition of the same action
-    signature (ope/carry_over.py); where the log holds none the rollout ends with FQE's Q̂ of π_e^ε
-    there (``off_log: carry_over_fqe``, ope/value_handover.py; the stage then reads π_e's greedy actions
+    signature (ope/imagination/carry_over.py); where the log holds none the rollout ends with FQE's Q̂ of π_e^ε
+    there (``off_log: carry_over_fqe``, ope/imagination/value_handover.py; the stage then reads π_e's greedy actions
     at the logged steps, ``handover_actions``, and fits FQE under ``handover_fqe``).
     Q̂ is fitted by fitted Q iteration on targets clipped to the logged returns-to-go
     (``handover_fqe``); the ``carry_over_fqe`` preset fits it as the FQE baseline is fitted. The
@@ -92,7 +92,7 @@ class AdwmConfig(Settings):
     unknown_actions: UnknownActions = "null"  # an action outside the vocabulary whose ⟨unk⟩ never trained: ∅, or "unk"
     gamma: float = Field(default=1.0, gt=0, le=1)  # discount of reward_sum (1: on the scale of undiscounted returns)
     snap: bool = False  # replace each imagined z_{t+1} by the latent of its nearest behaviour observation
-    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/transitions.py)
+    reference: bool = True  # also score π_e in the logged-successor reference world model (ope/imagination/transitions.py)
     done_threshold: float = Field(default=0.5, gt=0, lt=1)
     # how the diffusion model draws z_{t+1}: the K-level reverse process, or few levels with DDIM's η
     sampler: Sampler | None = None

@@ -1,110 +1,17 @@
 """The ADWM stage: π_e over the ε family in imagined rollouts of a trained world model → the
-estimates Parquet (ope/evaluate.py scores; ope/adwm.py imagines)."""
+estimates Parquet, its timings and imagined samples (ope/imagination/driver.py)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-
-from ..data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, write_table
-from ..data.behaviour_log import BehaviourLog
 from ..data.io import atomic_open
-from ..model.psi import PsiAdapter
-from ..model.world_model import WorldModel
-from ..ope.baselines import fit_fqe, logged_steps
-from ..ope.baseline_settings import BaselineConfig, FQEConfig
-from ..ope.settings import AdwmConfig
-from ..ope.transitions import SOURCES
-from ..ope.evaluate import evaluate_policy
-from ..ope.memo import MemoisedPolicy
-from ..policies.loading import ModelCache
-from ..policies.soft_prompt import SoftPromptPolicy
-from ..specs import EPSILONS, PolicySpec, check_epsilons
+from ..ope.imagination.driver import run_adwm
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
-
-
-def run_adwm(
-    trajectories: str,
-    world_model: str,
-    policy: PolicySpec,
-    env_name: str,
-    out: str,
-    *,
-    cell: str,
-    psi: str | None = None,
-    epsilons: Sequence[float] = EPSILONS,
-    config: AdwmConfig = AdwmConfig(),
-    logprobs: str | None = None,
-    fqe: FQEConfig = FQEConfig(),
-    overwrite: bool = False,
-    timings: dict | None = None,
-    progress: Callable[..., None] | None = None,
-    units: str | None = None,
-    samples: str | None = None,
-) -> pa.Table:
-    """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
-    soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
-    given) receives the imagined steps of all seeds, the share of them answered by each source
-    (``<source>_share``: the log, a carried-over logged outcome, the model) and the seconds spent
-    in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total,
-    imagined_steps=n)`` of finished seeds. Every member of the world model's ensemble imagines
-    (ope/evaluate.py). With
-    ``off_log='fqe'`` (or ``carry_over_fqe``) the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)
-    fitted per ε level and member on the behaviour log and π_e's greedy actions at the logged steps,
-    read from the log-prob table at ``logprobs`` (the log-prob stage's, or the greedy-action stage's).
-    ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
-    ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format."""
-    check_output(out, overwrite=overwrite)
-    check_epsilons(epsilons)
-    if config.reading == "soft_tokens" and psi is None:
-        raise ValueError("the soft-token reading needs π_e's ψ adapter: pass psi=<folder of the ψ-training stage>, "
-                         "or choose reading='retrieval'")
-    if config.hands_over_to_fqe and logprobs is None:
-        raise ValueError(f"off_log={config.off_log!r} fits FQE on π_e's greedy actions at the behaviour steps: pass "
-                         "logprobs=<the log-prob or greedy-action stage's file>, or choose another off_log")
-    members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
-    table, fit_q = read_table(trajectories, TRAJECTORIES), None
-    if config.hands_over_to_fqe:
-        fit_q = fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
-                               BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
-    adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
-    llm = ModelCache().policy(policy, env_name)
-    reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
-    estimates, runs = evaluate_policy(members, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
-                                      config=config, progress=progress, fit_q=fit_q, units=units,
-                                      samples=samples)
-    if timings is not None:
-        timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
-        timings["world_models"] = float(len(members))
-        if isinstance(reader, MemoisedPolicy):  # decisions π_e was asked for, and the share the memo answered
-            timings["decisions"], timings["decision_memo_hit_rate"] = float(reader.asked), reader.hit_rate
-        sources = np.array([step.source for run in runs for step in run.steps])
-        timings.update({f"{source}_share": float(np.mean(sources == source)) for source in SOURCES})
-        for part in sorted({part for run in runs for part in run.seconds}):
-            timings[f"{part}_seconds"] = sum(run.seconds.get(part, 0.0) for run in runs)
-    return write_table(estimates, out, ESTIMATES, overwrite=overwrite)
-
-
-def fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilons: Sequence[float],
-                   settings: BaselineConfig, timings: dict | None = None) -> Callable[[WorldModel], dict]:
-    """``fit_q(member)``: FQE's Q̂ per ε level on the member's latents (the hand-over's, fitted on
-    π_e's greedy actions in ``scores``), its seconds added to ``timings["fqe_seconds"]`` where given."""
-    def fit_q(model: WorldModel) -> dict:
-        started = time.perf_counter()
-        steps = logged_steps(log, scores, model, scores_name=scores_name, action_reading=settings.fqe.action_reading)
-        fitted = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
-        if timings is not None:
-            timings["fqe_seconds"] = timings.get("fqe_seconds", 0.0) + time.perf_counter() - started
-        return fitted
-
-    return fit_q
 
 
 def _handover_actions(run: StageRun) -> str | None:

@@ -1,12 +1,12 @@
 """The behaviour stage: π_b's pool × prompt variants run in the environment, or the user's logs
-imported (stages/logs.py) — one trajectories file either way."""
+imported (data/logs.py) — one trajectories file either way."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .collection import collect_behavior
-from .logs import import_logs
+from ..collection import collect_behavior
+from ..data.logs import import_logs
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun

@@ -6,34 +6,12 @@ greedy``, as evaluate-policy scores a new agent), instead of the log-prob stage,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-
-from ..data import LOGPROBS, TRAJECTORIES, check_output, read_table, write_table
-from ..policies.loading import ModelCache
-from ..specs import PolicySpec, check_epsilons
-from .collection import logged_histories, logprob_table
+from ..collection import greedy_actions
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
-
-
-def greedy_actions(trajectories: str, env_name: str, policy: PolicySpec, out: str, *,
-                   epsilons: Sequence[float], overwrite: bool = False) -> pa.Table:
-    """A log-prob table (data/schemas.py: LOGPROBS) of π_e's rows alone: per logged step and ε its
-    greedy action, the size of the logged admissible list, and no log-prob (NaN, 0 tokens)."""
-    check_output(out, overwrite=overwrite)
-    check_epsilons(epsilons)
-    steps = list(logged_histories(read_table(trajectories, TRAJECTORIES)))
-    histories = [history for _, history in steps]
-    actions = [decision.action for decision in ModelCache().policy(policy, env_name).act(histories)]
-    unscored = (np.full(len(steps), np.nan), np.zeros(len(steps), np.int64))
-    n_admissible = np.array([len(h.admissible or ()) for h in histories], np.int64)
-    blocks = [("eval", float(eps), *unscored) for eps in epsilons]
-    return write_table(logprob_table(steps, blocks, actions, n_admissible), out, LOGPROBS, overwrite=overwrite)
 
 
 def compute(run: StageRun) -> None:

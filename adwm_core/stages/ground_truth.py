@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .collection import ground_truth_rollouts
+from ..collection import ground_truth_rollouts
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .collection import extract_logprobs
+from ..collection import extract_logprobs
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun

@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..data.actions import normal_action
+from ...data.actions import normal_action
 from .state_bank import StateBank
 from .transitions import Outcome, Query, Transition, answered_from_log
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..envs.episodes import Decision
-from ..policies.prompts import History
+from ...envs.episodes import Decision
+from ...policies.prompts import History
 from .transitions import Policy
 
 

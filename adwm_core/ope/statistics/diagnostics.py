@@ -2,7 +2,7 @@
 contract) and the plain verdicts the report and the closing screen print from them.
 
 - Importance-sampling family (IS, PDIS, WIS, WPDIS, DR, WDR): the trajectory weights
-  w_i = ρ_i,0:T (ope/estimators.py) give the effective sample size
+  w_i = ρ_i,0:T (ope/classical/estimators.py) give the effective sample size
   ESS = (Σ_i w_i)² / Σ_i w_i² ∈ [1, N] (Kong 1992) and the share of the weight carried by the
   top trajectory, max_i w_i / Σ_i w_i; both in log space, exact however large the ratios.
 - ADWM and kNN-WM: the share of imagined steps answered by a logged transition of the very
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import logsumexp
 
-from .state_bank import StateBank
-from .transitions import NearestLogged
+from ..imagination.state_bank import StateBank
+from ..imagination.transitions import NearestLogged
 
 IMPORTANCE_WEIGHTED = ("IS", "PDIS", "WIS", "WPDIS", "DR", "WDR")
 EXTRAPOLATION_SHARE = 0.5  # a model estimate is "mostly extrapolation" when this share of its steps was never logged

@@ -1,4 +1,5 @@
-"""The stages that run LLM policies in real environments (paper Sec. 5 setup; appendix
+"""LLM policies run on real environments and on the behaviour log: what the behaviour,
+ground-truth, log-prob and greedy-action stages compute (paper Sec. 5 setup; appendix
 'Behavior-policy data', 'Ground-truth episode counts', 'Behavior log-probability extraction').
 
 - :func:`collect_behavior`: a pool of behaviour policies × prompt variants, greedy
@@ -8,7 +9,8 @@
   the ground-truth summary (mean return, success rate, standard errors);
 - :func:`extract_logprobs`: per logged step, log π_b(a_t|h_t) re-scored by the
   behaviour policy that produced it, log π_e^ε(a_t|h_t) for every ε (Eq. eps-mix),
-  and π_e's greedy action at h_t.
+  and π_e's greedy action at h_t;
+- :func:`greedy_actions`: π_e's greedy action alone at every logged step (nothing scored).
 
 Episodes run in parallel on the episode runner, which hands the policy every
 waiting episode as one batch. Outputs are checked before any work starts:
@@ -26,14 +28,14 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 
-from ..data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
-from ..envs.episodes import Agent, EpisodeSpec, episodes_table
-from ..envs.runner import EpisodeRunner
-from ..policies.base import PolicyAgent
-from ..policies.loading import ModelCache
-from ..policies.prompts import VARIANTS, History, episode_histories
-from ..policies.scoring import eps_mix_logprob
-from ..specs import EPSILONS, EnvSpec, PolicySpec, Progress, check_epsilons
+from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from .envs.episodes import Agent, EpisodeSpec, episodes_table
+from .envs.runner import EpisodeRunner
+from .policies.base import PolicyAgent
+from .policies.loading import ModelCache
+from .policies.prompts import VARIANTS, History, episode_histories
+from .policies.scoring import eps_mix_logprob
+from .specs import EPSILONS, EnvSpec, PolicySpec, Progress, check_epsilons
 
 
 def _runner(env: EnvSpec, n_workers: int | None, envs_per_worker: int) -> EpisodeRunner:
@@ -257,3 +259,18 @@ def logprob_table(steps: Sequence[tuple[dict, History]], blocks: Sequence[Logpro
         "greedy_action": pa.array([a for role, *_ in blocks for a in (greedy if role == "eval" else [None] * n)],
                                   pa.string()),
     })
+
+
+def greedy_actions(trajectories: str, env_name: str, policy: PolicySpec, out: str, *,
+                   epsilons: Sequence[float], overwrite: bool = False) -> pa.Table:
+    """A log-prob table (data/schemas.py: LOGPROBS) of π_e's rows alone: per logged step and ε its
+    greedy action, the size of the logged admissible list, and no log-prob (NaN, 0 tokens)."""
+    check_output(out, overwrite=overwrite)
+    check_epsilons(epsilons)
+    steps = list(logged_histories(read_table(trajectories, TRAJECTORIES)))
+    histories = [history for _, history in steps]
+    actions = [decision.action for decision in ModelCache().policy(policy, env_name).act(histories)]
+    unscored = (np.full(len(steps), np.nan), np.zeros(len(steps), np.int64))
+    n_admissible = np.array([len(h.admissible or ()) for h in histories], np.int64)
+    blocks = [("eval", float(eps), *unscored) for eps in epsilons]
+    return write_table(logprob_table(steps, blocks, actions, n_admissible), out, LOGPROBS, overwrite=overwrite)

@@ -10,7 +10,7 @@ trajectory, whose sum is Ĵ. The base class sums them (``signed_estimate``), rea
 trajectories' own contributions x_i = N · Σ_row off them (Ĵ = mean_i x_i; for the
 self-normalised estimators x_i uses the normaliser of the whole log, so the x_i are not
 independent: their intervals are approximate, as in SCOPE-RL), and adds the intervals of
-ope/intervals.py: the percentile bootstrap over trajectories, and Hoeffding, empirical
+ope/statistics/intervals.py: the percentile bootstrap over trajectories, and Hoeffding, empirical
 Bernstein and Student t over the x_i. Subclasses register themselves by ``name``.
 """
 
@@ -23,8 +23,8 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
-from .intervals import concentration_interval, percentile_bootstrap
-from .signed_log import SignedLog, log_abs_and_sign, signed_sum
+from ..statistics.intervals import concentration_interval, percentile_bootstrap
+from ..statistics.signed_log import SignedLog, log_abs_and_sign, signed_sum
 
 ESTIMATORS: dict[str, type["OffPolicyEstimator"]] = {}
 
@@ -171,7 +171,7 @@ class DirectMethod(OffPolicyEstimator):
 
 
 class FittedQ(OffPolicyEstimator):
-    """FQE: Ĵ = (1/N) Σ_i V_{π_e^ε}(s_i0), V from the Q-network fitted for this ε (ope/fqe.py)."""
+    """FQE: Ĵ = (1/N) Σ_i V_{π_e^ε}(s_i0), V from the Q-network fitted for this ε (ope/classical/fqe.py)."""
 
     name = "FQE"
     needs = ("v",)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..data.behaviour_log import BehaviourLog
-from ..data.actions import normal_action
-from ..model.world_model import WorldModel
+from ...data.behaviour_log import BehaviourLog
+from ...data.actions import normal_action
+from ...model.world_model import WorldModel
 
 
 @dataclass

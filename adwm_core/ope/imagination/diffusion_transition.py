@@ -30,22 +30,20 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..data.actions import NULL
-from ..diffusion.guidance import eta_schedule, gradient_guidance, success_bank_guidance
-from ..diffusion.process import Guidance, classifier_free
-from ..diffusion.respaced import sample_respaced
-from ..model.world_model import WorldModel, on_latent_manifold
-from ..policies.prompts import History
-from ..policies.soft_prompt import SoftPromptPolicy
+from ...data.actions import NULL
+from ...diffusion.guidance import eta_schedule, gradient_guidance, success_bank_guidance
+from ...diffusion.process import Guidance, classifier_free
+from ...diffusion.respaced import sample_respaced
+from ...model.world_model import WorldModel, on_latent_manifold
+from ...policies.prompts import History
+from ...policies.soft_prompt import SoftPromptPolicy
 from .carry_over import CarriedOver
-from .fqe import FittedQEvaluation
-from .settings import AdwmConfig
+from ..answers import DIFFUSION
+from ..classical.fqe import FittedQEvaluation
+from ..settings import AdwmConfig
 from .state_bank import StateBank
 from .transitions import LoggedSuccessors, NearestLogged, Outcome, Query, Transition
 from .value_handover import HandOverToValue
-
-ESTIMATOR, REFERENCE = "ADWM", "kNN-WM"  # estimates rows are named f"{estimator}:{value estimate}"
-
 
 class DiffusionTransition:
     """z_{t+1} ~ the world model's guided reverse process given (h̄_t, a_t); r̂_t and termination
@@ -87,7 +85,7 @@ class DiffusionTransition:
         scale = model.config.reward
         reward = scale.decode(model.predicted_reward(z_next, h, conditions)).numpy()
         done = model.done_probability(z_next, h, conditions).numpy() >= c.done_threshold
-        return Outcome.answered_by("model", z_next, np.where(done, reward, 0.0) if scale.terminal_only else reward,
+        return Outcome.answered_by(DIFFUSION, z_next, np.where(done, reward, 0.0) if scale.terminal_only else reward,
                                    done)
 
     def action_ids(self, actions: list[str]) -> torch.Tensor:

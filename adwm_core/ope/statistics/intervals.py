@@ -4,13 +4,13 @@ One bootstrap serves the classical estimators (resampling logged trajectories; t
 are :class:`SignedLog`, ordered by ``order_key``) and ADWM (resampling imagined rollouts):
 Ĵ*_b = Ĵ(resample_b), b = 1..B, each resample n indices drawn with replacement; the interval
 is the pair of order statistics ⌊(1−c)/2·(B−1)⌋ and ⌈(1+c)/2·(B−1)⌉ of the sorted Ĵ*_b. Spearman ρ
-over a cell's points (ope/metrics.py) uses the same bootstrap, over points. An ensemble of K
+over a cell's points (ope/statistics/metrics.py) uses the same bootstrap, over points. An ensemble of K
 world models (member k > 0 trained on a bootstrap resample of the log) adds the model's own
 uncertainty: each replicate first draws a member k_b uniformly, then resamples its rollouts,
 Ĵ*_b = mean of x_{k_b, i*} (``members_bootstrap``; for K = 1 the bootstrap over rollouts).
 
 Beside it, for an estimate that is the mean of n per-trajectory contributions x_i
-(ope/estimators.py), three intervals by name as SCOPE-RL and Open Bandit Pipeline offer them,
+(ope/classical/estimators.py), three intervals by name as SCOPE-RL and Open Bandit Pipeline offer them,
 at δ = 1 − c, with x̄ the mean, s² the unbiased variance and R = max x_i − min x_i the
 observed range (a stand-in for the unknown bound of ρ·G):
 
@@ -91,7 +91,7 @@ def _rescaled(y: float, log_scale: float) -> SignedLog:
 def estimates_row(*, cell: str, estimator: str, policy: str, epsilon: float, seed: int, value: SignedLog,
                   ci_low: SignedLog, ci_high: SignedLog, diagnostics: Mapping[str, float] | None = None) -> dict:
     """One row of the estimates contract: values saturated to float64, Ĵ exactly as (log|Ĵ|, sign),
-    and the estimator's trust ``diagnostics`` (ope/diagnostics.py; the others null)."""
+    and the estimator's trust ``diagnostics`` (ope/statistics/diagnostics.py; the others null)."""
     return {"cell": cell, "estimator": estimator, "policy": policy, "epsilon": float(epsilon), "seed": seed,
             "value": value.value, "ci_low": ci_low.value, "ci_high": ci_high.value,
             "log_abs_value": value.log_abs, "sign": value.sign, **(diagnostics or {})}

@@ -3,15 +3,15 @@ transitions that need no trained network.
 
 One imagined step of the alive rollouts is a :class:`Query` (what π_e read and did, the latents
 so far, the rollout's noise) and its answer an :class:`Outcome` (z_{t+1}, r̂_t on the
-environment's scale, whether the episode ends, and what answered: ``SOURCES``). The rollout loop
+environment's scale, whether the episode ends, and what answered: ``answers.SOURCES``). The rollout loop
 (rollouts.py) is the same for every estimator row; two rows differ only in their transition:
 
 - :class:`LoggedSuccessors` — where the behaviour log took a_t in the observation π_e reads, one
-  of those logged transitions, drawn uniformly (the empirical P̂(o' | o, a), ope/logged.py);
+  of those logged transitions, drawn uniformly (the empirical P̂(o' | o, a), ope/imagination/logged.py);
   elsewhere the transition it wraps answers;
 - :class:`NearestLogged` — the logged transition of the most similar (state, action), the
   kNN-WM reference;
-- ``DiffusionTransition`` (adwm.py) — the guided reverse process of the world model and its heads.
+- ``DiffusionTransition`` (diffusion_transition.py) — the guided reverse process of the world model and its heads.
 """
 
 from __future__ import annotations
@@ -23,16 +23,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..envs.episodes import Decision
-from ..policies.prompts import History
+from ...envs.episodes import Decision
+from ...policies.prompts import History
+from ..answers import CARRIED, LOG, NEAREST, SOURCES
 from .logged import LoggedTransitions
 from .state_bank import StateBank
-
-
-SOURCES = ("log", "carried", "model")
-"""What answered an imagined step: ``log`` a logged transition of the very (state, action) pair,
-``carried`` a logged transition of another pair carried over (carry_over.py), ``model`` a model of
-the transition (the diffusion model, or kNN-WM's nearest logged transition)."""
 
 
 class Policy(Protocol):
@@ -74,15 +69,16 @@ class Outcome:
     z_next: torch.Tensor  # (B, d_z)
     reward: np.ndarray  # (B,) r̂_t on the environment's scale
     done: np.ndarray  # (B,) bool
-    source: np.ndarray  # (B,) one of SOURCES: what answered
+    source: np.ndarray  # (B,) one of answers.SOURCES: what answered
 
     @classmethod
     def empty(cls, size: int, d_z: int) -> "Outcome":
-        return cls(torch.empty(size, d_z), np.zeros(size), np.zeros(size, bool), np.full(size, "model", object))
+        """Rows to :meth:`fill`, each answered by nobody yet (``source`` None)."""
+        return cls(torch.empty(size, d_z), np.zeros(size), np.zeros(size, bool), np.full(size, None, object))
 
     @classmethod
     def answered_by(cls, source: str, z_next: torch.Tensor, reward: np.ndarray, done: np.ndarray) -> "Outcome":
-        """Every row answered by ``source`` (one of ``SOURCES``)."""
+        """Every row answered by ``source`` (one of ``answers.SOURCES``)."""
         if source not in SOURCES:
             raise ValueError(f"unknown source {source!r}: one of {SOURCES}")
         return cls(z_next, reward, done, np.full(len(reward), source, object))
@@ -90,7 +86,7 @@ class Outcome:
     @property
     def logged(self) -> np.ndarray:
         """(B,) bool: a logged transition of the very (state, action) answered."""
-        return self.source == "log"
+        return self.source == LOG
 
     def fill(self, rows: np.ndarray, other: "Outcome") -> None:
         self.z_next[rows], self.reward[rows] = other.z_next, other.reward
@@ -121,7 +117,7 @@ def answered_from_log(logged: LoggedTransitions, chosen: np.ndarray, query: Quer
     ``fallback`` answers the rest."""
     found = chosen >= 0
     outcome = Outcome.empty(len(chosen), logged.next_latents.shape[1])
-    outcome.fill(np.flatnonzero(found), Outcome.answered_by("log" if same_pair else "carried",
+    outcome.fill(np.flatnonzero(found), Outcome.answered_by(LOG if same_pair else CARRIED,
                                                             logged.next_latents[chosen[found]],
                                                             logged.rewards[chosen[found]], logged.done[chosen[found]]))
     missing = np.flatnonzero(~found)
@@ -158,4 +154,4 @@ class NearestLogged:
         for j, score in enumerate(scores):
             best = torch.nonzero(score >= score.max() - 1e-6).flatten().numpy()
             chosen[j] = best[min(int(draws[j] * len(best)), len(best) - 1)]
-        return Outcome.answered_by("model", logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen])
+        return Outcome.answered_by(NEAREST, logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen])

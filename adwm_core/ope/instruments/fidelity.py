@@ -38,16 +38,16 @@ import pyarrow.compute as pc
 import torch
 from scipy import stats
 
-from ..data import behaviour_rows
-from ..data.actions import NULL, normal_action
-from ..data.behaviour_log import BehaviourLog
-from ..data.windows import EpisodeArrays, RewardScale, episode_arrays
-from ..envs import make_env
-from ..model.world_model import WorldModel
-from ..policies.prompts import History
-from .adwm import DiffusionTransition
-from .settings import AdwmConfig, Sampler
-from .state_bank import StateBank
+from ...data import behaviour_rows
+from ...data.actions import NULL, normal_action
+from ...data.behaviour_log import BehaviourLog
+from ...data.windows import EpisodeArrays, RewardScale, episode_arrays
+from ...envs import make_env
+from ...model.world_model import WorldModel
+from ...policies.prompts import History
+from ..imagination.diffusion_transition import DiffusionTransition
+from ..settings import AdwmConfig, Sampler
+from ..imagination.state_bank import StateBank
 
 TOP_K = 5
 

@@ -1,5 +1,5 @@
 """What the COBS baselines read from behaviour trajectories, their log-probs and a trained
-world model (app:baselines); the stage that writes their estimates: stages/baselines.py.
+world model (app:baselines); the loop that runs them: meta.py.
 
 What the estimators read:
 
@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data.actions import NULL
-from ..data.behaviour_log import BehaviourLog
-from ..data.windows import EpisodeArrays, episode_arrays, returns_to_go
-from ..model.windows import Tokenised, encoded_windows
-from ..model.world_model import WorldModel
-from .baseline_settings import BaselineConfig
+from ...data.actions import NULL
+from ...data.behaviour_log import BehaviourLog
+from ...data.windows import EpisodeArrays, episode_arrays, returns_to_go
+from ...model.windows import Tokenised, encoded_windows
+from ...model.world_model import WorldModel
+from .settings import BaselineConfig
 from .fqe import FittedQEvaluation, Transitions
-from .intervals import percentile_bootstrap
+from ..statistics.intervals import percentile_bootstrap
 
 USES_Q = ("FQE", "DR", "WDR")
 
@@ -266,7 +266,7 @@ def refitted_fqe_interval(steps: LoggedSteps, model: WorldModel, epsilon: float,
                           seed: int) -> tuple[float, float]:
     """FQE's percentile-bootstrap interval over trajectories with Q refitted on every resample
     (``config.fqe.refit_resamples`` of them): the fit's own error is inside it, which a bootstrap of
-    one fitted Q leaves out (ope/intervals.py)."""
+    one fitted Q leaves out (ope/statistics/intervals.py)."""
     def refits(resamples: np.ndarray) -> list[float]:
         return [float(fitted_q(steps, model, epsilon, config, seed + 1 + b, episodes)[1][:, 0].mean())
                 for b, episodes in enumerate(resamples)]

@@ -4,7 +4,7 @@ the first pair it never took the rollout ends with
 
     r̂_t = Q̂_ε(z_t, a_t),
 
-FQE's value of π_e^ε from there on (ope/fqe.py, fitted on the behaviour log per ε level), so
+FQE's value of π_e^ε from there on (ope/classical/fqe.py, fitted on the behaviour log per ε level), so
 reward_sum = Σ_{u<t} γ^u r_u + γ^t Q̂_ε(z_t, a_t). No pessimism penalty: π_e's rewarded steps
 are the off-log ones, and a penalty would rank the best ε lowest.
 """
@@ -16,9 +16,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..model.world_model import WorldModel
-from .baselines import action_reader
-from .fqe import FittedQEvaluation
+from ...model.world_model import WorldModel
+from ..classical.logged_steps import action_reader
+from ..classical.fqe import FittedQEvaluation
+from ..answers import VALUE
 from .transitions import Outcome, Query
 
 
@@ -50,4 +51,4 @@ class HandOverToValue:
             if rows.any():
                 value[rows] = (q.q_values_read(states[rows], read[torch.as_tensor(rows)]) if self.reads_text
                                else q.q_values(states[rows], ids[rows]))
-        return Outcome.answered_by("model", query.past[:, -1].clone(), value, np.ones(len(value), bool))
+        return Outcome.answered_by(VALUE, query.past[:, -1].clone(), value, np.ones(len(value), bool))

@@ -3,7 +3,7 @@ stages/adwm.py).
 
 Beside ADWM's rows (``ADWM:<value estimate>``), ``AdwmConfig.reference`` adds those of the
 non-parametric reference world model (``kNN-WM:<value estimate>``): the same rollout loop,
-reading and seeds, another transition (ope/adwm.py, ope/transitions.py).
+reading and seeds, another transition (ope/imagination/diffusion_transition.py, ope/imagination/transitions.py).
 """
 
 from __future__ import annotations
@@ -17,41 +17,42 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from ..data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
-from ..data.io import atomic_open
-from ..data.behaviour_log import BehaviourLog
-from ..model.world_model import WorldModel
-from ..policies.soft_prompt import SoftPromptPolicy
-from .settings import VALUE_ESTIMATES, AdwmConfig
-from ..specs import check_epsilons
-from .adwm import ESTIMATOR, REFERENCE, adwm_transition, reference_transition
-from .diagnostics import off_log_distance
-from .fqe import FittedQEvaluation
-from .intervals import estimates_row, members_bootstrap
+from ...data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
+from ...data.io import atomic_open
+from ...data.behaviour_log import BehaviourLog
+from ...model.world_model import WorldModel
+from ...policies.soft_prompt import SoftPromptPolicy
+from ..settings import VALUE_ESTIMATES, AdwmConfig
+from ...specs import check_epsilons
+from ..answers import ADWM, KNN_WM, LOG, row_name
+from .diffusion_transition import adwm_transition, reference_transition
+from ..statistics.diagnostics import off_log_distance
+from ..classical.fqe import FittedQEvaluation
+from ..statistics.intervals import estimates_row, members_bootstrap
 from .rollouts import ImaginedRollouts, ImaginedStep, Rollouts
-from .signed_log import SignedLog
+from ..statistics.signed_log import SignedLog
 from .state_bank import StateBank
 from .transitions import Policy
 
 
 def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,
-               config: AdwmConfig, estimator: str = ESTIMATOR) -> list[dict]:
+               config: AdwmConfig, estimator: str = ADWM) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``) from
     one seed's rollouts in each world-model member (and the member's state bank): the mean over
     every member's rollouts and its bootstrap interval over members and rollouts
-    (``members_bootstrap``, ope/intervals.py), with the share of the ε level's imagined steps the
-    log answered and how far the others' (state, action) pairs are from the log (ope/diagnostics.py)."""
+    (``members_bootstrap``, ope/statistics/intervals.py), with the share of the ε level's imagined steps the
+    log answered and how far the others' (state, action) pairs are from the log (ope/statistics/diagnostics.py)."""
     rows, pooled = [], [_steps_by_epsilon(run) for run in members]
     for epsilon in np.unique(members[0].epsilons):
         diagnostics = _trust(banks, [steps[float(epsilon)] for steps in pooled])
         for name in VALUE_ESTIMATES:
             if name == "success_similarity" and np.isnan(members[0].success_similarity).any():
                 continue  # no successful behaviour episode, no success bank
-            if name == "success_similarity" and estimator == ESTIMATOR and config.hands_over_to_fqe:
+            if name == "success_similarity" and estimator == ADWM and config.hands_over_to_fqe:
                 continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
             x = np.stack([run.values(name, epsilon) for run in members])
             low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
-            rows.append(estimates_row(cell=cell, estimator=f"{estimator}:{name}", policy=policy, epsilon=epsilon,
+            rows.append(estimates_row(cell=cell, estimator=row_name(estimator, name), policy=policy, epsilon=epsilon,
                                       seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(float(low)),
                                       ci_high=SignedLog.of(float(high)), diagnostics=diagnostics))
     return rows
@@ -68,14 +69,14 @@ def _trust(banks: Sequence[StateBank], members: Sequence[list[ImaginedStep]]) ->
     """``log_share`` over every member's steps; ``off_log_distance`` over every member's off-log
     pairs, each in its member's bank."""
     steps = sum(map(len, members))
-    off_log = [[s for s in member if s.source != "log"] for member in members]
+    off_log = [[s for s in member if s.source != LOG] for member in members]
     n_off = sum(map(len, off_log))
     distance = (sum(len(pairs) * off_log_distance(bank, [s.observation for s in pairs], [s.action for s in pairs])
                     for bank, pairs in zip(banks, off_log) if pairs) / n_off) if n_off else None
     return {"log_share": 1 - n_off / steps if steps else None, "off_log_distance": distance}
 
 
-def evaluate_policy(
+def adwm_estimates(
     world_model: str | WorldModel | Sequence[WorldModel],
     trajectories: str | pa.Table,
     policy: Policy | SoftPromptPolicy,
@@ -119,10 +120,10 @@ def evaluate_policy(
     imaginations = [ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
                     for model, bank in zip(models, banks)]
     imaginations[0].check_policy(policy)
-    members = {ESTIMATOR: [(imagination, adwm_transition(model, bank, config, fit_q(model) if fit_q else None))
+    members = {ADWM: [(imagination, adwm_transition(model, bank, config, fit_q(model) if fit_q else None))
                            for model, bank, imagination in zip(models, banks, imaginations)]}
     if config.reference:
-        members[REFERENCE] = [(imaginations[0], reference_transition(banks[0]))]
+        members[KNN_WM] = [(imaginations[0], reference_transition(banks[0]))]
     runs: dict[str, list[list[Rollouts]]] = {name: [] for name in members}  # estimator → member → seed
     total, done, imagined = sum(map(len, members.values())) * len(config.seeds), 0, 0
     for name, transitions in members.items():
@@ -140,18 +141,18 @@ def evaluate_policy(
                     progress(done, total, imagined_steps=imagined)
     if samples is not None:
         with atomic_open(samples, "w") as f:
-            for member, (bank, by_seed) in enumerate(zip(banks, runs[ESTIMATOR])):
+            for member, (bank, by_seed) in enumerate(zip(banks, runs[ADWM])):
                 for seed, rollouts in zip(config.seeds, by_seed):
                     for record in imagined_episodes(rollouts, bank, policy=label, seed=seed, member=member):
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
                                   config=config, estimator=name)]
-    return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ESTIMATOR] for run in seeds]
+    return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ADWM] for run in seeds]
 
 
 def imagined_episodes(rollouts: Rollouts, bank: StateBank, *, policy: str, seed: int, member: int) -> list[dict]:
-    """One seed's rollouts as episodes of the JSONL import format (stages/logs.py), to read: per
+    """One seed's rollouts as episodes of the JSONL import format (data/logs.py), to read: per
     step the behaviour observation nearest to the imagined state z_t (what π_e reads under the
     retrieval reading), π_e^ε's action, the imagined reward r̂_t and what answered the step
     (``source``: the log, a carried-over logged outcome, the model); per episode its ε, seed,

@@ -2,7 +2,7 @@
 (paper Table main_results and tab:perseed).
 
 - Spearman ρ and Kendall τ (scipy.stats; ties get average ranks / τ-b);
-- percentile-bootstrap CI95 of ρ from 2000 resamples of the (Ĵ, J) points (ope/intervals.py;
+- percentile-bootstrap CI95 of ρ from 2000 resamples of the (Ĵ, J) points (ope/statistics/intervals.py;
   resamples in which either side is constant, ρ undefined, are dropped and counted) and the
   exact permutation p-value of ρ (all n! pairings for n ≤ 10);
 - per-seed ρ (one ρ per seed's Ĵ curve) and avg-Ĵ ρ (ρ of the seed-averaged Ĵ);
@@ -55,7 +55,7 @@ def kendall(estimates: Sequence[float], truth: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class RankCorrelation:
     rho: float
-    ci_low: float  # percentile bootstrap over the points (ope/intervals.py)
+    ci_low: float  # percentile bootstrap over the points (ope/statistics/intervals.py)
     ci_high: float
     p_value: float  # exact permutation test of H0: Ĵ and J unrelated, two-sided (``permutation_p_value``)
     n_resamples: int  # bootstrap resamples in which ρ was defined

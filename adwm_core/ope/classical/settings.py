@@ -9,10 +9,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..validated import Settings
+from ...validated import Settings
 
-EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/estimators.py
-IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/intervals.py: CONCENTRATION
+EstimatorName = Literal["DM", "FQE", "IS", "PDIS", "WIS", "WPDIS", "DR", "WDR"]  # ope/classical/estimators.py
+IntervalName = Literal["hoeffding", "bernstein", "t"]  # ope/statistics/intervals.py: CONCENTRATION
 
 
 class FQEConfig(Settings):
@@ -33,7 +33,7 @@ class FQEConfig(Settings):
     # each Bellman target clipped to the range of the logged returns-to-go (no value outside what the
     # log ever paid from any step)
     clip_targets: bool = False
-    # how Q reads an action (ope/baselines.py: action_reader): ``vocabulary``, the world model's table
+    # how Q reads an action (ope/classical/logged_steps.py: action_reader): ``vocabulary``, the world model's table
     # row (an action outside its vocabulary reads as ⟨unk⟩, which a text-action world model reads as ∅);
     # ``text``, every action read by its words as the world model reads it in imagination (a
     # text-action world model only), so that Q can tell apart the actions the log never took

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..diffusion.guidance import nearest_cosine
-from ..policies.base import epsilon_mixed
-from ..policies.prompts import History
-from ..policies.soft_prompt import SoftPromptPolicy
-from .settings import AdwmConfig
+from ...diffusion.guidance import nearest_cosine
+from ...policies.base import epsilon_mixed
+from ...policies.prompts import History
+from ...policies.soft_prompt import SoftPromptPolicy
+from ..settings import AdwmConfig
 from .state_bank import StateBank
 from .transitions import Policy, Query, Transition
 
@@ -49,7 +49,7 @@ class ImaginedStep:
     t: int
     observation: int  # the bank row π_e read
     action: str
-    source: str  # what answered (transitions.SOURCES): the log, a carried-over logged outcome, a model
+    source: str  # what answered (answers.SOURCES)
     reward: float
     done: bool
 

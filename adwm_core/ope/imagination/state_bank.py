@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..data.behaviour_log import BehaviourLog
-from ..model.world_model import WorldModel
+from ...data.behaviour_log import BehaviourLog
+from ...model.world_model import WorldModel
 from .logged import LoggedTransitions
 
 

@@ -48,8 +48,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..data import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
-from ..data.io import atomic_open
+from . import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
+from .io import atomic_open
 from ..policies.parsing import has_action_cue, parse_action
 from ..specs import LogSource
 

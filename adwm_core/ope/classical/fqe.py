@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from .baseline_settings import FQEConfig
+from .settings import FQEConfig
 
 
 @dataclass

@@ -32,12 +32,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..data.windows import returns_to_go
-from ..model.world_model import WorldModel
-from ..policies.prompts import History
-from .metrics import normalised_absolute_error, spearman
-from .state_bank import StateBank
-from .transitions import SOURCES, Query, Transition
+from ...data.windows import returns_to_go
+from ...model.world_model import WorldModel
+from ...policies.prompts import History
+from ..statistics.metrics import normalised_absolute_error, spearman
+from ..imagination.state_bank import StateBank
+from ..answers import SOURCES, VALUE
+from ..imagination.transitions import Query, Transition
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,13 @@ def walk_ground_truth(transition: Transition, bank: StateBank, model: WorldModel
     return walked
 
 
-def walked_value(steps: Sequence[WalkedStep], gamma: float, *, oracle: frozenset[str] = frozenset(),
-                 value_source: str | None = None) -> float:
+def walked_value(steps: Sequence[WalkedStep], gamma: float, *, oracle: frozenset[str] = frozenset()) -> float:
     """Ĵ of one episode's walk (its steps in order of t): the sources in ``oracle`` answered by
-    the environment, ``value_source`` (``model`` under the hand-over) by G_t where it is one."""
+    the environment, a ``value`` answer (Q̂, the rest of the episode) by G_t."""
     total = 0.0
     for step in steps:
         discount = gamma ** step.t
-        if step.source in oracle and step.source == value_source:
+        if step.source in oracle and step.source == VALUE:
             return total + discount * step.return_to_go
         told = (step.true_reward, step.true_done) if step.source in oracle else (step.reward, step.done)
         total += discount * told[0]
@@ -118,11 +118,11 @@ def walked_value(steps: Sequence[WalkedStep], gamma: float, *, oracle: frozenset
     return total
 
 
-def source_points(steps: Sequence[WalkedStep], gamma: float, value_source: str | None = None) -> list[dict]:
+def source_points(steps: Sequence[WalkedStep], gamma: float) -> list[dict]:
     """Per (π_e, ε) point: J (mean G_0), the teacher-forced Ĵ (``walked``), each source's oracle
     walk (``oracle_<source>``), the share of π_e's real steps each source answered
     (``<source>_share``), and per source the mean error of its answers, r̂_t − r_t
-    (``<source>_reward_error``; Q̂ − G_t for ``value_source``, ``<source>_value_error``)."""
+    (``<source>_reward_error``; Q̂ − G_t for ``value``, ``value_value_error``)."""
     by_episode: dict[tuple, list[WalkedStep]] = defaultdict(list)
     for step in steps:
         by_episode[(step.policy, step.epsilon, step.episode)].append(step)
@@ -134,13 +134,13 @@ def source_points(steps: Sequence[WalkedStep], gamma: float, value_source: str |
         flat = [s for episode in episodes for s in episode]
         point = {"policy": policy, "epsilon": epsilon, "episodes": len(episodes),
                  "truth": float(np.mean([episode[0].return_to_go for episode in episodes])),
-                 "walked": float(np.mean([walked_value(e, gamma, value_source=value_source) for e in episodes]))}
+                 "walked": float(np.mean([walked_value(e, gamma) for e in episodes]))}
         for source in SOURCES:
             answered = [s for s in flat if s.source == source]
             point[f"{source}_share"] = len(answered) / len(flat)
-            point[f"oracle_{source}"] = float(np.mean([walked_value(e, gamma, oracle=frozenset({source}),
-                                                                    value_source=value_source) for e in episodes]))
-            if source == value_source:
+            point[f"oracle_{source}"] = float(np.mean([walked_value(e, gamma, oracle=frozenset({source}))
+                                                        for e in episodes]))
+            if source == VALUE:
                 point[f"{source}_value_error"] = _mean([s.reward - s.return_to_go for s in answered])
             else:
                 point[f"{source}_reward_error"] = _mean([s.reward - s.true_reward for s in answered])
