@@ -205,7 +205,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("greedy", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
           {"actions": "greedy_actions.parquet"}, "adwm_core.stages.greedy", inputs=lambda cell: ("behaviour",),
           per_policy=True, environment=True, gpu=True, retries=1),
-    Stage("world-model", lambda cell: cell.world_model, {"model": "model"}, "adwm_core.stages.world_model",
+    Stage("world-model", lambda cell: cell.world_model, {"members": "members"}, "adwm_core.stages.world_model",
           inputs=lambda cell: ("behaviour",), gpu=True),
     Stage("psi", lambda cell, policy: {"psi": cell.psi, "policy": policy}, {"adapter": "adapter"},
           "adwm_core.stages.psi", inputs=lambda cell: ("behaviour", "world-model"), per_policy=True,

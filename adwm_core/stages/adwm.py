@@ -29,7 +29,7 @@ def compute(run: StageRun) -> None:
     cell, policy, timings = run.cell, run.resolved(run.policy), {}
     started = time.perf_counter()
     with run.tracker.progress(f"imagined rollouts [{policy.label}], seeds") as progress:
-        run_adwm(run.input("behaviour", "trajectories"), run.input("world-model", "model"), policy, cell.env.name,
+        run_adwm(run.input("behaviour", "trajectories"), run.input("world-model", "members"), policy, cell.env.name,
                  run.output("estimates"), cell=cell.name,
                  psi=run.input("psi", "adapter") if "psi" in run.inputs else None,
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,

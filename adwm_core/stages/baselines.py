@@ -13,5 +13,5 @@ if TYPE_CHECKING:
 
 def compute(run: StageRun) -> None:
     run_baselines(run.input("behaviour", "trajectories"), run.input("logprobs", "logprobs"),
-                  run.input("world-model", "model"), run.output("estimates"), cell=run.cell.name,
+                  run.input("world-model", "members"), run.output("estimates"), cell=run.cell.name,
                   policy=run.policy.name, config=run.cell.baselines, not_applicable_out=run.output("not_applicable"))

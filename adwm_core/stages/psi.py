@@ -30,6 +30,6 @@ def run_psi(trajectories: str, world_model: str, policy: PolicySpec, out_dir: st
 
 
 def compute(run: StageRun) -> None:
-    run_psi(run.input("behaviour", "trajectories"), run.input("world-model", "model"), run.resolved(run.policy),
+    run_psi(run.input("behaviour", "trajectories"), run.input("world-model", "members"), run.resolved(run.policy),
             run.output("adapter"), run.cell.psi,
             on_epoch=lambda epoch, metrics: run.tracker.metrics({f"psi_{k}": v for k, v in metrics.items()}, step=epoch))

@@ -1,5 +1,5 @@
 """The world-model stage: trained once per environment and behaviour pool (π_e plays no part),
-as ``world_model.members`` models (member 0 in the ``model`` folder, the others inside it);
+as ``world_model.members`` models (member 0 in the ``members`` folder, the others inside it);
 a pool ADWM cannot read (no success for success-bank guidance) is refused before training."""
 
 from __future__ import annotations
@@ -27,6 +27,6 @@ def compute(run: StageRun) -> None:
             if progress is not None:
                 progress(step + 1, config.members * config.rounds)
 
-        train_ensemble(table, run.output("model"), config, on_epoch=on_epoch)
-    if "://" not in run.output("model"):
-        run.tracker.keep(run.output("model"), "world_model")  # the selected checkpoints and their configs
+        train_ensemble(table, run.output("members"), config, on_epoch=on_epoch)
+    if "://" not in run.output("members"):
+        run.tracker.keep(run.output("members"), "world_model")  # the selected checkpoints and their configs
