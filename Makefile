@@ -37,32 +37,32 @@ down:
 	VENV=$(VENV) bash scripts/stack.sh down
 
 bench: install
-	$(PY) bench/env_throughput.py
-	$(PY) bench/llm_throughput.py
-	$(PY) bench/world_model_training.py
-	$(PY) bench/adwm_estimates.py
-	$(PY) bench/evaluate_logs.py
-	$(PY) bench/demo_stages.py
+	$(PY) -m bench.costs.env_throughput
+	$(PY) -m bench.costs.llm_throughput
+	$(PY) -m bench.costs.world_model_training
+	$(PY) -m bench.tables.adwm_estimates
+	$(PY) -m bench.costs.evaluate_logs
+	$(PY) -m bench.costs.demo_stages
 
 results: install
 	mkdir -p $(PREFECT_HOME)
-	$(PY) bench/main_results.py
-	$(PY) bench/performance.py
+	$(PY) -m bench.tables.main_results
+	$(PY) -m bench.costs.performance
 
 # deployments/TEST_CELLS.md: the test cells' ground truth alone, and the rule that admits them
 admit: install
 	mkdir -p $(PREFECT_HOME)
-	$(PY) bench/heldout.py --admit
+	$(PY) -m bench.tables.heldout --admit
 
 # every development and admitted test cell run (finished stages reused), then the held-out table
 heldout: install
 	mkdir -p $(PREFECT_HOME)
-	$(PY) bench/heldout.py --run
+	$(PY) -m bench.tables.heldout --run
 
 # a variant scored on the development cells beside the cells as they stand: make variant SET="adwm.off_log=carry_over"
 variant: install
 	mkdir -p $(PREFECT_HOME)
-	$(PY) bench/heldout.py --run $(foreach setting,$(SET),--set $(setting))
+	$(PY) -m bench.tables.heldout --run $(foreach setting,$(SET),--set $(setting))
 
 clean:
 	rm -rf $(VENV) .adwm .pytest_cache

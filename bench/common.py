@@ -1,25 +1,34 @@
-"""What the benchmarks share: the machine's description, the cached tiny policy family and a
-cell's finished stage artifacts (found through the stage registry, adwm_core/pipeline.py)."""
+"""What the benchmarks share: where the repository and the results are, the machine's description,
+the default local environment with its cached tiny policy family, which cells are development
+and admitted test cells, and a cell's finished stage artifacts — found, through the stage
+registry (adwm_core/pipeline.py), by :func:`artifact` and nothing else.
+
+Importing this module costs no torch, Prefect or MLflow (each loads where a function needs it),
+so a bench runs its ``--help`` at once and ``bench.costs.gpu_smoke`` imports it on a bare worker.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
-import mlflow
-import torch
-
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig
-from adwm_core.specs import EnvSpec, PolicySpec
+from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.paths import local_cache_dir
-from adwm_core.policies.trainer import train_tiny_policies
+from adwm_core.specs import EnvSpec, PolicySpec
 from flows.cells import cell_config_path
 
-RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"  # every bench writes here (bench/results/*.md, *.json)
+
+# --------------------------------------------------------------------------- the default local cell
+
 CHECKPOINTS = {"iter0": 300, "iter1": 600, "iter2": 1200}
 TRAIN_VARIATIONS = 40  # the first training variations fine-tune; episodes come from the rest
 
@@ -31,6 +40,8 @@ def default_env() -> EnvSpec:
 
 
 def machine() -> dict:
+    import torch
+
     facts = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
              "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
              "date": time.strftime("%Y-%m-%d")}
@@ -41,6 +52,8 @@ def machine() -> dict:
 
 def tiny_family() -> dict[str, str]:
     """The tiny GPT-2 family fitted to the default local environment, trained once under ``$ADWM_HOME``."""
+    from adwm_core.policies.trainer import train_tiny_policies
+
     folder = os.path.join(local_cache_dir("bench"), "tiny-default")
     if all(os.path.exists(os.path.join(folder, name, "config.json")) for name in CHECKPOINTS):
         return {name: os.path.join(folder, name) for name in CHECKPOINTS}
@@ -51,9 +64,44 @@ def tiny_family() -> dict[str, str]:
     return paths
 
 
-def load_cell(cell: str) -> CellConfig:
+def default_behaviour(n_episodes: int, family: dict[str, str]):
+    """``n_episodes`` behaviour episodes of the tiny ``family`` × prompts on :func:`default_env`,
+    collected once under ``$ADWM_HOME/bench/world-model`` (bench.costs.world_model_training trains
+    on them, bench.tables.adwm_estimates estimates from them)."""
+    from adwm_core.collection import collect_behavior
+
+    path = os.path.join(local_cache_dir("bench", "world-model"), f"behaviour-{n_episodes}.parquet")
+    if not os.path.exists(path):
+        pool = [PolicySpec(f"tiny-{label}", family[label]) for label in CHECKPOINTS]
+        collect_behavior(default_env(), pool, n_episodes, path, cell="bench")
+    return read_table(path, TRAJECTORIES)
+
+
+# ------------------------------------------------------------------------------------------ cells
+
+DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on (deployments/TEST_CELLS.md)
+ADWM = "ADWM:reward_sum"  # the estimator the tables and studies grade
+
+
+def cell_config(cell: str) -> CellConfig:
+    """The config of ``cell`` (a name under deployments/ or a YAML path), as written."""
     return CellConfig.load(cell_config_path(cell))
 
+
+def admitted_cells() -> list[str]:
+    """The test cells the admission rule admitted (bench/results/admission.json)."""
+    path = RESULTS / "admission.json"
+    if not path.exists():
+        raise SystemExit("no admission yet: run python -m bench.tables.heldout --admit")
+    return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
+
+
+def slug(settings: dict[str, object]) -> str:
+    """A file name for ``--set`` settings, e.g. ``{"adwm.off_log": "fqe"}`` → ``adwm.off-log-fqe``."""
+    return "_".join(re.sub(r"[^A-Za-z0-9.]+", "-", f"{k}-{v}") for k, v in sorted(settings.items()))
+
+
+# ------------------------------------------------------------------------------- finished artifacts
 
 def evaluated(cell: CellConfig, label: str | None = None) -> PolicySpec:
     """The cell's π_e labelled ``label`` (default: its first)."""
@@ -64,19 +112,86 @@ def evaluated(cell: CellConfig, label: str | None = None) -> PolicySpec:
     return found[0]
 
 
-def artifact(cell: CellConfig, stage: str, label: str | None = None) -> pipeline.Artifact:
-    """The finished artifact of ``stage`` for the cell as configured (of its π_e ``label``, default
-    its first, for a per-π_e stage)."""
-    policy = evaluated(cell, label) if pipeline.stage(stage).per_policy else None
+def artifact(cell: CellConfig | str, stage: str, policy: PolicySpec | str | None = None, *,
+             required: bool = True) -> pipeline.Artifact | None:
+    """The finished artifact of ``stage`` for ``cell`` (a config, a cell name or a YAML path) as
+    configured under today's code (``pipeline.finished``); for a per-π_e stage, of ``policy`` (a
+    spec, or the label of one of the cell's π_e; default its first). Where it is not finished:
+    exit with the pipeline's message, or None when not ``required``."""
+    config = cell if isinstance(cell, CellConfig) else cell_config(cell)
+    if pipeline.stage(stage).per_policy and not isinstance(policy, PolicySpec):
+        policy = evaluated(config, policy)
     try:
-        return pipeline.finished(cell, stage, policy)
+        return pipeline.finished(config, stage, policy)
     except FileNotFoundError as error:
-        raise SystemExit(f"{error}\n(or run bench/main_results.py {cell.name})") from None
+        if not required:
+            return None
+        raise SystemExit(f"{error}\n(or run python -m bench.tables.main_results {config.name})") from None
 
+
+def ground_truth(cell: str) -> list[dict]:
+    """The cell's ground-truth points (policy, epsilon, mean_return, stderr, n_episodes),
+    computing the ``policies`` and ``ground-truth`` stages where they are not finished."""
+    import pyarrow.parquet as pq
+
+    config = cell_config(cell)
+    if config.local_policies:
+        pipeline.run(config, "policies")
+    points = []
+    for policy in config.evaluation.policies:
+        summary = pipeline.run(config, "ground-truth", policy).file("summary")
+        points += pq.read_table(summary, columns=["policy", "epsilon", "mean_return", "stderr",
+                                                  "n_episodes"]).to_pylist()
+    return points
+
+
+def point_truth(report: pipeline.Artifact) -> dict[tuple[str, float], float]:
+    """(policy, ε) → J of a finished report's points (its curves' ground truth)."""
+    with open(report.file("curves")) as f:
+        curves = json.load(f)
+    return {(p, float(e)): j for p, e, j in zip(curves["policy"], curves["epsilon"], curves["ground_truth"])}
+
+
+def world_model_histories(cell: str) -> list[dict] | None:
+    """The last training round of each member of the cell's finished world model (its
+    history.json: seconds so far, transitions/s, ...); None where it is not finished."""
+    from adwm_core.model.world_model import member_paths
+    from adwm_core.training.world_model import HISTORY_FILE
+
+    stage = artifact(cell, "world-model", required=False)
+    if stage is None:
+        return None
+    return [json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]
+            for member in member_paths(stage.file("members"))]
+
+
+def evaluated_policy(cell: CellConfig, preset: str):
+    """(π_e as the cell's first evaluated policy, π_e with its ψ adapter under a soft-token
+    reading — the cell's ψ stage, computed where not finished — else ``None``; the ADWM settings
+    under ``preset``)."""
+    from adwm_core.model.psi import PsiAdapter
+    from adwm_core.ope.settings import ADWM_PRESETS
+    from adwm_core.policies.loading import ModelCache
+    from adwm_core.policies.soft_prompt import SoftPromptPolicy
+
+    policy = evaluated(cell)
+    spec = pipeline.resolved(cell, policy)
+    config = cell.adwm.replace(preset=preset, **dict.fromkeys(ADWM_PRESETS[preset]))
+    llm = ModelCache().policy(spec, cell.env.name)
+    soft = None
+    if config.reading == "soft_tokens":
+        adapter = pipeline.run(cell, "psi", policy).file("adapter")
+        soft = SoftPromptPolicy(llm, PsiAdapter.load(adapter))
+    return spec, llm, soft, config
+
+
+# ------------------------------------------------------------------------------------- flow runs
 
 def stage_timings(home: str, cell: str) -> tuple[float, list[dict]]:
     """The latest flow run of ``cell`` tracked under artifact root ``home``: its wall seconds and
     each stage's ``{"stage", "start", "seconds"}`` (start in seconds after the flow's), by start."""
+    import mlflow
+
     mlflow.set_tracking_uri(f"sqlite:///{home}/mlflow.db")
     experiment = mlflow.get_experiment_by_name(f"cell/{cell}")
     runs = mlflow.search_runs([experiment.experiment_id], output_format="list",

@@ -394,7 +394,7 @@ def test_bad_settings_are_named(corridor):
     paper_guidance = AdwmConfig(guidance="success_bank")
     with pytest.raises(ValueError, match="success-bank guidance needs successful behaviour episodes"):
         DiffusionTransition(model, StateBank.from_log(BehaviourLog(failures), model), paper_guidance)
-    with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/local_families.py"):
+    with pytest.raises(ValueError, match=r"none of the \d+ behaviour episodes succeeded.*bench/tables/local_families.py"):
         paper_guidance.check_behaviour(failures)  # the world-model stage asks this before training
     for config in (AdwmConfig(guidance="none"), AdwmConfig()):  # the default, auto, needs no success
         config.check_behaviour(failures)

@@ -138,5 +138,5 @@ class AdwmConfig(Settings):
             episodes = len(set(steps["episode"].to_pylist()))
             raise ValueError(f"none of the {episodes} behaviour episodes succeeded, and success-bank guidance "
                              "(adwm.guidance) needs successful ones: use a stronger behaviour pool or more "
-                             "episodes (for a local cell, pick checkpoints with bench/local_families.py), "
+                             "episodes (for a local cell, pick checkpoints with bench/tables/local_families.py), "
                              "or set adwm.guidance to 'auto' (unguided where no episode succeeded) or 'none'")

@@ -7,7 +7,7 @@ run. Stages on independent branches overlap (ground truth beside behaviour colle
 log-probs and ψ beside world-model training, baselines beside ADWM), so the shares add up
 to more than 100 %.
 
-Writes ``bench/results/demo.{json,md}``. Usage: ``python bench/demo_stages.py``.
+Writes ``bench/results/demo.{json,md}``. Usage: ``python -m bench.costs.demo_stages``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import sys
 import tempfile
 import time
 
-from common import RESULTS, machine, stage_timings
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.common import REPO, RESULTS, machine, stage_timings
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ Three measurements per adapter:
   (what collection with admissible sets costs);
 - ``runner_random``: the same agent through ``EpisodeRunner`` on every core.
 
-Writes ``bench/results/env_throughput.{json,md}``. Usage: ``python bench/env_throughput.py [--seconds S]``.
+Writes ``bench/results/env_throughput.{json,md}``. Usage: ``python -m bench.costs.env_throughput [--seconds S]``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from adwm_core.envs import make_env
 from adwm_core.envs.agents import EpsilonGoldAgent
 from adwm_core.envs.episodes import EpisodeSpec
 from adwm_core.envs.runner import EpisodeRunner
-from common import RESULTS
-from common import machine as host
+from bench.common import RESULTS
+from bench.common import machine as host
 
 CASES = [  # (environment, options, task, split)
     ("scienceworld", {}, "find-living-thing", "train"),

@@ -5,7 +5,7 @@ bench/results/evaluate_logs.{json,md}. The logs come from local-simonsays, whose
 here: ``--ground-truth N`` then plays the agent (same endpoint) N episodes per ε in that cell's
 environment and grades what `adwm evaluate` printed (Spearman ρ over ε, |Ĵ−J|/range).
 
-    python bench/evaluate_logs.py [--ground-truth 100] [--set KEY=VALUE ...]
+    python -m bench.costs.evaluate_logs [--ground-truth 100] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from adwm_core.cell import CellConfig
 from adwm_core.data import ESTIMATES, read_table
 from adwm_core.ope.statistics.metrics import normalised_absolute_error
 from adwm_core.policies.local_models import smollm2_dir
@@ -30,9 +29,8 @@ from adwm_core.policies.serving import serve_vllm
 from adwm_core.specs import PolicySpec
 from adwm_core.collection import ground_truth_rollouts
 from tasks.report import ESTIMATES_FILE
-from common import RESULTS, machine
+from bench.common import REPO, RESULTS, cell_config, machine
 
-REPO = Path(__file__).resolve().parent.parent
 LOGS = "examples/simonsays-logs.jsonl"
 AGENT = "smollm2-agent"
 # the settings of local-simonsays, the cell the logs were exported from
@@ -92,7 +90,7 @@ def main() -> None:
 
 def grade(estimates, base_url: str, episodes: int, folder: Path) -> dict:
     """The agent's ground truth in local-simonsays' environment and each printed estimator's ρ and NMAE."""
-    cell = CellConfig.load(str(REPO / "deployments" / "local-simonsays.yaml"))
+    cell = cell_config("local-simonsays")
     agent = PolicySpec(AGENT, AGENT, "openai", options={"base_url": base_url, "tokenizer": smollm2_dir()})
     summary = ground_truth_rollouts(cell.env, agent, episodes, str(folder / "trajectories.parquet"),
                                     str(folder / "summary.parquet"), cell="evaluate-logs-bench",

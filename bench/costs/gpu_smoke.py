@@ -15,9 +15,9 @@ worker: a random-weight Llama (4 layers, width 256, 16 M parameters) with SmolLM
 tokenizer and chat template (the real weights are too large to carry). Smoke numbers grade
 nothing: they show what each stage costs.
 
-Usage: ``python bench/gpu_smoke.py --make-stand-in DIR``;
-``python bench/gpu_smoke.py --run OUT --stand-in DIR [--cell CELL]``;
-``python bench/gpu_smoke.py --table CPU.json GPU.json``.
+Usage: ``python -m bench.costs.gpu_smoke --make-stand-in DIR``;
+``python -m bench.costs.gpu_smoke --run OUT --stand-in DIR [--cell CELL]``;
+``python -m bench.costs.gpu_smoke --table CPU.json GPU.json``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ from pathlib import Path
 
 import yaml
 
+from bench.common import RESULTS  # no torch, Prefect or MLflow: the bare worker runs this module
 from flows.cells import cell_config_path
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "results"
 
 
 def on_transformers(cell_yaml: Path, folder: Path) -> Path:
@@ -110,7 +108,7 @@ def table(cpu_path: Path, gpu_path: Path) -> None:
     machine = gpu["device"]
     lines = [f"# A seed cell in smoke mode: GPU against CPU ({machine['gpu']}, {machine['cpus']} CPUs, "
              f"{machine['date']})", "",
-             f"`python bench/gpu_smoke.py --run` on one machine, twice from an empty artifact root: with "
+             f"`python -m bench.costs.gpu_smoke --run` on one machine, twice from an empty artifact root: with "
              f"`CUDA_VISIBLE_DEVICES=` (torch on {cpu['device']['torch_threads']} CPU threads) and with its GPU. "
              f"Cell `{cpu['cell']}`, every policy the stand-in `{cpu['stand_in']}` on the transformers backend "
              "(vLLM cannot be installed on that worker); counts scaled down by adwm_core/smoke.py. Smoke numbers "

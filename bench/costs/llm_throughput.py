@@ -10,7 +10,7 @@ held-out training variations):
   seconds and the success curve (the local policy family's ground truth).
 
 Writes ``bench/results/llm_throughput.{json,md}``.
-Usage: ``python bench/llm_throughput.py [--episodes N] [--vllm]``.
+Usage: ``python -m bench.costs.llm_throughput [--episodes N] [--vllm]``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from adwm_core.specs import EnvSpec, PolicySpec
 from adwm_core.collection import collect_behavior, ground_truth_rollouts
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.local_models import smollm2_dir
-from common import CHECKPOINTS, RESULTS, default_env, tiny_family
-from common import machine as host
+from bench.common import CHECKPOINTS, RESULTS, default_env, tiny_family
+from bench.common import machine as host
 
 def collection_rate(env: EnvSpec, spec: PolicySpec, n_episodes: int, out: str) -> dict:
     start = time.perf_counter()

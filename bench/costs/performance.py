@@ -28,7 +28,7 @@ Writes ``bench/results/performance.{md,json}``; rows of cells not named are kept
 file's earlier run when it was on the same machine (each row names the day it was measured).
 ``--server`` runs one Prefect server for the whole bench (as a deployment has one) instead of
 the temporary server each bare ``evaluate-policy`` run starts.
-Usage: ``python bench/performance.py [--before REV] [--server] [CELL ...]``.
+Usage: ``python -m bench.costs.performance [--before REV] [--server] [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -51,9 +51,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from adwm_core.paths import artifact_path
-from common import RESULTS, artifact, evaluated, load_cell, machine
+from bench.common import REPO, RESULTS, artifact, cell_config, evaluated, machine, world_model_histories
 from flows.cells import cell_names
-from heldout import world_model_histories
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
 
@@ -63,13 +62,14 @@ def measure(kind: str, cell: str, code: Path | None = None, label: str | None = 
     code checked out at ``code`` when given; ``evaluate`` of the agent labelled ``label`` when
     given (else a new label) — : wall s, peak RSS and the facts the child wrote (a file, not a
     pipe: a full pipe would block the child)."""
-    script, env = Path(__file__), None
-    if code is not None:
-        script, env = code / "bench" / "performance.py", {**os.environ, "PYTHONPATH": str(code)}
+    command, env = ["-m", "bench.costs.performance"], None
+    if code is not None:  # that revision's bench; one from before bench/ was a package runs by path
+        flat = code / "bench" / "performance.py"
+        command, env = [str(flat)] if flat.exists() else command, {**os.environ, "PYTHONPATH": str(code)}
     with tempfile.TemporaryDirectory() as scratch:
         facts = os.path.join(scratch, "facts.json")
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, str(script), "--child", kind, cell, facts, *([label] if label else [])],
+        process = subprocess.Popen([sys.executable, *command, "--child", kind, cell, facts, *([label] if label else [])],
                                    env=env, cwd=code)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - started
@@ -85,13 +85,13 @@ def child(kind: str, cell: str, facts_path: str, label: str | None = None) -> No
     from adwm_core.api import agent as agent_spec
     from flows.evaluate_policy import evaluate_policy, scoring_config
 
-    config = load_cell(cell)
+    config = cell_config(cell)
     policy = evaluated(config)
     if kind == "evaluate":
         label = label or f"perf-{time.time_ns()}"  # a new label: nothing reused but the world model
         evaluate_policy(cell, policy.model, label=label)  # resolves local:<checkpoint> itself
         agent = agent_spec(policy.model, backend="transformers", label=label)
-        with open(pipeline.finished(scoring_config(cell, agent), "adwm", agent).file("timings")) as f:
+        with open(artifact(scoring_config(cell, agent), "adwm", agent).file("timings")) as f:
             facts = {"epsilons": list(config.evaluation.epsilons), "label": label, "adwm": json.load(f)}
     elif kind == "llm":
         facts = llm_throughput(config.env.name, pipeline.resolved(config, policy),
@@ -180,19 +180,18 @@ def prefect_server():
 @contextlib.contextmanager
 def checkout(revision: str):
     """A temporary git worktree of ``revision`` (removed afterwards)."""
-    top = Path(__file__).resolve().parent.parent
-    known = subprocess.run(["git", "-C", str(top), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+    known = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
                            capture_output=True)
     if known.returncode != 0:
-        raise SystemExit(f"--before {revision!r} names no commit of {top}: give a revision `git log` lists")
+        raise SystemExit(f"--before {revision!r} names no commit of {REPO}: give a revision `git log` lists")
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "code"
-        subprocess.run(["git", "-C", str(top), "worktree", "add", "--detach", str(folder), revision], check=True,
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(folder), revision], check=True,
                        capture_output=True)
         try:
             yield folder
         finally:
-            subprocess.run(["git", "-C", str(top), "worktree", "remove", "--force", str(folder)], check=False)
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(folder)], check=False)
 
 
 def adwm_folder(cell: str, timings: dict) -> Path:
@@ -275,7 +274,7 @@ def profile_lines(rows: list[dict]) -> list[str]:
 
 def uncertainty_lines() -> list[str]:
     """The cost of ADWM's model uncertainty (issue 38): the world-model ensembles scored by
-    ``bench/heldout.py --set world_model.members=K`` (bench/results/variants), their training
+    ``python -m bench.tables.heldout --set world_model.members=K`` (bench/results/variants), their training
     seconds (every member) beside the single model's of the newest other variant run (same
     recipe, its own day); imagination runs in every member, so the ADWM stage's time grows K-fold."""
     variants = [json.loads(p.read_text()) for p in sorted((RESULTS / "variants").glob("*.json"))]
@@ -325,7 +324,7 @@ def main() -> None:
         return child(*args.child)
     cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
     for cell in cells:
-        artifact(load_cell(cell), "world-model")  # every cell's world model is trained, before any timing
+        artifact(cell_config(cell), "world-model")  # every cell's world model is trained, before any timing
     host = machine()
     mode = "running server" if args.server else "temporary server"  # how evaluate-policy reaches Prefect
     earlier = RESULTS / "performance.json"  # rows of cells not measured now are kept (same machine only)

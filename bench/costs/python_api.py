@@ -3,7 +3,7 @@
 root (every stage computed, the offline SmolLM2 converted), in the repository's root. Writes the
 wall time and what the block printed to bench/results/python_api.{json,md}.
 
-    python bench/python_api.py
+    python -m bench.costs.python_api
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-from common import RESULTS, machine
+from bench.common import REPO, RESULTS, machine
 
-REPO = Path(__file__).resolve().parent.parent
 MARKERS = re.compile(r"<!-- python-api-example -->\s*```python\n(.*?)```\s*<!-- /python-api-example -->", re.S)
 
 

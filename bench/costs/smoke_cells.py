@@ -12,7 +12,7 @@ branches overlap. Smoke numbers grade nothing — stand-in models, a few episode
 never results: they show the path runs and what it costs.
 
 Writes ``bench/results/smoke_cells.{json,md}`` and each report to ``bench/results/smoke_reports/``.
-Usage: ``python bench/smoke_cells.py [CELL ...] [--stand-in DIR] [--home DIR] [--table-only]``.
+Usage: ``python -m bench.costs.smoke_cells [CELL ...] [--stand-in DIR] [--home DIR] [--table-only]``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import time
 
 import psutil
 
-from common import RESULTS, machine, stage_timings
+from bench.common import REPO, RESULTS, machine, stage_timings
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED_CELLS = ("hotpotqa-dpo", "hotpotqa-prm", "hotpotqa-cross", "scienceworld-eto", "alfworld-iter1",
               "alfworld-iter3", "webshop-iter1")
 SAMPLE_S = 0.5

@@ -7,7 +7,7 @@ cache is neither read nor written, so the figure is this machine's with nothing 
 ``--run`` first computes the ``policies`` and ``behaviour`` stages a cell lacks.
 
 Writes ``bench/results/world_model_time.{json,md}`` (cells measured earlier are kept).
-Usage: ``python bench/world_model_time.py [--run] [CELL ...]``.
+Usage: ``python -m bench.costs.world_model_time [--run] [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from adwm_core import pipeline
 from adwm_core.data import TRAJECTORIES, behaviour_rows, read_table
 from adwm_core.training.world_model import train_world_model
-from common import RESULTS, load_cell, machine
+from bench.common import RESULTS, artifact, cell_config, machine
 from flows.cells import cell_names
 
 BOUND_SECONDS = 300
@@ -34,11 +34,15 @@ def behaviour(cell, run: bool) -> str:
         if cell.local_policies:
             pipeline.run(cell, "policies")
         pipeline.run(cell, "behaviour")
-    return pipeline.finished(cell, "behaviour").file("trajectories")
+    found = artifact(cell, "behaviour", required=False)
+    if found is None:
+        raise FileNotFoundError(f"no finished behaviour stage for {cell.name}'s config under today's code "
+                                "(--run computes it)")
+    return found.file("trajectories")
 
 
 def measure(name: str, run: bool) -> dict:
-    cell = load_cell(name)
+    cell = cell_config(name)
     table = behaviour_rows(read_table(behaviour(cell, run), TRAJECTORIES))
     lengths = np.bincount(np.unique(table["episode"].to_numpy(), return_inverse=True)[1])
     config = cell.world_model
@@ -57,7 +61,7 @@ def measure(name: str, run: bool) -> dict:
 def write(results: dict) -> None:
     (RESULTS / "world_model_time.json").write_text(json.dumps(results, indent=2))
     lines = ["# World-model training time per cell", "",
-             "`python bench/world_model_time.py`: each cell's world model trained alone on this machine from its "
+             "`python -m bench.costs.world_model_time`: each cell's world model trained alone on this machine from its "
              f"behaviour log, under the cell's settings. Bound: {BOUND_SECONDS} s a local cell.", "",
              "| cell | episodes | transitions | mean length | budget | optimiser steps | best round | seconds | "
              f"≤ {BOUND_SECONDS} s | machine, date |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -10,7 +10,7 @@ horizon 12), behaviour pool = the tiny GPT-2 family iter0/iter1/iter2 × prompts
 - trains the ψ adapter for π_e (app:psi-train): top-1 retrieval against 1/B.
 
 Writes ``bench/results/world_model_training.{json,md}``.
-Usage: ``python bench/world_model_training.py [--episodes N] [--epochs E] [--device cpu|cuda]``.
+Usage: ``python -m bench.costs.world_model_training [--episodes N] [--epochs E] [--device cpu|cuda]``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ import json
 import os
 import time
 
-from adwm_core.specs import PolicySpec
-from adwm_core.collection import collect_behavior
-from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.envs.registry import DEFAULT_LOCAL_ENV
 from adwm_core.model.world_model import WorldModel
 from adwm_core.paths import local_cache_dir
@@ -30,16 +27,7 @@ from adwm_core.policies.loading import load_language_model
 from adwm_core.settings import PsiConfig, TrainConfig
 from adwm_core.training.psi import observation_texts, train_psi_adapter
 from adwm_core.training.world_model import train_world_model
-from common import CHECKPOINTS, RESULTS, default_env, machine, tiny_family
-
-
-def behaviour(n_episodes: int, family: dict[str, str]):
-    env = default_env()
-    path = os.path.join(local_cache_dir("bench", "world-model"), f"behaviour-{n_episodes}.parquet")
-    if not os.path.exists(path):
-        pool = [PolicySpec(f"tiny-{label}", family[label]) for label in CHECKPOINTS]
-        collect_behavior(env, pool, n_episodes, path, cell="bench")
-    return read_table(path, TRAJECTORIES)
+from bench.common import CHECKPOINTS, RESULTS, default_behaviour, machine, tiny_family
 
 
 def train(table, target: str, epochs: int, device: str) -> dict:
@@ -60,7 +48,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     family = tiny_family()
-    table = behaviour(args.episodes, family)
+    table = default_behaviour(args.episodes, family)
     runs = [train(table, target, args.epochs, args.device) for target in ("step", "to_go")]
     texts = observation_texts(table)
     targets = load_language_model(family["iter2"]).mean_input_embeddings(texts)

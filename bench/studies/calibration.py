@@ -1,6 +1,6 @@
 """ADWM calibrated by k live episodes of π_e (adwm_core/ope/statistics/calibration.py, PPI++), measured.
 
-`python bench/calibration.py`: for every development cell and every admitted test cell whose
+`python -m bench.studies.calibration`: for every development cell and every admitted test cell whose
 ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
 K: B times, k of the point's ground-truth episodes are drawn at random as the live slice and
 the rest give the truth (the mean of the episodes not drawn); the slice is combined with ADWM's
@@ -25,9 +25,8 @@ import pyarrow.parquet as pq
 from scipy import stats
 
 from adwm_core.ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
-from common import RESULTS, load_cell, machine
+from bench.common import ADWM, DEVELOPMENT, RESULTS, admitted_cells, artifact, cell_config, machine
 from flows.cells import cell_names
-from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage
 
 K = (5, 10, 20)
 PPI = {"PPI++": None, "PPI": 1.0, "live only": 0.0}  # name → fixed power λ (None: tuned)
@@ -38,7 +37,7 @@ METHODS = (*PPI, *LINEAR)
 def adwm_points(cell: str) -> dict[tuple[str, float], list[dict]]:
     """(policy, ε) → ADWM's estimates rows of the cell's report, one per seed."""
     by_point = defaultdict(list)
-    for r in pq.read_table(finished_stage(cell, "report").file("estimates")).to_pylist():
+    for r in pq.read_table(artifact(cell, "report").file("estimates")).to_pylist():
         if r["estimator"] == ADWM:
             by_point[(r["policy"], float(r["epsilon"]))].append(r)
     return by_point
@@ -79,10 +78,10 @@ def calibrated(points: list, slices: dict, imagined: dict, adwm: dict) -> dict[s
 
 def measure(cell: str, draws: int, seed: int) -> dict | None:
     """Every method × k of one cell, or None where its stages are not finished under today's code."""
-    config = load_cell(cell)
-    adwm = [finished_stage(cell, "adwm", p) for p in config.evaluation.policies]
-    truth_stages = [finished_stage(cell, "ground-truth", p) for p in config.evaluation.policies]
-    if None in adwm or None in truth_stages or finished_stage(cell, "report") is None:
+    config = cell_config(cell)
+    adwm = [artifact(cell, "adwm", p, required=False) for p in config.evaluation.policies]
+    truth_stages = [artifact(cell, "ground-truth", p, required=False) for p in config.evaluation.policies]
+    if None in adwm or None in truth_stages or artifact(cell, "report", required=False) is None:
         return None
     live, imagined = {}, {}
     for stage in truth_stages:

@@ -1,6 +1,6 @@
 """How long FQE must fit before its values stop moving (FQEConfig.epochs), read without ground truth.
 
-`python bench/fqe_fit_length.py [CELL ...]` (default: the development cells): for every π_e of the
+`python -m bench.studies.fqe_fit_length [CELL ...]` (default: the development cells): for every π_e of the
 cell, FQE is fitted per ε level on the behaviour log (the finished log-prob stage's scores, member 0
 of the trained world model's latents, seed 0), as the baselines stage fits it (γ 0.99) and as
 ADWM's hand-over fits it (γ 1), once for every fit length E in EPOCHS. Per cell, γ and E: Ĵ per
@@ -31,9 +31,8 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.classical.settings import BaselineConfig, FQEConfig
 from adwm_core.ope.classical.logged_steps import fitted_q, logged_steps
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
-from common import RESULTS, artifact, load_cell, machine
+from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, ground_truth, machine, slug
 from flows.cells import cell_names
-from heldout import DEVELOPMENT, ground_truth, slug
 
 EPOCHS = (20, 40, 80, 160)
 GAMMAS = (0.99, 1.0)  # the baselines stage's, ADWM's hand-over's
@@ -42,10 +41,10 @@ DRIFT = 0.02  # converged: no point's Ĵ moves by more than this share of the lo
 
 def fit_lengths(cell_name: str, fqe: FQEConfig = FQEConfig(), gammas=GAMMAS, lengths=EPOCHS) -> dict:
     """Ĵ per point for every γ and fit length, the logged return range, and the points' J."""
-    cell = load_cell(cell_name)
+    cell = cell_config(cell_name)
     trajectories = artifact(cell, "behaviour").file("trajectories")
     log = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories)
-    model = WorldModel.load_ensemble(artifact(cell, "world-model").file("model"))[0]
+    model = WorldModel.load_ensemble(artifact(cell, "world-model").file("members"))[0]
     truth = {(p["policy"], float(p["epsilon"])): p["mean_return"] for p in ground_truth(cell_name)}
     points, values, scale = [], {f"{g}/{e}": [] for g in gammas for e in lengths}, 0.0
     for policy in cell.evaluation.policies:
@@ -81,7 +80,7 @@ def chosen_length(results: dict[str, dict]) -> int:
 def report(results: dict[str, dict], seconds: dict[str, float], settings: dict | None = None) -> list[str]:
     title = f"FQE with {json.dumps(settings)}" if settings else "FQE's fit length"
     lines = [f"# {title} (issue 37, the hand-over's Q̂; the FQE baseline)", "",
-             f"`python bench/fqe_fit_length.py`: FQE fitted per ε on each cell's log for E epochs (seed 0, member 0's "
+             f"`python -m bench.studies.fqe_fit_length`: FQE fitted per ε on each cell's log for E epochs (seed 0, member 0's "
              f"latents), γ 0.99 (the baselines stage) and γ 1 (ADWM's hand-over). Drift: max over points |Ĵ_E − Ĵ_2E| "
              f"over the logged return range; converged where ≤ {DRIFT}. The rule reads drift only; ρ / NMAE against "
              "the ground truth are for the record.", "",

@@ -8,7 +8,7 @@ termination — beside the first real ground-truth episodes of the same ε. A su
 gives the imagined and real mean return and length and the share of imagined steps a logged
 successor answered.
 
-Usage: ``python bench/imagined_episodes.py CELL [--epsilon 0 1] [--episodes 2] [--seed 0]
+Usage: ``python -m bench.studies.imagined_episodes CELL [--epsilon 0 1] [--episodes 2] [--seed 0]
 [--set FIELD=VALUE ...]`` (``--set`` changes ADWM settings, e.g. ``logged_successors=false``).
 Prints to stdout; writes nothing.
 """
@@ -27,8 +27,7 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.imagination.diffusion_transition import adwm_transition
 from adwm_core.ope.imagination.rollouts import ImaginedRollouts
 from adwm_core.ope.imagination.state_bank import StateBank
-from common import artifact, load_cell
-from fidelity import evaluated_policy
+from bench.common import artifact, cell_config, evaluated_policy
 
 WIDTH = 90
 
@@ -46,10 +45,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", dest="changes")
     args = parser.parse_args()
-    cell = load_cell(args.cell)
+    cell = cell_config(args.cell)
     changes = parse_assignments(args.changes)
     trajectories = artifact(cell, "behaviour").file("trajectories")
-    model = WorldModel.load(artifact(cell, "world-model").file("model"))
+    model = WorldModel.load(artifact(cell, "world-model").file("members"))
     spec, llm, soft, config = evaluated_policy(cell, cell.adwm.preset)
     config = config.replace(**changes)
     bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)

@@ -1,7 +1,7 @@
 """Which interval around ADWM's estimate could hold the truth (issue 38), measured without live
 episodes on the finished reports.
 
-`python bench/interval_candidates.py`: for every development cell and every admitted test cell
+`python -m bench.studies.interval_candidates`: for every development cell and every admitted test cell
 whose report is finished under today's code, ADWM ``reward_sum``'s rows (one per point and seed)
 with, as candidate intervals:
 - ``bootstrap``: its own percentile bootstrap over rollouts (what the report prints);
@@ -29,9 +29,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common import RESULTS, machine
+from bench.common import ADWM, DEVELOPMENT, RESULTS, admitted_cells, artifact, machine, point_truth
 from flows.cells import cell_names
-from heldout import ADWM, DEVELOPMENT, admitted_cells, finished_stage, point_truth
 
 KNN, FQE = "kNN-WM:reward_sum", "FQE"
 WIDENING = (0.25, 0.5)  # c of the extrapolation-widened interval
@@ -40,7 +39,7 @@ CANDIDATES = ("bootstrap", "seed hull", "+ kNN-WM", "+ kNN-WM, FQE", *(f"extrapo
 
 def behaviour_return_range(cell: str) -> float:
     """max − min of the behaviour episodes' returns (the log's own scale of a return)."""
-    steps = pq.read_table(finished_stage(cell, "behaviour").file("trajectories"))
+    steps = pq.read_table(artifact(cell, "behaviour").file("trajectories"))
     if "source" in steps.column_names:
         steps = steps.filter(pc.equal(steps["source"], "behavior"))
     returns = steps.group_by(["policy", "episode"]).aggregate([("reward", "sum")])["reward_sum"].to_numpy()
@@ -76,7 +75,7 @@ def candidate_intervals(rows: dict, truth: dict, scale: float) -> dict[str, list
 
 def measure(cell: str) -> dict | None:
     """Coverage and width of every candidate, and the reach bound, for one cell (None: not finished)."""
-    report = finished_stage(cell, "report")
+    report = artifact(cell, "report", required=False)
     if report is None:
         return None
     truth = point_truth(report)

@@ -1,7 +1,7 @@
 """How many imagined rollouts and seeds ADWM needs (issue 39): the estimate a smaller budget buys,
 read from the rollouts the ADWM stage already imagined.
 
-`python bench/rollout_budget.py`: for every development cell whose report is finished under
+`python -m bench.studies.rollout_budget`: for every development cell whose report is finished under
 today's code, the ADWM stage's samples.jsonl (every rollout's return, per point, seed and member)
 is cut to the first S seeds and M rollouts per seed, for S in SEEDS and M in ROLLOUTS, and scored
 as the stage scores it: Ĵ of a point is the mean return over the rollouts kept. Per budget and
@@ -21,10 +21,8 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from adwm_core.cell import CellConfig
-from common import RESULTS, machine
-from flows.cells import cell_config_path, cell_names
-from heldout import DEVELOPMENT, finished_stage, point_truth
+from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, machine, point_truth
+from flows.cells import cell_names
 
 SEEDS = (1, 2, 3, 5)
 ROLLOUTS = (8, 16, 32)
@@ -34,8 +32,8 @@ def imagined_returns(cell: str) -> dict[tuple[str, float], dict[int, list[float]
     """(policy, ε) → seed → imagined returns in the order the stage drew them (every member);
     None where an ADWM stage of the cell is not finished under today's code."""
     returns: dict = defaultdict(lambda: defaultdict(list))
-    for policy in CellConfig.load(cell_config_path(cell)).evaluation.policies:
-        stage = finished_stage(cell, "adwm", policy)
+    for policy in cell_config(cell).evaluation.policies:
+        stage = artifact(cell, "adwm", policy, required=False)
         if stage is None:
             return None
         with open(stage.file("samples")) as f:
@@ -60,7 +58,7 @@ def scored(returns: dict, truth: dict, n_seeds: int, n_rollouts: int) -> dict[st
 
 
 def measure(cell: str) -> dict | None:
-    report, returns = finished_stage(cell, "report"), imagined_returns(cell)
+    report, returns = artifact(cell, "report", required=False), imagined_returns(cell)
     truth = point_truth(report) if report is not None else None
     if returns is None or truth is None or np.ptp(list(truth.values())) == 0:
         return None

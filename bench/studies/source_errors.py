@@ -1,6 +1,6 @@
 """Where ADWM's error sits on a cell, by what answered (adwm_core/ope/instruments/source_errors.py).
 
-`python bench/source_errors.py [CELL ...]` (default: the development cells), for each cell whose
+`python -m bench.studies.source_errors [CELL ...]` (default: the development cells), for each cell whose
 behaviour, world-model, log-prob, ground-truth and ADWM stages have finished under today's code
 and config: every ground-truth episode of π_e^ε walked, teacher forced, through the cell's ADWM
 transition (member 0 of its world model; under the hand-over, FQE fitted as the ADWM stage fits
@@ -35,9 +35,8 @@ from adwm_core.ope.instruments.source_errors import source_points, source_summar
 from adwm_core.ope.imagination.state_bank import StateBank
 from adwm_core.ope.imagination.transitions import SOURCES
 from adwm_core.ope.imagination.driver import fqe_per_member
-from common import RESULTS, artifact, load_cell, machine
+from bench.common import ADWM, DEVELOPMENT, RESULTS, artifact, cell_config, machine
 from flows.cells import cell_names
-from heldout import ADWM, DEVELOPMENT
 
 WALKS = ("imagined", "walked", *(f"oracle_{source}" for source in SOURCES))
 
@@ -53,10 +52,10 @@ def imagined_values(estimates: pa.Table) -> dict[tuple[str, float], float]:
 
 def measure(cell_name: str) -> dict:
     """The cell's points and summary (module docstring)."""
-    cell = load_cell(cell_name)
+    cell = cell_config(cell_name)
     trajectories = artifact(cell, "behaviour").file("trajectories")
     log = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories)
-    model = WorldModel.load_ensemble(artifact(cell, "world-model").file("model"))[0]
+    model = WorldModel.load_ensemble(artifact(cell, "world-model").file("members"))[0]
     bank, config = StateBank.from_log(log, model), cell.adwm
     points, imagined = [], {}
     for policy in cell.evaluation.policies:
@@ -76,7 +75,7 @@ def measure(cell_name: str) -> dict:
 
 def report(results: dict[str, dict]) -> list[str]:
     lines = ["# Where ADWM's error sits, by what answered", "",
-             "`python bench/source_errors.py [CELL ...]` (adwm_core/ope/instruments/source_errors.py): every ground-truth "
+             "`python -m bench.studies.source_errors [CELL ...]` (adwm_core/ope/instruments/source_errors.py): every ground-truth "
              "episode of π_e^ε walked, teacher forced, through the cell's ADWM transition. ρ / NMAE against J "
              "of ADWM's own Ĵ (*imagined*), of the teacher-forced walk (*walked*: the real states, the "
              "transition's answers) and of each source's *oracle* walk (that source's answers replaced by the "

@@ -1,7 +1,7 @@
 """The ADWM estimator on the default local cell: Ĵ against ground truth, and its cost on this machine.
 
 Cell: TextWorld-Express Simon Says (held-out training variations, horizon 12), behaviour
-pool = the tiny GPT-2 family iter0/iter1/iter2 × prompts p0/p1 (bench/world_model_training.py
+pool = the tiny GPT-2 family iter0/iter1/iter2 × prompts p0/p1 (``python -m bench.costs.world_model_training``
 trains the world model and π_e's ψ adapter, reused here), π_e = iter2 over ε ∈ {0, .25, .5, .75, 1}.
 
 1. Ground truth: π_e^ε in the environment (``--gt-episodes`` per ε, shared seeds).
@@ -16,7 +16,7 @@ trains the world model and π_e's ψ adapter, reused here), π_e = iter2 over ε
    the likelihood guidance on all 50 steps is timed on a slice and scaled to the cell-seed.
 
 Writes ``bench/results/adwm_estimates.{json,md}``.
-Usage: ``python bench/adwm_estimates.py [--gt-episodes N] [--likelihood-steps K]``.
+Usage: ``python -m bench.tables.adwm_estimates [--gt-episodes N] [--likelihood-steps K]``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ from adwm_core.ope.imagination.estimates import adwm_estimates
 from adwm_core.ope.statistics.metrics import spearman
 from adwm_core.paths import local_cache_dir
 from adwm_core.policies.soft_prompt import SoftPromptPolicy
-from common import RESULTS, default_env, machine, tiny_family
-from world_model_training import behaviour
+from bench.common import RESULTS, default_behaviour, default_env, machine, tiny_family
 
 CELL_HORIZON = 12
 PRESET = "carry_over"  # the world model answers off-log pairs (no FQE hand-over), over 5 seeds
@@ -136,8 +135,8 @@ def main() -> None:
     folder = local_cache_dir("bench", "world-model")
     wm_path, psi_path = os.path.join(folder, "wm-step"), os.path.join(folder, "psi")
     if not all(os.path.exists(os.path.join(p, "config.json")) for p in (wm_path, psi_path)):
-        raise SystemExit("run bench/world_model_training.py first: it trains the world model and ψ reused here")
-    behaviour(240, family)
+        raise SystemExit("run python -m bench.costs.world_model_training first: it trains the world model and ψ reused here")
+    default_behaviour(240, family)
     trajectories = os.path.join(folder, "behaviour-240.parquet")
     policy = PolicySpec("tiny-iter2", family["iter2"])
     truth = ground_truth(policy, args.gt_episodes)
@@ -186,7 +185,7 @@ def report(host: dict, truth: list[dict], results: dict, fidelity: dict, cost: d
         f"# ADWM on the default local cell ({device}, {host['date']})",
         "",
         "π_e = tiny-iter2@p0 on textworld-express/simonsays (horizon 12); world model and ψ from "
-        "bench/world_model_training.py (240 behaviour episodes); 5 seeds × 32 rollouts per ε, H_max = 12.",
+        "`python -m bench.costs.world_model_training` (240 behaviour episodes); 5 seeds × 32 rollouts per ε, H_max = 12.",
         "",
         f"| | {eps_header} | Spearman ρ (mean Ĵ) | ρ per seed |",
         "|---|" + "---|" * (len(EPSILONS) + 2),

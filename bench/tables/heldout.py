@@ -26,8 +26,8 @@ are recomputed), beside the cell as it stands: ρ, NMAE and interval coverage of
 under both, the share of ADWM's imagined steps each source answered (the log, a carried-over
 logged outcome, the model) and the world model's training seconds (all ensemble members). It writes ``bench/results/variants/<settings>.{md,json}``.
 
-Usage: ``python bench/heldout.py --admit [CELL ...]``; ``python bench/heldout.py [--run]``;
-``python bench/heldout.py --set adwm.off_log=carry_over [--run]``.
+Usage: ``python -m bench.tables.heldout --admit [CELL ...]``; ``python -m bench.tables.heldout [--run]``;
+``python -m bench.tables.heldout --set adwm.off_log=carry_over [--run]``.
 """
 
 from __future__ import annotations
@@ -40,43 +40,24 @@ import sys
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 import yaml
 
-from adwm_core import pipeline
 from adwm_core.cell import CellConfig, assign
-from adwm_core.model.world_model import member_paths
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
 from adwm_core.ope.imagination.transitions import SOURCES
 from adwm_core.paths import local_cache_dir
-from adwm_core.training.world_model import HISTORY_FILE
-from common import RESULTS, load_cell, machine
+from bench.common import (ADWM, DEVELOPMENT, RESULTS, TEST, admitted_cells, artifact, cell_config, ground_truth,
+                          machine, slug, world_model_histories)
 from flows.cells import cell_config_path, cell_names
 from tasks.common import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
-DEVELOPMENT, TEST = "local-", "test-"
-ADWM = "ADWM:reward_sum"
 SHOWN = (ADWM, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
 
 
 def test_cells() -> list[str]:
     """Every declared test cell."""
     return [name for name in cell_names() if name.startswith(TEST)]
-
-
-def ground_truth(cell: str) -> list[dict]:
-    """The cell's ground-truth points (policy, epsilon, mean_return, stderr, n_episodes),
-    computing the ``policies`` and ``ground-truth`` stages where they are not finished."""
-    config = load_cell(cell)
-    if config.local_policies:
-        pipeline.run(config, "policies")
-    points = []
-    for policy in config.evaluation.policies:
-        summary = pipeline.run(config, "ground-truth", policy).file("summary")
-        points += pq.read_table(summary, columns=["policy", "epsilon", "mean_return", "stderr",
-                                                  "n_episodes"]).to_pylist()
-    return points
 
 
 def admission(points: list[dict]) -> dict:
@@ -110,7 +91,7 @@ def _write_verdicts(verdicts: dict) -> dict:
               "machine": machine(), "cells": {c: verdicts[c] for c in order}}
     (RESULTS / "admission.json").write_text(json.dumps(report, indent=2))
     lines = ["# Admission of the test cells (deployments/TEST_CELLS.md)", "",
-             f"`python bench/heldout.py --admit`: ground truth only (the `policies` and `ground-truth` stages), "
+             f"`python -m bench.tables.heldout --admit`: ground truth only (the `policies` and `ground-truth` stages), "
              f"no estimator. Rule: {report['rule']}.", "",
              "| cell | n | J min | J max | range | largest stderr | range / stderr | admitted | measured |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -128,35 +109,12 @@ def _write_verdicts(verdicts: dict) -> dict:
     return report
 
 
-def admitted_cells() -> list[str]:
-    """The test cells the rule admitted (bench/results/admission.json)."""
-    path = RESULTS / "admission.json"
-    if not path.exists():
-        raise SystemExit("no admission yet: run python bench/heldout.py --admit")
-    return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
-
-
-def finished_stage(cell: str, stage: str, policy=None):
-    """The finished artifact of ``stage`` of ``cell`` (a cell name or a YAML path; for π_e
-    ``policy``), or None where it is not finished under today's code and config."""
-    try:
-        return pipeline.finished(CellConfig.load(cell_config_path(cell)), stage, policy)
-    except FileNotFoundError:
-        return None
-
-
-def point_truth(report) -> dict[tuple[str, float], float]:
-    """(policy, ε) → J of a finished report's points (its curves' ground truth)."""
-    with open(report.file("curves")) as f:
-        curves = json.load(f)
-    return {(p, float(e)): j for p, e, j in zip(curves["policy"], curves["epsilon"], curves["ground_truth"])}
-
-
 def finished_report(cell: str, run: bool):
-    """:func:`finished_stage` of the report, the cell's flow run first with ``run``."""
+    """The finished report of ``cell`` (a name or a YAML path; None: not finished), the cell's flow
+    run first with ``run``."""
     if run:
         subprocess.run([sys.executable, "-m", "flows.ope_cell", cell], check=True)
-    return finished_stage(cell, "report")
+    return artifact(cell, "report", required=False)
 
 
 def report_results(report) -> dict[str, dict] | None:
@@ -259,7 +217,7 @@ def write_table(run: bool) -> dict:
     results = {cell: report_results(report) for cell, report in reports.items()}
     measured_at = fill_earlier_rows(development + test, results)
     lines = ["# The held-out measuring stick", "",
-             "`python bench/heldout.py`: every development cell (`local-*`, tuned on) and every test cell "
+             "`python -m bench.tables.heldout`: every development cell (`local-*`, tuned on) and every test cell "
              "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
              "today's code and config; a cell whose stages are not all finished under them keeps its row "
              "of the previous run, marked **earlier code** with the commit it was measured at, or shows "
@@ -319,28 +277,14 @@ def variant_path(cell: str, settings: dict[str, object]) -> str:
     return path
 
 
-def slug(settings: dict[str, object]) -> str:
-    return "_".join(re.sub(r"[^A-Za-z0-9.]+", "-", f"{k}-{v}") for k, v in sorted(settings.items()))
-
-
 def answered_shares(cell: str) -> dict[str, float] | None:
     """The share of ADWM's imagined steps each source answered, over the cell's π_e (mean), from
     the finished ADWM stages; None where one is not finished."""
-    stages = [finished_stage(cell, "adwm", p) for p in CellConfig.load(cell_config_path(cell)).evaluation.policies]
+    stages = [artifact(cell, "adwm", p, required=False) for p in cell_config(cell).evaluation.policies]
     if None in stages:
         return None
     timings = [json.loads(open(stage.file("timings")).read()) for stage in stages]
     return {source: float(np.mean([t.get(f"{source}_share", np.nan) for t in timings])) for source in SOURCES}
-
-
-def world_model_histories(cell: str) -> list[dict] | None:
-    """The last training round of each member of the cell's finished world model (its
-    history.json: seconds so far, transitions/s, ...); None where it is not finished."""
-    stage = finished_stage(cell, "world-model")
-    if stage is None:
-        return None
-    return [json.loads(open(f"{member}/{HISTORY_FILE}").read())["epochs"][-1]
-            for member in member_paths(stage.file("model"))]
 
 
 def world_model_seconds(cell: str) -> float | None:
@@ -376,7 +320,7 @@ def write_variant(settings: dict[str, object], run: bool, cells: list[str] | Non
         return "–" if value is None else f"{value:.0f}"
 
     lines = [f"# Variant `{', '.join(f'{k}={v}' for k, v in settings.items())}` on the development cells", "",
-             "`python bench/heldout.py --set …`: each development cell as it stands and with the settings changed "
+             "`python -m bench.tables.heldout --set …`: each development cell as it stands and with the settings changed "
              "(test cells are never tuned on). ρ / NMAE / coverage of the 95 % intervals (median width over the "
              f"range of J) as in heldout.md; shares: of ADWM's imagined steps answered by {' / '.join(SOURCES)}; "
              "world-model training seconds (every ensemble member).", "",

@@ -21,7 +21,7 @@ stages are reused across invocations too (``$ADWM_HOME``), so a second run only 
 Writes under ``bench/results/``: ``main_results.{md,json}`` (main table with mean and min
 rows, per-seed ρ, Ĵ / ground-truth curves, calibration, ablations, machine, versions and
 each stage's wall time) and ``plots/<cell>.png``; and regenerates the README's "Results"
-section between its markers. Usage: ``python bench/main_results.py [--jobs N] [CELL ...]``.
+section between its markers. Usage: ``python -m bench.tables.main_results [--jobs N] [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -43,16 +43,13 @@ import mlflow
 import yaml
 
 from adwm_core.paths import local_cache_dir
-from common import RESULTS, artifact, load_cell, machine
+from bench.common import DEVELOPMENT, REPO, RESULTS, TEST, artifact, cell_config, machine
 from flows.cells import cell_config_path, cell_names
 from tasks.common import SOURCE_TAG, source_version
-
-REPO = Path(__file__).resolve().parent.parent
 
 ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
 REFERENCE = ("kNN-WM:reward_sum",)  # the logged-successor world model through ADWM's rollouts
 BASELINES = ("FQE", "DR", "DM", "IS", "WIS", "PDIS", "WDR")
-DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on
 ABLATION_CELLS = ("local-webshop", "local-scienceworld", "local-hotpotqa")  # the paper's three (fig:ablation)
 ABLATIONS = {"paper recipe": {"world_model": {"preset": "paper"}, "adwm": {"preset": "paper"}},
              "no CFG": {"adwm": {"cfg_scale": 0.0}}, "no continuation guidance": {"adwm": {"guidance": "none"}},
@@ -100,7 +97,7 @@ def finished_cell(cell: str) -> dict:
     """The cell's latest finished flow run as it stands, nothing rerun: its report's rows and
     curves, its wall time and stages' times, and the code it ran (``tasks.common.source_version``;
     MLflow's commit tag for runs from before that tag)."""
-    folder, run = artifact(load_cell(cell), "report").path, latest_flow_run(cell)
+    folder, run = artifact(cell_config(cell), "report").path, latest_flow_run(cell)
     return {"cell": cell, "report": folder, "wall_s": (run.info.end_time - run.info.start_time) / 1000,
             "rows": json.load(open(f"{folder}/results.json")), "curves": json.load(open(f"{folder}/curves.json")),
             "stages": stage_times(cell), "measured": time.strftime("%Y-%m-%d", time.localtime(run.info.start_time / 1000)),
@@ -129,7 +126,8 @@ def run_side_by_side(cells: list[str], jobs: int) -> list[dict]:
                 env = dict(os.environ, OMP_NUM_THREADS=str(threads),
                            PREFECT_HOME=local_cache_dir(f"prefect-job{slot}"))
                 out = os.path.join(scratch, f"{cell}.json")
-                process = subprocess.Popen([sys.executable, __file__, "--child", cell, out], env=env)
+                process = subprocess.Popen([sys.executable, "-m", "bench.tables.main_results", "--child", cell, out],
+                                           env=env)
                 running[process.pid] = (slot, cell, out)
             pid, status = os.wait()
             if pid not in running:
@@ -321,7 +319,7 @@ def main() -> None:
         results = sorted(results + kept, key=lambda r: order.get(r["cell"], len(order)))
         full = {r["cell"]: r for r in results}
         ablations = {**kept_ablations, **ablations}
-    command = "python bench/main_results.py " + ("--no-run" if args.no_run else f"--jobs {args.jobs}")
+    command = "python -m bench.tables.main_results " + ("--no-run" if args.no_run else f"--jobs {args.jobs}")
     host = {**machine(), "cells_side_by_side": args.jobs, "command": command}
     plots = RESULTS / "plots"
     plots.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Where ADWM's error sits, by what answered: π_e^ε's ground-truth episodes walked through a
-transition, teacher forced (bench/source_errors.py runs it on a cell).
+transition, teacher forced (bench/studies/source_errors.py runs it on a cell).
 
 Every real step (o_t, a_t) of a ground-truth episode is asked of the transition as imagination
 asks it (rollouts.py): π_e read the behaviour observation nearest to z_t = f_θ(o_t), its earlier

@@ -1,0 +1,1 @@
+"""Result tables: estimators graded against ground truth on the cells (``python -m bench.tables.<name>``)."""
