@@ -532,7 +532,7 @@ def test_a_change_to_an_estimators_code_recomputes_its_stage_and_the_report_and_
     cell, _, _ = first_run
     repo = harness / "changed-repo"
     shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", ".venv", ".adwm", "__pycache__", ".pytest_cache"))
-    estimators = repo / "adwm_core" / "ope" / "estimators.py"
+    estimators = repo / "adwm_core" / "ope" / "classical" / "estimators.py"
     estimators.write_text(estimators.read_text() + "\nCHANGED_BY_A_TEST = True\n")
     before = finished_markers()
     log = harness / "changed-repo.log"
