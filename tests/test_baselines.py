@@ -297,3 +297,22 @@ def test_fqe_refitted_on_every_resample_gives_the_same_estimate_and_an_interval_
         widths["refit"].append(row["ci_high"] - row["ci_low"])
         widths["fixed"].append(fixed[key]["ci_high"] - fixed[key]["ci_low"])
     assert np.mean(widths["refit"]) > np.mean(widths["fixed"])  # refitting adds the Q-network's own error
+
+
+def test_one_encoded_log_gives_the_state_bank_and_the_hand_overs_logged_steps_the_same_latents(
+        tiny_behaviour, logprobs, tiny_world_model):
+    """The ADWM stage reads the log once per world-model member (EncodedLog): the hand-over's Q̂ is
+    fitted on the logged steps' z_t and queried at the state bank's, two batchings of
+    z = LN(f_θ(o)). They must agree on every logged observation, or Q̂ is read off its inputs."""
+    from adwm_core.ope.imagination.encoded_log import EncodedLog
+
+    model = WorldModel.load(tiny_world_model[0].path)
+    reading = EncodedLog(BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES), tiny_behaviour), model)
+    steps = reading.steps(read_table(logprobs, LOGPROBS), scores_name=logprobs, action_reading="vocabulary")
+    bank = reading.bank
+    assert reading.bank is bank  # encoded once
+    row = {text: i for i, text in enumerate(bank.texts)}
+    table = reading.log.steps
+    cells = np.searchsorted(steps.grid.episodes, table["episode"].to_numpy()), table["t"].to_numpy()
+    by_bank = bank.latents[[row[o] for o in table["observation"].to_pylist()]].numpy()
+    np.testing.assert_allclose(steps.latents[cells], by_bank, atol=1e-5)

@@ -369,3 +369,38 @@ def test_psi_adapter_retrieves_observations_well_above_chance(trained, behaviour
     with torch.no_grad():
         soft = adapter(model.encode_texts(texts[:3]))
     assert soft.shape == (3, 8, targets.shape[1])
+
+
+def test_psi_adapter_training_repeats_whatever_another_thread_draws_meanwhile(trained, behaviour, tiny_policies,
+                                                                               tmp_path):
+    """A cell's flow trains ψ beside the baselines stage, which loads a world model and builds
+    FQE's network from torch's shared generator. ψ's weights depend on its seed alone: a thread
+    reseeding and drawing from the shared generator the whole time changes none of them, and the
+    initial weights are those torch.manual_seed(seed) gave the adapter when nothing drew beside it."""
+    import threading
+
+    from adwm_core.model.seeded import seeded_linears
+
+    torch.manual_seed(5)
+    by_global_seed = PsiAdapter(16, 8).state_dict()
+    drawn = seeded_linears(PsiAdapter(16, 8).net, 5).state_dict()
+    assert all(torch.equal(drawn[k], by_global_seed[f"net.{k}"]) for k in drawn)
+    texts = observation_texts(behaviour)[:64]
+    targets = load_language_model(tiny_policies["late"]).mean_input_embeddings(texts)
+    model, config = WorldModel.load(trained[0].path), PsiConfig(device="cpu", epochs=2)
+    alone = PsiAdapter.load(train_psi_adapter(model, texts, targets, str(tmp_path / "alone"), config).path)
+    stop = threading.Event()
+
+    def meddle():
+        while not stop.is_set():
+            torch.manual_seed(7)
+            torch.nn.Linear(64, 64)
+
+    thread = threading.Thread(target=meddle)
+    thread.start()
+    try:
+        beside = PsiAdapter.load(train_psi_adapter(model, texts, targets, str(tmp_path / "beside"), config).path)
+    finally:
+        stop.set()
+        thread.join()
+    assert all(torch.equal(alone.state_dict()[k], beside.state_dict()[k]) for k in alone.state_dict())

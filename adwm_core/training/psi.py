@@ -23,6 +23,7 @@ from torch import nn
 
 from ..data.io import behaviour_rows, check_output
 from ..model.psi import PsiAdapter
+from ..model.seeded import seeded_linears
 from ..model.world_model import WorldModel
 from ..settings import PsiConfig
 from .world_model import EpochCallback, resolve_device, split_indices
@@ -74,12 +75,13 @@ def train_psi_adapter(
         raise ValueError(f"target embeddings must be (len(texts), d_llm) = ({len(texts)}, d); got {targets_np.shape}")
     train, heldout = split_indices(len(texts), config.heldout_fraction, config.seed, minimum=config.batch_size)
     device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
     with torch.no_grad():
         world_model = world_model.to(device).eval()
         z = world_model.encode_texts(list(texts))
     targets = torch.from_numpy(targets_np).to(device)
-    adapter = PsiAdapter(targets.shape[1], z.shape[1]).to(device)
+    adapter = PsiAdapter(targets.shape[1], z.shape[1])
+    seeded_linears(adapter.net, config.seed)  # a flow trains ψ beside stages that draw torch's shared generator
+    adapter = adapter.to(device)
     optimiser = torch.optim.Adam(adapter.parameters(), lr=config.lr)
     rng = np.random.default_rng(config.seed)
     history = []

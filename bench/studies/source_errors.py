@@ -32,8 +32,8 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.imagination.diffusion_transition import adwm_transition
 from adwm_core.ope.classical.settings import BaselineConfig
 from adwm_core.ope.instruments.source_errors import source_points, source_summary, walk_ground_truth
-from adwm_core.ope.imagination.state_bank import StateBank
-from adwm_core.ope.imagination.transitions import SOURCES
+from adwm_core.ope.answers import SOURCES
+from adwm_core.ope.imagination.encoded_log import EncodedLog
 from adwm_core.ope.imagination.driver import fqe_per_member
 from bench.common import ADWM, DEVELOPMENT, RESULTS, artifact, cell_config, machine
 from flows.cells import cell_names
@@ -56,14 +56,15 @@ def measure(cell_name: str) -> dict:
     trajectories = artifact(cell, "behaviour").file("trajectories")
     log = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories)
     model = WorldModel.load_ensemble(artifact(cell, "world-model").file("members"))[0]
-    bank, config = StateBank.from_log(log, model), cell.adwm
+    reading, config = EncodedLog(log, model), cell.adwm
+    bank = reading.bank
     points, imagined = [], {}
     for policy in cell.evaluation.policies:
         q = None
         if config.hands_over_to_fqe:
             scores = artifact(cell, "logprobs", policy.label).file("logprobs")
-            q = fqe_per_member(log, read_table(scores, LOGPROBS), scores, cell.evaluation.epsilons,
-                               BaselineConfig(gamma=config.gamma, fqe=cell.handover_fqe))(model)
+            q = fqe_per_member(read_table(scores, LOGPROBS), scores, cell.evaluation.epsilons,
+                               BaselineConfig(gamma=config.gamma, fqe=cell.handover_fqe))(reading)
         episodes = read_table(artifact(cell, "ground-truth", policy.label).file("episodes"), TRAJECTORIES)
         walked = walk_ground_truth(adwm_transition(model, bank, config, q), bank, model, episodes,
                                    gamma=config.gamma, noise_levels=model.diffusion.n_steps)

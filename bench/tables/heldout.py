@@ -44,7 +44,7 @@ import yaml
 
 from adwm_core.cell import CellConfig, assign
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
-from adwm_core.ope.imagination.transitions import SOURCES
+from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
 from bench.common import (ADWM, DEVELOPMENT, RESULTS, TEST, admitted_cells, artifact, cell_config, ground_truth,
                           machine, slug, world_model_histories)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+from ...model.seeded import seeded_linears
 from .settings import FQEConfig
 
 
@@ -50,28 +52,13 @@ class Transitions:
             raise ValueError("next_probabilities must sum to 1 over the candidates of every non-terminal next state")
 
 
-def _initialised(net: nn.Sequential, seed: int) -> nn.Sequential:
-    """``net``'s Linear layers drawn as nn.Linear draws them (Kaiming-uniform weights, biases uniform in
-    ±1/√fan_in), in order, from a generator of their own seeded with ``seed``: the values torch.manual_seed(seed)
-    gave, whatever another thread draws from torch's global generator meanwhile (a cell's flow runs the
-    baselines and ADWM stages side by side, and each fits FQE)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for layer in net:
-            if isinstance(layer, nn.Linear):
-                nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
-                nn.init.uniform_(layer.bias, -1 / math.sqrt(layer.in_features), 1 / math.sqrt(layer.in_features),
-                                 generator=generator)
-    return net
-
-
 class FittedQEvaluation:
     def __init__(self, action_features: np.ndarray, d_state: int, config: FQEConfig = FQEConfig(), *,
                  gamma: float = 0.99, seed: int = 0) -> None:
         self.actions = torch.as_tensor(action_features, dtype=torch.float32)
         width = config.hidden
         norm = (lambda: nn.LayerNorm(width)) if config.layer_norm else nn.Identity
-        self.q = _initialised(nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), norm(), nn.SiLU(),
+        self.q = seeded_linears(nn.Sequential(nn.Linear(d_state + self.actions.shape[1], width), norm(), nn.SiLU(),
                                             nn.Linear(width, width), norm(), nn.SiLU(), nn.Linear(width, 1)), seed)
         self.config, self.gamma, self.seed = config, gamma, seed
 

@@ -17,9 +17,10 @@ from ...model.world_model import WorldModel
 from ...policies.loading import ModelCache
 from ...policies.soft_prompt import SoftPromptPolicy
 from ...specs import EPSILONS, PolicySpec, check_epsilons
-from ..classical.logged_steps import fit_fqe, logged_steps
+from ..classical.logged_steps import fit_fqe
 from ..classical.settings import BaselineConfig, FQEConfig
 from ..settings import AdwmConfig
+from .encoded_log import EncodedLog
 from .estimates import adwm_estimates
 from .memo import MemoisedPolicy
 from ..answers import SOURCES
@@ -65,14 +66,14 @@ def run_adwm(
         raise ValueError(f"off_log={config.off_log!r} fits FQE on π_e's greedy actions at the behaviour steps: pass "
                          "logprobs=<the log-prob or greedy-action stage's file>, or choose another off_log")
     members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
-    table, fit_q = read_table(trajectories, TRAJECTORIES), None
+    log, fit_q = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories), None
     if config.hands_over_to_fqe:
-        fit_q = fqe_per_member(BehaviourLog(table, trajectories), read_table(logprobs, LOGPROBS), logprobs, epsilons,
+        fit_q = fqe_per_member(read_table(logprobs, LOGPROBS), logprobs, epsilons,
                                BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
-    estimates, runs = adwm_estimates(members, table, reader, cell=cell, label=policy.name, epsilons=epsilons,
+    estimates, runs = adwm_estimates(members, log, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                       config=config, progress=progress, fit_q=fit_q, units=units,
                                       samples=samples)
     if timings is not None:
@@ -87,14 +88,15 @@ def run_adwm(
     return write_table(estimates, out, ESTIMATES, overwrite=overwrite)
 
 
-def fqe_per_member(log: BehaviourLog, scores: pa.Table, scores_name: str, epsilons: Sequence[float],
-                   settings: BaselineConfig, timings: dict | None = None) -> Callable[[WorldModel], dict]:
-    """``fit_q(member)``: FQE's Q̂ per ε level on the member's latents (the hand-over's, fitted on
-    π_e's greedy actions in ``scores``), its seconds added to ``timings["fqe_seconds"]`` where given."""
-    def fit_q(model: WorldModel) -> dict:
+def fqe_per_member(scores: pa.Table, scores_name: str, epsilons: Sequence[float], settings: BaselineConfig,
+                   timings: dict | None = None) -> Callable[[EncodedLog], dict]:
+    """``fit_q(encoded)``: FQE's Q̂ per ε level on one member's reading of the log (the hand-over's,
+    fitted on π_e's greedy actions in ``scores``), its seconds added to ``timings["fqe_seconds"]``
+    where given."""
+    def fit_q(encoded: EncodedLog) -> dict:
         started = time.perf_counter()
-        steps = logged_steps(log, scores, model, scores_name=scores_name, action_reading=settings.fqe.action_reading)
-        fitted = {epsilon: fit_fqe(steps, model, epsilon, settings, seed=0) for epsilon in epsilons}
+        steps = encoded.steps(scores, scores_name=scores_name, action_reading=settings.fqe.action_reading)
+        fitted = {epsilon: fit_fqe(steps, encoded.model, epsilon, settings, seed=0) for epsilon in epsilons}
         if timings is not None:
             timings["fqe_seconds"] = timings.get("fqe_seconds", 0.0) + time.perf_counter() - started
         return fitted

@@ -26,6 +26,7 @@ from ..settings import VALUE_ESTIMATES, AdwmConfig
 from ...specs import check_epsilons
 from ..answers import ADWM, KNN_WM, LOG, row_name
 from .diffusion_transition import adwm_transition, reference_transition
+from .encoded_log import EncodedLog
 from ..statistics.diagnostics import off_log_distance
 from ..classical.fqe import FittedQEvaluation
 from ..statistics.intervals import estimates_row, members_bootstrap
@@ -78,7 +79,7 @@ def _trust(banks: Sequence[StateBank], members: Sequence[list[ImaginedStep]]) ->
 
 def adwm_estimates(
     world_model: str | WorldModel | Sequence[WorldModel],
-    trajectories: str | pa.Table,
+    trajectories: str | pa.Table | BehaviourLog,
     policy: Policy | SoftPromptPolicy,
     *,
     cell: str,
@@ -86,7 +87,7 @@ def adwm_estimates(
     epsilons: Sequence[float],
     config: AdwmConfig = AdwmConfig(),
     progress: Callable[..., None] | None = None,
-    fit_q: Callable[[WorldModel], Mapping[float, FittedQEvaluation]] | None = None,
+    fit_q: Callable[[EncodedLog], Mapping[float, FittedQEvaluation]] | None = None,
     units: str | None = None,
     samples: str | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
@@ -98,7 +99,7 @@ def adwm_estimates(
     text readings. ADWM rolls π_e out in every member with the same seeds; kNN-WM reads member 0's
     state bank. ``progress(done, total, imagined_steps=n)`` is told of every finished seed of every
     world model, with the steps imagined so far in this run (a unit read back adds none);
-    ``fit_q(member)``: FQE's Q-networks per ε on that member's latents, where ``off_log='fqe'``
+    ``fit_q(encoded)``: FQE's Q-networks per ε on one member's reading of the log (encoded_log.py), where ``off_log='fqe'``
     (or ``carry_over_fqe``, the default) hands off-log pairs to them; ``units``: a folder keeping
     each finished (estimator, member, seed) unit's rollouts, read back instead of imagined again
     (a killed stage resumes there);
@@ -113,15 +114,19 @@ def adwm_estimates(
         models = WorldModel.load_ensemble(world_model)
     else:
         models = [world_model] if isinstance(world_model, WorldModel) else list(world_model)
-    table = (validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
-             else read_table(trajectories, TRAJECTORIES))
-    log = BehaviourLog(table)
-    banks = [StateBank.from_log(log, model) for model in models]
+    if isinstance(trajectories, BehaviourLog):
+        log = trajectories
+    else:
+        log = BehaviourLog(validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
+                           else read_table(trajectories, TRAJECTORIES))
+    encoded = [EncodedLog(log, model) for model in models]  # the log read once per member, by all that follows
+    banks = [reading.bank for reading in encoded]
     imaginations = [ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
                     for model, bank in zip(models, banks)]
     imaginations[0].check_policy(policy)
-    members = {ADWM: [(imagination, adwm_transition(model, bank, config, fit_q(model) if fit_q else None))
-                           for model, bank, imagination in zip(models, banks, imaginations)]}
+    members = {ADWM: [(imagination, adwm_transition(reading.model, reading.bank, config,
+                                                    fit_q(reading) if fit_q else None))
+                      for reading, imagination in zip(encoded, imaginations)]}
     if config.reference:
         members[KNN_WM] = [(imaginations[0], reference_transition(banks[0]))]
     runs: dict[str, list[list[Rollouts]]] = {name: [] for name in members}  # estimator → member → seed
