@@ -150,7 +150,7 @@ class LoggedEpisodes:
     def from_file(cls, path: str, env: str, task: str = "*", *, format: str | None = None,
                   fields: Mapping[str, str] | None = None, split: str | None = None,
                   preamble_turns: int = 0) -> "LoggedEpisodes":
-        """Logs in a file or dataset, as ``adwm evaluate --logs`` reads them (README, 'Logs')."""
+        """Logs in a file or dataset, as ``adwm evaluate --logs`` reads them (docs/your-logs.md)."""
         logs = cls(LogSource(path, format, fields=dict(fields or {}), split=split, preamble_turns=preamble_turns),
                    env, task)
         logs.steps  # noqa: B018 — read now, so bad logs fail before any stage

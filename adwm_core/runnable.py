@@ -27,7 +27,7 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
     folder's missing file, an unknown task; skipped with ``environment=False``)."""
     if cell.needs_gpu and not torch.cuda.is_available():
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
-                           "a worker of work pool 'gpu' (see README, 'Running it')")
+                           "a worker of work pool 'gpu' (see docs/operations.md, 'Running it as a service')")
     for where, spec in cell.policies():
         if spec.model.startswith(LOCAL_PREFIX) or spec.backend in REMOTE_BACKENDS:  # an endpoint: checked when reached
             continue

@@ -1,4 +1,4 @@
-"""ope-cell: every stage of one cell, independent branches concurrently (README, 'Orchestration').
+"""ope-cell: every stage of one cell, independent branches concurrently (docs/operations.md, 'Orchestration').
 
     policies ─┬─> behaviour ─┬─> log-probs ───────────────┬─> baselines ─┐
               │              └─> world model ─┬───────────┘              ├─> report
@@ -70,7 +70,7 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Run one cell's flow here (README, 'Running it').")
+    parser = argparse.ArgumentParser(description="Run one cell's flow here (docs/operations.md, 'Orchestration').")
     parser.add_argument("cell", nargs="?", default="local-simonsays", help="a name under deployments/ or a YAML path")
     parser.add_argument("--smoke", action="store_true", help="stand-in models, CPU, minutes (cell <cell>-smoke)")
     parser.add_argument("--stand-in", help="model folder every policy maps to in smoke mode (default SmolLM2-135M)")

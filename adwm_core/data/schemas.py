@@ -1,4 +1,4 @@
-"""The Parquet data contracts (README, "Data contracts"), declared once.
+"""The Parquet data contracts (docs/operations.md, "Data contracts"), declared once.
 
 Every stage writes and reads through :mod:`adwm_core.data.io`, which validates
 against these contracts: a missing column, a wrong type, a null in a required

@@ -30,9 +30,9 @@ UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 # the log, the others from the diffusion model); carry_over: the default of 2026-11-26 (off-log
 # pairs carried over by their action's signature first, the rest from the diffusion model);
 # carry_over_fqe: the default of 2026-11-26 (carried over by signature, the rest handed over to the
-# baselines' FQE: README "Carry-over, then FQE"), over 3 seeds instead of the paper's 5 (README "The
+# baselines' FQE: docs/notebook.md, "Carry-over, then FQE"), over 3 seeds instead of the paper's 5 (docs/notebook.md, "The
 # rollout budget"); default: the same with the hand-over's Q̂ fitted by fitted Q iteration on clipped
-# targets (chosen 2026-11-26 on the six development cells: README "A hand-over Q̂ that does not run away")
+# targets (chosen 2026-11-26 on the six development cells: docs/notebook.md, "A hand-over Q̂ that does not run away")
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 FITTED_Q_ITERATION = {"epochs": 40, "target_every": 2, "clip_targets": True}  # 20 rounds on fixed, clipped targets
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,

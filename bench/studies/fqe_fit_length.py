@@ -5,7 +5,7 @@ cell, FQE is fitted per ε level on the behaviour log (the finished log-prob sta
 of the trained world model's latents, seed 0), as the baselines stage fits it (γ 0.99) and as
 ADWM's hand-over fits it (γ 1), once for every fit length E in EPOCHS. Per cell, γ and E: Ĵ per
 point and its drift, max over points |Ĵ_E − Ĵ_2E| over the range of the logged returns (a scale
-the rule may read: no ground truth in it). The rule (README, "FQE's fit length"): a length is
+the rule may read: no ground truth in it). The rule (docs/notebook.md, "FQE's fit length"): a length is
 converged on a cell where that drift is ≤ DRIFT; FQE's default becomes the smallest length of
 EPOCHS[:-1] converged on every development cell under both γ (the last one where none is). ρ and
 NMAE against the ground truth are printed beside, for the record; the rule does not read them.
