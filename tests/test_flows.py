@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
+from adwm_core import pipeline
 from adwm_core.ope.answers import SOURCES
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table
 from conftest import tiny_cell
@@ -392,6 +393,8 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     assert {"ADWM:reward_sum", "kNN-WM:reward_sum", "DM", "FQE"} <= set(values.columns)
     cell = os.path.join(os.environ["ADWM_HOME"], "cells", "api-example")
     computed = sorted(glob.glob(os.path.join(cell, "*", "*", "_COMPLETE")))
+    assert computed == sorted(os.path.join(pipeline.locate(ope.config, step.name, step.policy).path, "_COMPLETE")
+                              for step in pipeline.plan(ope.config))  # the API ran its cell's plan, all of it only
 
     assert main(argv) == 0
     capsys.readouterr()
@@ -444,7 +447,6 @@ def test_a_killed_adwm_stage_resumes_from_its_finished_seeds(first_run, harness,
     """The ADWM stage with a third seed, killed (SIGKILL) once some (estimator, seed) units were
     kept: the rerun imagines only the missing units, and every seed's rows are those an
     uninterrupted run gives (seeds 0 and 1: the first run's own rows)."""
-    from adwm_core import pipeline
     from adwm_core.cell import CellConfig
     from adwm_core.ope.imagination.rollouts import ImaginedRollouts
 
