@@ -48,10 +48,10 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
-from .io import atomic_open
 from ..policies.parsing import has_action_cue, parse_action
 from ..specs import LogSource
+from . import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
+from .io import atomic_open
 
 OBSERVATION_ROLES = frozenset({"human", "user", "observation", "environment", "env", "tool"})
 ACTION_ROLES = frozenset({"gpt", "assistant", "agent", "model"})

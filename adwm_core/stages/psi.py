@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from ..data import TRAJECTORIES, check_output, read_table
 from ..model.world_model import WorldModel
 from ..policies.loading import load_language_model
-from ..specs import PolicySpec
 from ..settings import PsiConfig
+from ..specs import PolicySpec
 from ..training.psi import PsiResult, observation_texts, train_psi_adapter
 from ..training.world_model import EpochCallback
 

@@ -33,9 +33,9 @@ from ...data.behaviour_log import BehaviourLog
 from ...data.windows import EpisodeArrays, episode_arrays, returns_to_go
 from ...model.windows import Tokenised, encoded_windows
 from ...model.world_model import WorldModel
-from .settings import BaselineConfig
-from .fqe import FittedQEvaluation, Transitions
 from ..statistics.intervals import percentile_bootstrap
+from .fqe import FittedQEvaluation, Transitions
+from .settings import BaselineConfig
 
 USES_Q = ("FQE", "DR", "WDR")
 

@@ -37,13 +37,14 @@ from ...diffusion.respaced import sample_respaced
 from ...model.world_model import WorldModel, on_latent_manifold
 from ...policies.prompts import History
 from ...policies.soft_prompt import SoftPromptPolicy
-from .carry_over import CarriedOver
 from ..answers import DIFFUSION
 from ..classical.fqe import FittedQEvaluation
 from ..settings import AdwmConfig
+from .carry_over import CarriedOver
 from .state_bank import StateBank
 from .transitions import LoggedSuccessors, NearestLogged, Outcome, Query, Transition
 from .value_handover import HandOverToValue
+
 
 class DiffusionTransition:
     """z_{t+1} ~ the world model's guided reverse process given (h̄_t, a_t); r̂_t and termination

@@ -17,13 +17,13 @@ from ...model.world_model import WorldModel
 from ...policies.loading import ModelCache
 from ...policies.soft_prompt import SoftPromptPolicy
 from ...specs import EPSILONS, PolicySpec, check_epsilons
+from ..answers import SOURCES
 from ..classical.logged_steps import fit_fqe
 from ..classical.settings import BaselineConfig, FQEConfig
 from ..settings import AdwmConfig
 from .encoded_log import EncodedLog
 from .estimates import adwm_estimates
 from .memo import MemoisedPolicy
-from ..answers import SOURCES
 
 
 def run_adwm(

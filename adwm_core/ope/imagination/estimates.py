@@ -18,20 +18,20 @@ import numpy as np
 import pyarrow as pa
 
 from ...data import ESTIMATES, TRAJECTORIES, read_table, table_from_rows, validate
-from ...data.io import atomic_open
 from ...data.behaviour_log import BehaviourLog
+from ...data.io import atomic_open
 from ...model.world_model import WorldModel
 from ...policies.soft_prompt import SoftPromptPolicy
-from ..settings import VALUE_ESTIMATES, AdwmConfig
 from ...specs import check_epsilons
 from ..answers import ADWM, KNN_WM, LOG, row_name
+from ..classical.fqe import FittedQEvaluation
+from ..settings import VALUE_ESTIMATES, AdwmConfig
+from ..statistics.diagnostics import off_log_distance
+from ..statistics.intervals import estimates_row, members_bootstrap
+from ..statistics.signed_log import SignedLog
 from .diffusion_transition import adwm_transition, reference_transition
 from .encoded_log import EncodedLog
-from ..statistics.diagnostics import off_log_distance
-from ..classical.fqe import FittedQEvaluation
-from ..statistics.intervals import estimates_row, members_bootstrap
 from .rollouts import ImaginedRollouts, ImaginedStep, Rollouts
-from ..statistics.signed_log import SignedLog
 from .state_bank import StateBank
 from .transitions import Policy
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...data.behaviour_log import BehaviourLog
 from ...data.actions import normal_action
+from ...data.behaviour_log import BehaviourLog
 from ...model.world_model import WorldModel
 
 

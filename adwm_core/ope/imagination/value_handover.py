@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ...model.world_model import WorldModel
-from ..classical.logged_steps import action_reader
-from ..classical.fqe import FittedQEvaluation
 from ..answers import VALUE
+from ..classical.fqe import FittedQEvaluation
+from ..classical.logged_steps import action_reader
 from .transitions import Outcome, Query
 
 

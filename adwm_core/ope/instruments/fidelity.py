@@ -46,8 +46,8 @@ from ...envs import make_env
 from ...model.world_model import WorldModel
 from ...policies.prompts import History
 from ..imagination.diffusion_transition import DiffusionTransition
-from ..settings import AdwmConfig, Sampler
 from ..imagination.state_bank import StateBank
+from ..settings import AdwmConfig, Sampler
 
 TOP_K = 5
 

@@ -35,10 +35,10 @@ import torch
 from ...data.windows import returns_to_go
 from ...model.world_model import WorldModel
 from ...policies.prompts import History
-from ..statistics.metrics import normalised_absolute_error, spearman
-from ..imagination.state_bank import StateBank
 from ..answers import SOURCES, VALUE
+from ..imagination.state_bank import StateBank
 from ..imagination.transitions import Query, Transition
+from ..statistics.metrics import normalised_absolute_error, spearman
 
 
 @dataclass(frozen=True)
