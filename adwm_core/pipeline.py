@@ -246,7 +246,11 @@ class Step:
 
     @property
     def index(self) -> tuple[str, str | None]:
-        return self.name, None if self.policy is None else self.policy.name
+        return _index(self.name, self.policy)
+
+
+def _index(name: str, policy: PolicySpec | None) -> tuple[str, str | None]:
+    return name, None if policy is None else policy.name
 
 
 def _instances(cell: CellConfig, name: str, policy: PolicySpec | None = None) -> list[PolicySpec | None]:
@@ -267,7 +271,7 @@ def plan(cell: CellConfig, targets: Sequence[str] | None = None, given: Sequence
     steps: dict[tuple[str, str | None], Step] = {}
 
     def visit(name: str, policy: PolicySpec | None) -> tuple[str, str | None]:
-        index = (name, None if policy is None else policy.name)
+        index = _index(name, policy)
         if index not in steps:
             inputs = stage_key(cell, name, policy, memo)[1]
             after = tuple(visit(upstream, p) for upstream in inputs if upstream not in given
@@ -279,7 +283,8 @@ def plan(cell: CellConfig, targets: Sequence[str] | None = None, given: Sequence
         for policy in _instances(cell, name):
             visit(name, policy)
     order, policies = list(STAGES), [p.name for p in cell.evaluation.policies]
-    return sorted(steps.values(), key=lambda s: (order.index(s.name), -1 if s.policy is None else policies.index(s.policy.name)))
+    return sorted(steps.values(),
+                  key=lambda s: (order.index(s.name), -1 if s.policy is None else policies.index(s.policy.name)))
 
 
 # ------------------------------------------------------------------------------------------ keys

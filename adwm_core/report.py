@@ -334,14 +334,13 @@ def read_reasons(paths: Sequence[str]) -> dict[str, str]:
 
 def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons: Mapping[str, str],
                  outputs: Mapping[str, str], keep: Callable[[str], None]) -> tuple[list[dict], dict]:
-    """The cell's report files at ``outputs`` (role → path: report, results, curves, plot; on any
-    fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
+    """The cell's report files at ``outputs`` (role → path for each of report, results, curves and
+    plot; on any fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
     ``truth`` (a cell that cannot be run) the report is ungraded."""
     rows, curves = main_results(truth, estimates)
     curves["not_applicable"] = dict(reasons)
     with tempfile.TemporaryDirectory() as scratch:
-        local = {role: os.path.join(scratch, os.path.basename(outputs[role]))
-                 for role in ("report", "results", "curves", "plot")}
+        local = {role: os.path.join(scratch, os.path.basename(path)) for role, path in outputs.items()}
         for role, content in (("report", markdown(cell, rows, curves)), ("results", json.dumps(rows, indent=2)),
                               ("curves", json.dumps(curves, indent=2))):
             with open(local[role], "w") as f:

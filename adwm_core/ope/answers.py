@@ -21,7 +21,6 @@ from __future__ import annotations
 
 LOG, CARRIED, VALUE, DIFFUSION, NEAREST = "log", "carried", "value", "diffusion", "nearest"
 SOURCES = (LOG, CARRIED, VALUE, DIFFUSION, NEAREST)
-FROM_LOG = frozenset({LOG, CARRIED})  # answers that are logged transitions, of this pair or carried over
 
 ADWM, KNN_WM = "ADWM", "kNN-WM"  # the imagined estimators: the default's transition chain, the reference
 REWARD_SUM = "reward_sum"  # Ĵ as the imagined rewards' discounted sum (settings.VALUE_ESTIMATES)

@@ -1,6 +1,7 @@
-"""Every configured classical estimator on a stage's files: behaviour trajectories + log-probs + a trained world model → the
-estimates Parquet, one row per estimator × ε level × seed (app:baselines; ope/classical/logged_steps.py),
-the importance-weighted ones with their ESS and top-trajectory weight share (ope/statistics/diagnostics.py).
+"""Every configured classical estimator on a stage's files: behaviour trajectories + log-probs +
+a trained world model → the estimates Parquet, one row per estimator × ε level × seed
+(app:baselines; what they read: logged_steps.py), the importance-weighted ones with their ESS
+and top-trajectory weight share (ope/statistics/diagnostics.py).
 
 Beside each row (percentile-bootstrap interval), one row ``<estimator>@<interval>`` per
 concentration interval of ``config.intervals`` with the same Ĵ (ope/statistics/intervals.py); with

@@ -48,8 +48,7 @@ def run_adwm(
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
     given) receives the imagined steps of all seeds, the share of them answered by each source
-    (``<source>_share``, answers.SOURCES: the log, a carried-over logged outcome, Q̂, the diffusion model, the nearest logged transition) and the seconds spent
-    in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total,
+    (``<source>_share`` for each of answers.SOURCES) and the seconds spent in the transition (the guidance among them), π_e and FQE's fits; ``progress(done, total,
     imagined_steps=n)`` of finished seeds. Every member of the world model's ensemble imagines
     (ope/imagination/estimates.py). With
     ``off_log='fqe'`` (or ``carry_over_fqe``) the off-log pairs are handed to FQE (settings ``fqe``, γ of ``config``)

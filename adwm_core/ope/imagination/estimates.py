@@ -99,7 +99,8 @@ def adwm_estimates(
     text readings. ADWM rolls π_e out in every member with the same seeds; kNN-WM reads member 0's
     state bank. ``progress(done, total, imagined_steps=n)`` is told of every finished seed of every
     world model, with the steps imagined so far in this run (a unit read back adds none);
-    ``fit_q(encoded)``: FQE's Q-networks per ε on one member's reading of the log (encoded_log.py), where ``off_log='fqe'``
+    ``fit_q(encoded)``: FQE's Q-networks per ε on one member's reading of the log
+    (encoded_log.py), where ``off_log='fqe'``
     (or ``carry_over_fqe``, the default) hands off-log pairs to them; ``units``: a folder keeping
     each finished (estimator, member, seed) unit's rollouts, read back instead of imagined again
     (a killed stage resumes there);
@@ -114,11 +115,9 @@ def adwm_estimates(
         models = WorldModel.load_ensemble(world_model)
     else:
         models = [world_model] if isinstance(world_model, WorldModel) else list(world_model)
-    if isinstance(trajectories, BehaviourLog):
-        log = trajectories
-    else:
-        log = BehaviourLog(validate(trajectories, TRAJECTORIES, "the trajectories") if isinstance(trajectories, pa.Table)
-                           else read_table(trajectories, TRAJECTORIES))
+    if isinstance(trajectories, pa.Table):
+        trajectories = BehaviourLog(validate(trajectories, TRAJECTORIES, "the trajectories"))
+    log = trajectories if isinstance(trajectories, BehaviourLog) else BehaviourLog(read_table(trajectories, TRAJECTORIES))
     encoded = [EncodedLog(log, model) for model in models]  # the log read once per member, by all that follows
     banks = [reading.bank for reading in encoded]
     imaginations = [ImaginedRollouts(bank, config, noise_levels=model.diffusion.n_steps)
