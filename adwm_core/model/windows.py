@@ -21,6 +21,7 @@ class Batch:
     """Tensors of a batch of windows; ``ids``/``padding`` hold each distinct observation once."""
 
     ids: torch.Tensor  # (U, W) hash-token ids
+    texts: torch.Tensor  # (U,) the row of each distinct observation among the tokenised texts
     padding: torch.Tensor  # (U, W)
     observations: torch.Tensor  # (B, L+1) rows of ids, −1 = padding
     previous_actions: torch.Tensor  # (B, L+1)
@@ -50,17 +51,24 @@ class Tokenised:
             return torch.as_tensor(np.asarray(array), dtype=dtype, device=device)
 
         return Batch(
-            ids=ids[:, :width].to(device), padding=padding[:, :width].to(device), observations=t(index),
+            ids=ids[:, :width].to(device), texts=t(rows[keep]), padding=padding[:, :width].to(device), observations=t(index),
             previous_actions=t(windows.previous_actions), actions=t(windows.actions),
             reward_targets=t(windows.reward_targets, torch.float32), reward_mask=t(windows.reward_mask, torch.bool),
             done=t(windows.done, torch.bool), valid=t(windows.valid, torch.bool), episode=t(windows.episode),
         )
 
 
-def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def latents(model: WorldModel, batch: Batch, known: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z ``(B, L+1, d_z)`` (zeros at padding), h̄ ``(B, L, 128)`` and the conditions e(a_t | o_t)
-    ``(B, L, d_a)`` (``WorldModel.conditions``) of the transitions of ``batch``."""
-    z_unique, states = model.encode_states(batch.ids, batch.padding)
+    ``(B, L, d_a)`` (``WorldModel.conditions``) of the transitions of ``batch``; z read from
+    ``known`` (the latents of every tokenised text, in their order) where given, else encoded."""
+    if known is None:
+        z_unique, states = model.encode_states(batch.ids, batch.padding)
+    else:
+        z_unique = known[batch.texts].to(batch.ids.device)
+        states = model.observation_encoder.token_states(batch.ids, batch.padding) \
+            if model.config.action_input == "text" else None
     present = batch.observations >= 0
     z = z_unique[batch.observations.clamp(min=0)] * present.unsqueeze(-1)
     h = model.history(z[:, :-1], batch.previous_actions[:, :-1])
@@ -73,10 +81,11 @@ def latents(model: WorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor
 
 
 def encoded_windows(model: WorldModel, tokens: Tokenised, data: EpisodeArrays, episodes: np.ndarray,
-                    length: int, chunk: int = 256) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor, torch.Tensor]]:
+                    length: int, chunk: int = 256, known: torch.Tensor | None = None
+                    ) -> Iterator[tuple[Batch, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(batch, z, h̄, e(a_t | o_t)) for the covering windows of ``episodes`` (every transition once, in
-    episode order), ``chunk`` windows at a time."""
+    episode order), ``chunk`` windows at a time; z read from ``known`` where given (``latents``)."""
     windows = covering_windows(data, episodes, length)
     for rows in np.array_split(np.arange(len(windows.episode)), math.ceil(len(windows.episode) / chunk)):
         batch = tokens.batch(windows.take(rows), model.device)
-        yield (batch, *latents(model, batch))
+        yield (batch, *latents(model, batch, known))

@@ -31,6 +31,7 @@ import torch
 from ...data.actions import NULL
 from ...data.behaviour_log import BehaviourLog
 from ...data.windows import EpisodeArrays, episode_arrays, returns_to_go
+from ...model.observation_latents import ObservationLatents
 from ...model.windows import Tokenised, encoded_windows
 from ...model.world_model import WorldModel
 from ..statistics.intervals import percentile_bootstrap
@@ -103,11 +104,15 @@ class LoggedSteps:
         return np.where(self.listed[..., None], (1 - epsilon) * greedy + epsilon * self.uniform, greedy)
 
 
-def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
-                 scores_name: str = "the log-probs", action_reading: str = "vocabulary") -> LoggedSteps:
+def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *, scores_name: str = "the log-probs",
+                 action_reading: str = "vocabulary", observed: ObservationLatents | None = None) -> LoggedSteps:
     """Align the behaviour ``log`` and its log-probs (``scores``, called ``scores_name`` in
-    errors, e.g. by its file); encode the episodes with ``model``; π_e's candidate actions
-    numbered as :func:`action_reader` numbers them under ``action_reading``."""
+    errors, e.g. by its file); read the episodes with ``model`` at the log's latents
+    ``observed`` (encoded here where not given); π_e's candidate actions numbered as
+    :func:`action_reader` numbers them under ``action_reading``."""
+    if int(log.lengths.max()) > model.config.max_steps:
+        raise ValueError(f"episodes of {int(log.lengths.max())} steps exceed the world model's history length "
+                         f"{model.config.max_steps}; cut the episodes or retrain with a longer one")
     table = log.steps
     episodes, t = table["episode"].to_numpy(), table["t"].to_numpy()
     grid = StepGrid(episodes, t)
@@ -124,7 +129,7 @@ def logged_steps(log: BehaviourLog, scores: pa.Table, model: WorldModel, *,
     candidates, uniform, listed = _candidates(grid, episodes, t, table["admissible"].to_pylist(),
                                               evaluation[epsilons[0]], action_reader(model, action_reading))
     arrays = episode_arrays(log, model.config.actions, model.config.reward)
-    latents, predicted = _encode(model, arrays)
+    latents, predicted = _encode(model, arrays, (observed or ObservationLatents(log, model)).of(arrays.texts))
     return LoggedSteps(
         grid=grid,
         rewards=grid.place(episodes, t, table["reward"].to_numpy(), 0.0),
@@ -199,16 +204,14 @@ def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible:
 
 
 @torch.no_grad()
-def _encode(model: WorldModel, arrays: EpisodeArrays) -> tuple[np.ndarray, np.ndarray]:
-    """Latents z_0…z_T of every episode and DM's predicted rewards R̂_t = R_θ(z_{t+1}, h̄_t)."""
+def _encode(model: WorldModel, arrays: EpisodeArrays, known: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Latents z_0…z_T of every episode (``known``: z of each of ``arrays.texts``) and DM's
+    predicted rewards R̂_t = R_θ(z_{t+1}, h̄_t)."""
     config = model.config
-    horizon = arrays.actions.shape[1]
-    if horizon > config.max_steps:
-        raise ValueError(f"episodes of {horizon} steps exceed the world model's history length "
-                         f"{config.max_steps}; cut the episodes or retrain with a longer one")
     z, predicted = [], []
     for batch, z_chunk, h, conditions in encoded_windows(model, Tokenised(model, arrays.texts), arrays,
-                                                         np.arange(len(arrays.lengths)), horizon):  # one window per episode
+                                                         np.arange(len(arrays.lengths)), arrays.actions.shape[1],
+                                                         known=known):  # one window per episode
         reward = config.reward.decode(model.predicted_reward(z_chunk[:, 1:], h, conditions))
         z.append(z_chunk)
         predicted.append(torch.where(batch.reward_mask, reward, 0.0))

@@ -17,7 +17,7 @@ import torch
 
 from ...data.actions import normal_action
 from ...data.behaviour_log import BehaviourLog
-from ...model.world_model import WorldModel
+from ...model.observation_latents import ObservationLatents
 
 
 @dataclass
@@ -42,20 +42,15 @@ class LoggedTransitions:
         self.pairs = {key: np.asarray(rows) for key, rows in grouped.items()}
 
     @classmethod
-    def from_log(cls, log: BehaviourLog, model: WorldModel, row_of: dict[str, int],
-                 latents: torch.Tensor) -> "LoggedTransitions":
-        """``row_of``/``latents``: the bank row of every behaviour observation text and the bank's
-        latents; only successors outside the bank (last observations) are encoded here."""
+    def from_log(cls, log: BehaviourLog, observed: ObservationLatents) -> "LoggedTransitions":
+        """The transitions of ``log``, their observations as rows of the bank and their successors'
+        latents read from ``observed``, the log's latents."""
         rows = log.steps.select(["episode", "t", "task_description", "observation", "action", "reward", "done",
                                  "next_observation"]).to_pylist()
-        unseen = list(dict.fromkeys(r["next_observation"] for r in rows if r["next_observation"] not in row_of))
-        with torch.no_grad():
-            encoded = torch.cat([latents, model.encode_texts(unseen).cpu()]) if unseen else latents
-        successor_of = {**row_of, **{text: len(latents) + i for i, text in enumerate(unseen)}}
         return cls(
-            observations=torch.tensor([row_of[r["observation"]] for r in rows], dtype=torch.long),
+            observations=torch.tensor(observed.rows([r["observation"] for r in rows]), dtype=torch.long),
             actions=[normal_action(r["action"]) for r in rows],
-            next_latents=encoded[[successor_of[r["next_observation"]] for r in rows]],
+            next_latents=observed.of([r["next_observation"] for r in rows]),
             rewards=np.array([r["reward"] for r in rows], float),
             done=np.array([r["done"] for r in rows], bool),
             steps=np.array([r["t"] for r in rows], np.int64),

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...data.behaviour_log import BehaviourLog
+from ...model.observation_latents import ObservationLatents
 from ...model.world_model import WorldModel
 from .logged import LoggedTransitions
 
@@ -27,24 +28,21 @@ class StateBank:
     transitions: LoggedTransitions
 
     @classmethod
-    def from_log(cls, log: BehaviourLog, model: WorldModel) -> "StateBank":
-        rows = log.steps.select(["t", "observation", "task_description", "admissible"]).to_pylist()
-        index: dict[str, int] = {}
-        texts, tasks, admissible, starts = [], [], [], []
-        for row in rows:
-            if row["observation"] not in index:
-                index[row["observation"]] = len(texts)
-                texts.append(row["observation"])
-                tasks.append(row["task_description"])
-                admissible.append(None if row["admissible"] is None else tuple(row["admissible"]))
-            if row["t"] == 0:
-                starts.append(index[row["observation"]])
+    def from_log(cls, log: BehaviourLog, model: WorldModel, observed: ObservationLatents | None = None) -> "StateBank":
+        """The bank of ``log`` read through ``model``, from the log's latents ``observed`` where
+        already encoded (encoded_log.py)."""
+        observed = observed or ObservationLatents(log, model)
+        first = {}  # each distinct observation's first row
+        for row in log.steps.select(["t", "observation", "task_description", "admissible"]).to_pylist():
+            first.setdefault(row["observation"], row)
+        texts = observed.texts[: observed.observations]
         last = log.last_steps()
         finals = np.asarray(log.column("next_observation"), object)[last][np.asarray(log.column("success"))[last]]
-        with torch.no_grad():
-            latents, success = model.encode_texts(texts).cpu(), model.encode_texts(list(dict.fromkeys(finals))).cpu()
-        return cls(texts, tasks, admissible, latents, np.asarray(starts), success,
-                   LoggedTransitions.from_log(log, model, index, latents))
+        return cls(texts, [first[text]["task_description"] for text in texts],
+                   [None if first[text]["admissible"] is None else tuple(first[text]["admissible"]) for text in texts],
+                   observed.latents[: observed.observations],
+                   np.asarray(observed.rows([o for o, t in zip(log.column("observation"), log.column("t")) if t == 0])),
+                   observed.of(list(dict.fromkeys(finals))), LoggedTransitions.from_log(log, observed))
 
     def nearest(self, z: torch.Tensor) -> np.ndarray:
         """Bank rows of the observations nearest to each latent (cosine)."""
