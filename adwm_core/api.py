@@ -47,11 +47,12 @@ from .ranking import rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, LogSource, PolicySpec
-from .data.logs import read_logs
+from .data.log_files import STEP_COLUMNS, episode_of_steps
+from .data.logs import ImportSummary, inspect_logs, read_logs
+from .envs import check_env_task
 
 CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
 WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
-STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # what from_dataframe needs
 
 
 # ------------------------------------------------------------------------------- the cell, shared
@@ -149,16 +150,19 @@ class LoggedEpisodes:
     @classmethod
     def from_file(cls, path: str, env: str, task: str = "*", *, format: str | None = None,
                   fields: Mapping[str, str] | None = None, split: str | None = None,
-                  preamble_turns: int = 0) -> "LoggedEpisodes":
-        """Logs in a file or dataset, as ``adwm evaluate --logs`` reads them (docs/your-logs.md)."""
-        logs = cls(LogSource(path, format, fields=dict(fields or {}), split=split, preamble_turns=preamble_turns),
-                   env, task)
+                  preamble_turns: int | None = None, thoughts: str = "fold",
+                  agent_prefix: str = "> ") -> "LoggedEpisodes":
+        """Logs in a file, folder or dataset, as ``adwm import`` and ``adwm evaluate --logs`` read
+        them (docs/your-logs.md); an unknown environment or task type is refused first."""
+        check_env_task(env, task)
+        logs = cls(LogSource(path, format, fields=dict(fields or {}), split=split, preamble_turns=preamble_turns,
+                             thoughts=thoughts, agent_prefix=agent_prefix), env, task)
         logs.steps  # noqa: B018 — read now, so bad logs fail before any stage
         return logs
 
     @classmethod
     def from_records(cls, episodes: Sequence[Mapping], env: str, task: str = "*", *, name: str = "episodes",
-                     fields: Mapping[str, str] | None = None, preamble_turns: int = 0) -> "LoggedEpisodes":
+                     fields: Mapping[str, str] | None = None, preamble_turns: int | None = None) -> "LoggedEpisodes":
         """Episodes in memory, each a record of the JSONL format (``conversations`` of observation
         and action turns, ``reward``, ``success``: adwm_core/data/logs.py); line N of an error
         is episode N. They are written once to ``$ADWM_HOME/imported/<content digest>/<name>.jsonl``,
@@ -187,13 +191,23 @@ class LoggedEpisodes:
             raise ValueError(f"the steps DataFrame lacks column(s) {missing}: it needs {list(STEP_COLUMNS)}, one row "
                              "per action (see LoggedEpisodes.from_dataframe)")
         steps = frame.sort_values(["episode", "t"], kind="stable") if "t" in frame.columns else frame
-        episodes = [_episode_of_steps(rows) for _, rows in steps.groupby("episode", sort=False)]
+        episodes = [episode_of_steps([{k: v for k, v in row.items() if _present(v)} for row in rows.to_dict("records")])
+                    for _, rows in steps.groupby("episode", sort=False)]
         return cls.from_records(episodes, env, task, name=name)
 
+    @property
+    def summary(self) -> ImportSummary:
+        """How the logs were read: layout, keys, counts, what was read in a way to know of."""
+        return self._read[1]
+
     @cached_property
+    def _read(self) -> tuple[pa.Table, ImportSummary]:
+        return inspect_logs(self.source, cell=logs_cell_name(self.source.path))
+
+    @property
     def steps(self) -> pa.Table:
         """The logs as the trajectories contract (adwm_core/data/schemas.py)."""
-        return read_logs(self.source, cell=logs_cell_name(self.source.path))
+        return self._read[0]
 
     @property
     def n_episodes(self) -> int:
@@ -214,32 +228,6 @@ def _plain(value: Any) -> Any:
 
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
-def _episode_of_steps(rows) -> dict:
-    """One episode's step rows as a conversation record of the JSONL format."""
-    steps = [{k: v for k, v in row.items() if _present(v)} for row in rows.to_dict("records")]
-    turns = []
-    for i, step in enumerate(steps):
-        turn = {"from": "gpt", "value": step.get("response", step["action"]), "action": step["action"],
-                "reward": step["reward"]}
-        for key in ("logprob", "admissible", "valid"):
-            if key in step:
-                turn[key] = step[key]
-        following = steps[i + 1]["observation"] if i + 1 < len(steps) else None
-        if "next_observation" in step and following is not None and step["next_observation"] != following:
-            turn["next_observation"] = step["next_observation"]
-        turns += [{"from": "human", "value": step["observation"]}, turn]
-    first, last = steps[0], steps[-1]
-    if "next_observation" in last:
-        turns.append({"from": "human", "value": last["next_observation"]})
-    record = {"conversations": turns, "success": last["success"],
-              **{key: first[key] for key in ("task_description", "policy", "task", "variation", "seed") if key in first}}
-    if "done" in last:
-        record["done"] = last["done"]
-    if isinstance(first["episode"], (int, np.integer)):
-        record["item_id"] = first["episode"]
-    return record
 
 
 # ----------------------------------------------------------------------------------- evaluation

@@ -140,7 +140,8 @@ class CellConfig(Settings):
         The cell is named after the logs unless ``name`` is given."""
         raw: dict[str, Any] = {
             "name": name or logs_cell_name(logs.path), "env": {"name": env, "task": task},
-            "behaviour": {"logs": logs}, "evaluation": {"policies": list(agents), "epsilons": list(epsilons)},
+            "behaviour": {"logs": logs.model_dump(exclude_defaults=True)},  # a section --set can reach into
+            "evaluation": {"policies": list(agents), "epsilons": list(epsilons)},
             "adwm": {"reading": "retrieval"}}
         for dotted, value in (overrides or {}).items():
             assign(raw, dotted, value)

@@ -1,5 +1,6 @@
 """Command line: ``adwm envs`` lists environments; ``adwm collect`` runs a real
-episode collection and writes the trajectories Parquet; ``adwm export-logs`` writes a
+episode collection and writes the trajectories Parquet; ``adwm import`` reads the user's logs,
+checks them and prints how they were read, training nothing; ``adwm export-logs`` writes a
 trajectories Parquet's behaviour episodes as JSONL conversations; ``adwm calibrate`` combines
 ADWM's imagined episodes with a few live episodes of the same agents (ope/statistics/calibration.py).
 ``adwm evaluate`` (the whole job on the user's logs and agent) runs a Prefect flow and is added
@@ -13,11 +14,12 @@ import sys
 
 import numpy as np
 import pyarrow.compute as pc
+from pydantic import ValidationError
 
 from .specs import EnvSpec, check_epsilons
 from .collection import run_epsilon_family
 from .data import TRAJECTORIES, check_output, read_table, write_table
-from .envs import EnvironmentUnavailable, env_names
+from .envs import EnvironmentUnavailable, check_env_task, env_names
 from .envs.agents import EpsilonGoldAgent
 from .envs.base import SPLITS
 from .envs.registry import DEFAULT_LOCAL_ENV
@@ -25,8 +27,8 @@ from .envs.episodes import EpisodeSpec
 from .envs.runner import EpisodeRunner
 from .ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
 from .paths import artifact_path
-from .specs import LogSource
-from .data.logs import export_jsonl, read_logs
+from .specs import LOG_FIELDS, OPENING_FIELD, LogSource
+from .data.logs import export_jsonl, inspect_logs, read_logs
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -65,6 +67,48 @@ def _collect(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     n = export_jsonl(read_table(args.trajectories, TRAJECTORIES), args.out, overwrite=args.overwrite)
     print(f"wrote {n} behaviour episodes to {args.out}")
+    return 0
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """How to read the logs: the flags ``adwm import`` and ``adwm evaluate`` share."""
+    parser.add_argument("--env", required=True, help="the environment the logs come from (see `adwm envs`)")
+    parser.add_argument("--task", default="*", help="task type(s) of the environment, comma-separated (default: all)")
+    parser.add_argument("--format", dest="logs_format", choices=("jsonl", "hf", "parquet"),
+                        help="jsonl: a file or folder of JSONL, JSON or text transcripts (maybe .gz); hf: a saved or "
+                             "cached dataset; parquet: trajectories or a table of steps (default: told by the path)")
+    parser.add_argument("--fields", nargs="+", action="extend", default=[], metavar="KEY=SOURCE",
+                        help="read KEY from the logs' SOURCE key, e.g. conversations=messages reward=score; KEY one of "
+                             f"{', '.join(sorted({*LOG_FIELDS, OPENING_FIELD}))}")
+    parser.add_argument("--preamble-turns", type=int, metavar="N", help="turns opening every conversation that are no "
+                        "step (default: an instruction answered by a bare acknowledgement is found; 0: none)")
+    parser.add_argument("--thoughts", choices=("fold", "step"), default="fold", help="replies without an action: folded "
+                        "into the next action's reasoning (default), or kept as think: steps")
+    parser.add_argument("--agent-prefix", default="> ", metavar="PREFIX",
+                        help="in text transcripts, the prefix of the agent's lines (default '> ')")
+    parser.add_argument("--split", help="the split of a dataset with several (default train)")
+
+
+def log_source(args: argparse.Namespace) -> LogSource:
+    """The logs the parsed ``add_log_arguments`` flags describe, their environment and task checked."""
+    check_env_task(args.env, args.task)
+    fields = {}
+    for pair in args.fields:
+        key, sep, value = pair.partition("=")
+        if not (sep and key and value):
+            raise ValueError(f"--fields {pair!r}: expected KEY=SOURCE, e.g. conversations=messages")
+        fields[key] = value
+    try:
+        return LogSource(args.logs, args.logs_format, fields=fields, split=args.split,
+                         preamble_turns=args.preamble_turns, thoughts=args.thoughts, agent_prefix=args.agent_prefix)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"--fields/--preamble-turns/--agent-prefix: {problems}") from None
+
+
+def _import(args: argparse.Namespace) -> int:
+    _, summary = inspect_logs(log_source(args), cell="import")
+    print("\n".join(summary.lines(args.show_steps)))
     return 0
 
 
@@ -113,6 +157,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     collect.add_argument("--envs-per-worker", type=int, default=2)
     collect.add_argument("--out", default=None, help="Parquet path or fsspec URL (default under $ADWM_HOME)")
     collect.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    imports = sub.add_parser("import", help="read your logs, check them and print how they were read (layout, keys, "
+                             "counts, the first episode), training nothing")
+    imports.add_argument("logs", help="logs file, folder of files, dataset folder or name, or Parquet")
+    add_log_arguments(imports)
+    imports.add_argument("--show-steps", type=int, default=3, metavar="N",
+                         help="how many steps of the first episode to print (default 3)")
     export = sub.add_parser("export-logs", help="write the behaviour episodes of a trajectories Parquet as JSONL "
                             "conversations (the format `adwm evaluate --logs` reads)")
     export.add_argument("trajectories", help="trajectories Parquet (e.g. a cell's behaviour artifact)")
@@ -133,7 +183,7 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"envs": _envs, "collect": _collect, "export-logs": _export, "calibrate": _calibrate}
+COMMANDS = {"envs": _envs, "collect": _collect, "import": _import, "export-logs": _export, "calibrate": _calibrate}
 
 
 def run(args: argparse.Namespace) -> int:

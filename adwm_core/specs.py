@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -92,40 +93,55 @@ def check_epsilons(epsilons: Sequence[float]) -> None:
 LogFormat = Literal["parquet", "jsonl", "hf"]
 LOG_FIELDS = {"episode_id": "item_id", "conversations": "conversations", "role": "from", "text": "value",
               "reward": "reward", "success": "success", "logprob": "logprob"}
+OPENING_FIELD = "opening"  # a key holding the first observation, kept apart from the turns (no default)
 
 
 class LogSource(Spec):
-    """Where behaviour logs are and how to read them; ``fields`` renames the keys looked for
-    (keys of :data:`LOG_FIELDS`); ``split``: the split of a dataset with several;
-    ``preamble_turns``: turns opening every conversation that are no step (AgentTraj-L opens
-    with the harness's instruction and the agent's "OK"); the first gives the task description
-    where the episode names none."""
+    """Where behaviour logs are and how to read them (adwm_core/data/logs.py).
+
+    ``format``: ``parquet`` (the project's trajectories or a table of steps), ``jsonl`` (files or a
+    folder of them in any layout data/log_files.py reads: JSONL, JSON, text, each maybe .gz) or
+    ``hf`` (a saved or cached dataset); told by the path where not given. ``fields`` names the
+    keys to read (keys of :data:`LOG_FIELDS`; the turn and outcome keys are found where not
+    named). ``split``: the split of a dataset with several. ``preamble_turns``: turns opening
+    every conversation that are no step (unset: an instruction answered by a bare
+    acknowledgement is found). ``thoughts``: replies without an action folded into the next
+    action (``fold``) or kept as ``think:`` steps (``step``). ``agent_prefix``: the line prefix
+    of the agent's lines in a text transcript."""
 
     _positional = ("path", "format")
     path: str = Field(min_length=1)
-    format: LogFormat | None = None  # inferred from the path's suffix where not given
+    format: LogFormat | None = None
     fields: dict[str, str] = {}
     split: str | None = None
-    preamble_turns: int = Field(default=0, ge=0)
+    preamble_turns: int | None = Field(default=None, ge=0)
+    thoughts: Literal["fold", "step"] = "fold"
+    agent_prefix: str = Field(default="> ", min_length=1)
 
     @field_validator("fields")
     @classmethod
     def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
-        unknown = sorted(set(value) - set(LOG_FIELDS))
+        unknown = sorted(set(value) - {*LOG_FIELDS, OPENING_FIELD})
         if unknown:
-            raise ValueError(f"unknown key(s) {unknown}; known: {sorted(LOG_FIELDS)}")
+            raise ValueError(f"unknown key(s) {unknown}; known: {sorted({*LOG_FIELDS, OPENING_FIELD})}")
         return value
 
     @property
     def resolved_format(self) -> str:
         if self.format is not None:
             return self.format
-        name = self.path.rstrip("/").lower()
+        name = self.path.rstrip("/").lower().removesuffix(".gz")
         if name.endswith(".parquet"):
             return "parquet"
-        if name.endswith((".jsonl", ".json")):
+        if name.endswith((".jsonl", ".json", ".txt", ".log")) or _is_plain_folder(self.path):
             return "jsonl"
         return "hf"  # a saved dataset's folder or a dataset name
 
     def key(self, name: str) -> str:
         return self.fields.get(name, LOG_FIELDS[name])
+
+
+def _is_plain_folder(path: str) -> bool:
+    """A local folder of log files, not a dataset saved with ``save_to_disk``."""
+    return os.path.isdir(path) and not any(os.path.exists(os.path.join(path, marker))
+                                           for marker in ("dataset_info.json", "state.json", "dataset_dict.json"))

@@ -14,6 +14,7 @@ from adwm_core import cli as core
 from adwm_core.api import endpoint, seed_overrides
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, read_table
+from adwm_core.data.logs import inspect_logs
 from adwm_core.ope.answers import RANKED_BY
 from adwm_core.policies.openai_backend import MODES
 from adwm_core.ranking import rank_agents, ranking_lines
@@ -30,9 +31,10 @@ the estimates are ungraded.
   adwm evaluate --logs trajectories.jsonl --env webshop \\
       --agent-base-url http://127.0.0.1:8000/v1 --agent-model my-agent
 
-Logs: JSONL / ShareGPT conversations (one episode a line), a Hugging Face dataset saved with
-save_to_disk or in the local cache, or the project's trajectories Parquet (README, "Your own
-logs and agent"). The agent: a model behind an OpenAI-compatible endpoint (vLLM's server and
+Logs: a file or folder of episodes — JSONL, JSON (an array, an object of episodes, a wrapper
+around a list), text transcripts, each maybe .gz —, a Hugging Face dataset saved with
+save_to_disk or in the local cache, or Parquet (trajectories or a table of steps); check how
+they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model behind an OpenAI-compatible endpoint (vLLM's server and
 most others), or with --agent-backend a Hugging Face folder loaded in this process. Artifacts
 go to $ADWM_HOME/cells/<name>/, tracking to MLflow, the run to Prefect, as for any cell."""
 
@@ -40,8 +42,9 @@ go to $ADWM_HOME/cells/<name>/, tracking to MLflow, the run to Prefect, as for a
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate = sub.add_parser("evaluate", help="estimate your agents' values from your own behaviour logs",
                               description=EVALUATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    evaluate.add_argument("--logs", required=True, help="behaviour logs: JSONL file, dataset folder or name, Parquet")
-    evaluate.add_argument("--env", required=True, help="the environment the logs come from (see `adwm envs`)")
+    evaluate.add_argument("--logs", required=True, help="behaviour logs: a file or folder of JSONL, JSON or text "
+                          "transcripts (maybe .gz), a dataset folder or name, Parquet (see `adwm import`)")
+    core.add_log_arguments(evaluate)
     evaluate.add_argument("--agent-model", action="append", default=[],
                           help="an agent: its model name at the endpoint, or a model folder with --agent-backend; "
                           "repeat it to score and rank several agents on one world model (default: $ADWM_AGENT_MODEL)")
@@ -60,14 +63,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           help="retries of a failed request (429, 5xx, connection), with backoff (default 5)")
     evaluate.add_argument("--timeout", type=float, default=120.0, help="seconds before a request is given up "
                           "(default 120)")
-    evaluate.add_argument("--format", dest="logs_format", choices=("jsonl", "hf", "parquet"),
-                          help="format of --logs (default: from its suffix)")
-    evaluate.add_argument("--preamble-turns", type=int, default=0, metavar="N",
-                          help="turns opening every conversation that are no step (AgentTraj-L: 2, the instruction "
-                          "and the agent's OK); the first gives the task description")
     evaluate.add_argument("--limit", type=int, metavar="N",
                           help="only the first N episodes of the logs: a quick try (its own cell, <name>-firstN)")
-    evaluate.add_argument("--task", default="*", help="task type(s) of the environment (default: all)")
     evaluate.add_argument("--name", help="cell name for artifacts and tracking (default: logs-<file stem>)")
     evaluate.add_argument("--epsilons", default="0,0.25,0.5,0.75,1", help="ε levels (default 0,0.25,0.5,0.75,1)")
     evaluate.add_argument("--seed", type=int, default=0,
@@ -103,12 +100,14 @@ def _evaluate(args: argparse.Namespace) -> int:
                              "path (checked before any stage runs)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     settings = parse_assignments(args.overrides)
+    logs = core.log_source(args)
+    print("\n".join(inspect_logs(logs, cell="import")[1].lines()) + "\n")  # bad logs are refused here, before Prefect
     from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
     from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
 
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
-                          logs_format=args.logs_format, preamble_turns=args.preamble_turns, task=args.task,
+                          read_as=logs.model_dump(exclude={"path"}), task=args.task,
                           name=args.name, epsilons=epsilons,
                           overrides={**seed_overrides(args.seed, settings), **settings},
                           limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,

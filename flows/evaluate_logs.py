@@ -46,19 +46,20 @@ def write_results(path: str, config: CellConfig, folder: str) -> None:
 @flow(name="evaluate-logs", log_prints=True, task_runner=cell_task_runner())
 def evaluate_logs(logs: str, env: str, agent_model: str | list[str], agent_base_url: str | None = None,
                   agent_backend: str | None = None, agent_tokenizer: str | None = None, agent_mode: str = "completions",
-                  logs_format: str | None = None, preamble_turns: int = 0, task: str = "*", name: str | None = None,
+                  read_as: dict | None = None, task: str = "*", name: str | None = None,
                   epsilons: list[float] | None = None, overrides: dict | None = None, limit: int | None = None,
                   agent_concurrency: int = 8, agent_max_retries: int = 5, agent_timeout: float = 120.0,
                   output_path: str | None = None, log_samples: str | None = None) -> str:
     """Ĵ of each of ``agent_model`` (one model or several, at ``agent_base_url`` or local folders)
     from the behaviour logs ``logs`` of environment ``env``; returns the report's folder and,
     with ``output_path``, writes the results JSON there, with ``log_samples`` the imagined
-    episodes as JSONL."""
+    episodes as JSONL. ``read_as``: how to read the logs (``LogSource``'s settings: format,
+    fields, preamble_turns, thoughts, agent_prefix, split)."""
     models = [agent_model] if isinstance(agent_model, str) else list(agent_model)
     agents = [agent(model, agent_base_url, backend=agent_backend, tokenizer=agent_tokenizer, mode=agent_mode,
                     concurrency=agent_concurrency, max_retries=agent_max_retries, timeout=agent_timeout)
               for model in models]
-    config = logs_cell(LogSource(logs, logs_format, preamble_turns=preamble_turns), env, agents, task=task, name=name,
+    config = logs_cell(LogSource(path=logs, **(read_as or {})), env, agents, task=task, name=name,
                        epsilons=epsilons, overrides=overrides, limit=limit)
     print(f"cell {config.name}: logs {logs}{f' (first {limit} episodes)' if limit else ''}, environment {env}, "
           f"agents {', '.join(f'{a.model} ({a.backend})' for a in agents)}; settings overridden: {overrides or 'none'}")

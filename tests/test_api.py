@@ -55,7 +55,9 @@ def test_bad_episodes_are_refused_by_name_before_any_stage(adwm_home):
         LoggedEpisodes.from_dataframe(steps_frame([episode(1, ["look"], True)]).drop(columns="reward"), ENV)
     broken = episode(1, ["look"], True)
     del broken["success"]
-    with pytest.raises(LogFormatError, match=r"mine.jsonl:1: success: missing"):
+    for turn in broken["conversations"]:
+        turn.pop("reward", None)
+    with pytest.raises(LogFormatError, match=r"mine.jsonl:1: reward: missing"):
         LoggedEpisodes.from_records([broken], ENV, name="mine")
     with pytest.raises(ValueError, match="non-empty list of episode records"):
         LoggedEpisodes.from_records(episode(1, ["look"], True), ENV)

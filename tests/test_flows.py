@@ -314,12 +314,13 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
     assert glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE")) == [model] and os.path.getmtime(model) == trained
 
     broken = harness / "broken.jsonl"
-    broken.write_text(open(logs).readline() + '{"item_id": 1, "conversations": [{"from": "human", "value": "o"}]}\n')
+    broken.write_text(open(logs).readline() + '{"item_id": 1, "conversations": [{"from": "human", "value": "o"}, '
+                      '{"from": "critic", "value": "a"}], "reward": 0, "success": false}\n')
     argv[argv.index(logs)] = str(broken)
     assert main(argv) == 2
     error = capsys.readouterr().err
-    assert f"{broken}:2: conversations: empty episode" in error
-    assert not os.path.exists(os.path.join(os.environ["ADWM_HOME"], "cells", "logs-broken", "world-model"))
+    assert f"{broken}:2: conversations[1].from: unknown role 'critic'" in error
+    assert not os.path.exists(os.path.join(os.environ["ADWM_HOME"], "cells", "logs-broken"))  # refused before any stage
 
 
 def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_run(first_run, tiny_policies, harness,

@@ -70,13 +70,13 @@ def test_plain_sharegpt_episodes_take_rewards_and_success_from_the_episode(tmp_p
 
 
 MALFORMED = {
-    "missing field": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "gpt", "value": "a"}],
-                       "success": True}, ":1: reward: missing"),
+    "missing field": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "gpt", "value": "a"}]},
+                      ":1: reward: missing"),
     "wrong type": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"},
-                                                    {"from": "gpt", "value": "a", "reward": "1"}], "success": True},
-                   ":1: conversations[1].reward: expected a finite number, got str"),
-    "empty episode": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}], "reward": 0.0,
-                       "success": False}, ":1: conversations: empty episode"),
+                                                    {"from": "gpt", "value": "a", "reward": "one"}], "success": True},
+                   ":1: conversations[1].reward: expected a finite number (or true/false), got str"),
+    "action first": ({"item_id": 0, "conversations": [{"from": "gpt", "value": "a"}, {"from": "human", "value": "o"}],
+                      "reward": 0.0, "success": False}, ":1: conversations[0]: an action turn with no observation"),
     "unknown role": ({"item_id": 0, "conversations": [{"from": "human", "value": "o"}, {"from": "critic", "value": "a"}],
                       "reward": 0.0, "success": False}, ":1: conversations[1].from: unknown role 'critic'"),
 }
@@ -106,12 +106,13 @@ def test_a_missing_logs_file_is_named(tmp_path):
 
 def test_every_unparseable_episode_is_reported(tmp_path):
     path = tmp_path / "logs.jsonl"
-    path.write_text('{"conversations": [}\n[1, 2]\n' + json.dumps({"conversations": []}) + "\n")
+    path.write_text('{"conversations": [}\n[1, 2]\n' + json.dumps({"conversations": 5}) + "\n")
     with pytest.raises(LogFormatError) as error:
         read_logs(LogSource(str(path)), cell="mine")
     message = str(error.value)
     assert "3 problem(s)" in message and ":1: (line): not valid JSON" in message
-    assert ":2: (line): an episode is a JSON object, got list" in message and ":3: conversations: empty" in message
+    assert ":2: (line): an episode is a JSON object, got list" in message
+    assert ":3: conversations: expected a list of turns or a transcript, got int" in message
 
 
 def test_a_cell_imports_logs_instead_of_collecting(exported, tmp_path):
@@ -149,7 +150,8 @@ def test_an_agenttraj_preamble_is_skipped_and_gives_the_task_description(tmp_pat
     rows = read_logs(source, cell="mine").to_pylist()
     assert [r["action"] for r in rows] == ["search[red mug]", "click[B01]"]
     assert rows[0]["task_description"].startswith("You are web shopping") and rows[-1]["reward"] == 0.75
-    assert len(read_logs(LogSource(str(path)), cell="mine")) == 3  # without the option "OK" is a step
+    assert len(read_logs(LogSource(str(path)), cell="mine")) == 2  # the opening is found without the option
+    assert len(read_logs(LogSource(str(path), preamble_turns=0), cell="mine")) == 3  # "OK" a step when told so
 
 
 def test_ambiguous_or_non_finite_turns_are_refused_and_an_explicit_empty_action_is_kept(tmp_path):
@@ -159,17 +161,18 @@ def test_ambiguous_or_non_finite_turns_are_refused_and_an_explicit_empty_action_
 
     path = tmp_path / "logs.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in (
-        episode(value="Thought: check the door.\nopen door"), episode(logprob=0.5), {**episode(), "reward": "1.0"},
+        episode(value="Thought: check the door.\nopen door"), episode(logprob=0.5), {**episode(), "reward": "one"},
         episode(value="\n", action=""))) + "\n" + '{"conversations": [{"from": "human", "value": "o"}, '
         '{"from": "gpt", "value": "a", "reward": NaN}], "success": true}\n')
     with pytest.raises(LogFormatError) as error:
         read_logs(LogSource(str(path)), cell="mine")
     message = str(error.value)
     assert "4 problem(s)" in message, message
-    assert ":1: conversations[1]: a 'Thought:' and no 'Action:' cue" in message
+    assert ":1: conversations[1]: a thought, then lines without a label and no 'Action:' cue" in message
     assert ":2: conversations[1].logprob: expected a finite log-probability" in message
-    assert ":3: reward: expected a finite number, got str" in message and ":3: reward: missing" not in message
-    assert ":5: conversations[1].reward: expected a finite number, got float nan" in message
+    assert ":3: reward: expected a finite number (or true/false), got str" in message
+    assert ":3: reward: missing" not in message
+    assert ":5: conversations[1].reward: expected a finite number (or true/false), got float nan" in message
     path.write_text(json.dumps(episode(value="\n", action="")) + "\n")
     assert read_logs(LogSource(str(path)), cell="mine")["action"].to_pylist() == [""]
 
@@ -200,7 +203,8 @@ def test_an_agentgym_evaluator_file_with_integer_and_string_flags_round_trips(tm
     path.write_text("\n".join(json.dumps(e) for e in (evaluated(1, 1.0, 1), evaluated(2, 0.25, 0),
                                                         evaluated(3, 1.0, "True"), evaluated(4, 0.0, "false"))) + "\n")
     out = tmp_path / "trajectories.parquet"
-    imported = import_logs(LogSource(str(path), preamble_turns=2), str(out), cell="mine")
+    assert import_logs(LogSource(str(path), preamble_turns=2), str(out), cell="mine").episodes == 4
+    imported = read_table(str(out), TRAJECTORIES)
     last = {r["episode"]: r for r in imported.to_pylist() if r["done"]}
     assert [(last[e]["success"], last[e]["reward"]) for e in sorted(last)] == [
         (True, 1.0), (False, 0.25), (True, 1.0), (False, 0.0)]
@@ -213,5 +217,5 @@ def test_an_agentgym_evaluator_file_with_integer_and_string_flags_round_trips(tm
     path.write_text(json.dumps(evaluated(5, 1.0, 2)) + "\n" + json.dumps(evaluated(6, 1.0, "yes please")) + "\n")
     with pytest.raises(LogFormatError) as error:
         read_logs(LogSource(str(path), preamble_turns=2), cell="mine")
-    assert ":1: success: expected true or false (or 1 / 0), got int 2" in str(error.value)
-    assert ":2: success: expected true or false (or 1 / 0), got str 'yes please'" in str(error.value)
+    assert ":1: success: expected true or false (or 1 / 0, success / fail), got int 2" in str(error.value)
+    assert ":2: success: expected true or false (or 1 / 0, success / fail), got str 'yes please'" in str(error.value)

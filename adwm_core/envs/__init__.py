@@ -1,7 +1,7 @@
 """Text environments: one protocol (:class:`TextEnv`), adapters on real engines, a registry."""
 
 from .base import SPLITS, EnvironmentUnavailable, Observation, StaleObservation, StepResult, TextEnv
-from .registry import env_names, make_env, register, uses_react_actions
+from .registry import check_env_task, env_names, make_env, register, uses_react_actions
 
 __all__ = [
     "SPLITS",
@@ -10,6 +10,7 @@ __all__ = [
     "StaleObservation",
     "StepResult",
     "TextEnv",
+    "check_env_task",
     "env_names",
     "make_env",
     "register",

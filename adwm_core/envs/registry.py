@@ -58,6 +58,28 @@ def uses_react_actions(name: str) -> bool:
     return bool(getattr(env_factory(name), "react_actions", False))
 
 
+def check_env_task(name: str, task: str = "*") -> None:
+    """Refuse an environment name the registry lacks, and task types (comma-separated; ``*``:
+    all) the environment does not offer — before logs of it are read. Where the environment's
+    engine cannot start here, the task names are left unchecked (a cell that runs it checks them)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}: known environments are {', '.join(env_names())} "
+                         "(`adwm envs`); pass --env with one of them")
+    if task == "*":
+        return
+    from .base import EnvironmentUnavailable
+
+    try:
+        with make_env(name) as env:
+            known = env.tasks()
+    except EnvironmentUnavailable:
+        return
+    unknown = [t.strip() for t in task.split(",") if t.strip() not in known]
+    if unknown:
+        raise ValueError(f"{name} has no task type(s) {unknown}: its task types are {', '.join(known)}; pass --task "
+                         "with those (comma-separated) or * for all")
+
+
 def make_env(name: str, **kwargs) -> TextEnv:
     """Build the environment registered as ``name`` with its keyword options."""
     return env_factory(name)(**kwargs)

@@ -1,0 +1,308 @@
+"""The files behaviour logs come in, read into episode records whatever their layout.
+
+A logs path is a file, a folder of files (read in name order, recursively) or a saved
+Hugging Face dataset. Each file's layout is told by its content, never by a flag:
+
+- JSONL, one episode per line;
+- a JSON array of episodes;
+- a JSON object whose values are episodes (the key becomes the episode's id);
+- a JSON object with one key holding a list of episodes (``{"episodes": [...]}``);
+- one JSON episode;
+- JSONL or a JSON array of *steps* (records with ``observation`` and ``action`` and no turn
+  list), grouped into episodes by ``episode`` (or ``episode_id``, ``item_id``, ``id``);
+- a Parquet file: the project's trajectories, or a table of steps (``STEP_COLUMNS``);
+- a JSON object of groups of episodes keyed by id (``{task type: {id: episode}}``): the group
+  becomes the episode's ``task`` where it names none, ``group/id`` its id;
+- plain text: one transcript (log_turns.py splits it into turns), or several, each ending at a
+  line ``STATUS: OK`` or ``STATUS: FAIL`` (Reflexion's ALFWorld run logs), which is its
+  success; the lines after a STATUS line up to the next empty line (Reflexion's "New plan:"
+  reflection), lines of only ``#`` and ``Environment #N:`` headers belong to no episode.
+
+Any file may be gzip-compressed (``.gz``); a UTF-8 byte-order mark is skipped. A record keeps
+where it came from (file, line or item) for every error about it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..specs import LogSource
+from .log_turns import TRANSCRIPT_KEY, TURN_KEYS
+
+LOG_SUFFIXES = (".jsonl", ".json", ".txt", ".log", ".parquet")
+STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # a table of steps needs these
+STEP_EPISODE_KEYS = ("episode", "episode_id", "item_id", "id")  # what groups records of steps into episodes
+STATUS_LINE = re.compile(r"^\s*STATUS:\s*(OK|FAIL)\s*$")
+HARNESS_LINE = re.compile(r"^\s*(#+|Environment #\d+:)\s*$")
+
+
+class LogFormatError(ValueError):
+    """Logs that cannot be read; the message names file, line and field of every problem."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that is no JSON value, kept so that its problem is reported with the others."""
+
+    reason: str
+
+
+@dataclass
+class Record:
+    """One episode as read: its value, its file and line (item, row), and the id its layout gives."""
+
+    file: str
+    line: int
+    value: Any
+    key: Any = None
+
+
+@dataclass
+class LogFiles:
+    """The records of every file of a logs path, and each file's layout."""
+
+    records: list[Record] = field(default_factory=list)
+    layouts: dict[str, str] = field(default_factory=dict)  # file → layout
+
+    @property
+    def layout(self) -> str:
+        kinds = sorted(set(self.layouts.values()))
+        return kinds[0] if len(kinds) == 1 else "mixed: " + "; ".join(kinds)
+
+
+def read_files(source: LogSource) -> LogFiles:
+    """The records of ``source`` (a file, a folder of files, or a saved or cached dataset)."""
+    if source.resolved_format == "hf":
+        return _dataset_records(source)
+    fs, path = fsspec.core.url_to_fs(source.path)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"{source.path}: no logs file or folder here; check behaviour.logs.path (or the "
+                                "LOGS argument)")
+    files = [path] if fs.isfile(path) else _folder_files(fs, path, source.path)
+    read = LogFiles()
+    for name in files:
+        layout, records = _file_records(fs, name, source)
+        read.layouts[name] = layout
+        read.records.extend(records)
+    return read
+
+
+def _folder_files(fs, path: str, shown: str) -> list[str]:
+    names = sorted(name for name in fs.find(path) if _is_log_file(name))
+    if not names:
+        if fs.exists(os.path.join(path, "dataset_info.json")) or fs.exists(os.path.join(path, "state.json")):
+            raise LogFormatError(f"{shown}: a saved Hugging Face dataset; read it with format 'hf' (--format hf)")
+        raise LogFormatError(f"{shown}: the folder holds no logs file ({', '.join(LOG_SUFFIXES)}, each may be .gz)")
+    return names
+
+
+def _is_log_file(name: str) -> bool:
+    base = os.path.basename(name).lower()
+    return not base.startswith(".") and base.removesuffix(".gz").endswith(LOG_SUFFIXES)
+
+
+def _file_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
+    if path.lower().removesuffix(".gz").endswith(".parquet"):
+        return _parquet_records(fs, path)
+    with fs.open(path, "rb", compression="infer") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark is skipped
+    except UnicodeDecodeError as error:
+        raise LogFormatError(f"{path}: not UTF-8 text (byte {error.start}); save the logs as UTF-8") from None
+    if not text.strip():
+        raise LogFormatError(f"{path}: the file is empty")
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError as error:
+        return _lines_or_transcript(path, text, error)
+    return _json_records(path, whole, source)
+
+
+def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError) -> tuple[str, list[Record]]:
+    """JSONL where any of the first lines is a JSON object; else broken JSON, or a transcript."""
+    lines = text.splitlines()
+    if not any(_is_json_object(line) for line in [row for row in lines if row.strip()][:20]):
+        if text.lstrip()[0] in "[{":  # JSON that does not parse: say where
+            raise LogFormatError(f"{path}: not valid JSON ({whole_error.msg} at line {whole_error.lineno}, column "
+                                 f"{whole_error.colno})") from None
+        return _transcripts(path, lines)
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(Record(path, number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            records.append(Record(path, number, Unreadable(f"not valid JSON ({error.msg} at column {error.colno})")))
+    return _grouped_steps("JSONL, one episode per line", "JSONL, one step per line", records)
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), Mapping)
+    except json.JSONDecodeError:
+        return False
+
+
+def _transcripts(path: str, lines: list[str]) -> tuple[str, list[Record]]:
+    """One transcript, or several each ending at a STATUS line (the module's rule)."""
+    if not any(STATUS_LINE.match(row) for row in lines):
+        return "text transcript", [Record(path, 1, {TRANSCRIPT_KEY: "\n".join(lines)})]
+    records, rows, first, after_status = [], [], None, False
+    for number, row in enumerate(lines, start=1):
+        status = STATUS_LINE.match(row)
+        if status:
+            records.append(Record(path, first or number, {TRANSCRIPT_KEY: "\n".join(rows),
+                                                          "success": status.group(1) == "OK"}))
+            rows, first, after_status = [], None, True
+        elif after_status:
+            after_status = bool(row.strip())  # the reflection runs to the next empty line
+        elif not HARNESS_LINE.match(row) and (rows or row.strip()):
+            rows.append(row)
+            first = first or number
+    if "\n".join(rows).strip():
+        raise LogFormatError(f"{path}:{first}: a transcript after the last STATUS line has no STATUS of its own; "
+                             "end it with 'STATUS: OK' or 'STATUS: FAIL', or cut it")
+    return "text transcripts, each ending at a STATUS line", records
+
+
+def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[Record]]:
+    if isinstance(whole, list):
+        return _grouped_steps("JSON array of episodes", "JSON array of steps",
+                              [Record(path, i, value) for i, value in enumerate(whole, start=1)])
+    if not isinstance(whole, Mapping):
+        raise LogFormatError(f"{path}: a JSON {type(whole).__name__}, not episodes; give JSONL, a JSON array of "
+                             "episodes, or a JSON object of episodes")
+    if _is_episode(whole, source):
+        return "one JSON episode", [Record(path, 1, whole)]
+    if len(whole) == 1 and isinstance(next(iter(whole.values())), list):
+        (key, values), = whole.items()
+        return _grouped_steps(f"JSON object {{{key!r}: [episodes]}}", f"JSON object {{{key!r}: [steps]}}",
+                              [Record(path, i, value) for i, value in enumerate(values, start=1)])
+    values = list(whole.values())
+    if values and all(isinstance(v, Mapping) and not _is_episode(v, source) for v in values) \
+            and all(isinstance(e, Mapping) and _is_episode(e, source) for v in values for e in v.values()):
+        records = [Record(path, 0, {"task": group, **episode} if "task" not in episode else episode,
+                          key=f"{group}/{key}") for group, episodes in whole.items() for key, episode in episodes.items()]
+        for i, record in enumerate(records, start=1):
+            record.line = i
+        return "JSON object of groups of episodes keyed by id", records
+    if values and all(isinstance(value, (Mapping, list)) for value in values):
+        return "JSON object of episodes keyed by id", [
+            Record(path, i, value if isinstance(value, Mapping) else {TURN_KEYS[0]: value}, key=key)
+            for i, (key, value) in enumerate(whole.items(), start=1)]
+    return "one JSON episode", [Record(path, 1, whole)]  # its turn key unnamed yet: log_turns says which to name
+
+
+def _is_episode(value: Mapping, source: LogSource | None = None) -> bool:
+    named = None if source is None else source.fields.get("conversations")
+    return any(key in value for key in (*TURN_KEYS, TRANSCRIPT_KEY, *([named] if named else [])))
+
+
+def _grouped_steps(episodes: str, steps: str, records: list[Record]) -> tuple[str, list[Record]]:
+    """``records`` as they are, or — where every one is a step (observation and action, no turn
+    list) — grouped into one record per episode."""
+    values = [r.value for r in records if isinstance(r.value, Mapping)]
+    if not values or len(values) < len(records) or any(_is_episode(v) for v in values) \
+            or not all("observation" in v and "action" in v for v in values):
+        return episodes, records
+    key = next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)
+    if key is None:
+        raise LogFormatError(f"{records[0].file}: records of single steps (observation, action) but no key that "
+                             f"groups them into episodes; give each one of {', '.join(STEP_EPISODE_KEYS)}")
+    grouped: dict[Any, list[Record]] = {}
+    for record in records:
+        grouped.setdefault(_hashable(record.value[key]), []).append(record)
+    return steps, [Record(rows[0].file, rows[0].line, episode_of_steps([r.value for r in rows], key),
+                          key=rows[0].value[key]) for rows in grouped.values()]
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def _parquet_records(fs, path: str) -> tuple[str, list[Record]]:
+    with fs.open(path, "rb", compression="infer") as f:
+        try:
+            table = pq.read_table(f)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise LogFormatError(f"{path}: not a readable Parquet file ({error})") from None
+    missing = [c for c in STEP_COLUMNS if c not in table.column_names]
+    if missing:
+        raise LogFormatError(f"{path}: a Parquet table of steps needs the column(s) {missing} (it has "
+                             f"{table.column_names}): one row per action, as LoggedEpisodes.from_dataframe reads")
+    rows = table.to_pylist()
+    if "t" in table.column_names:
+        rows.sort(key=lambda row: (str(row["episode"]), row["t"]))  # stable: the file's order within an episode
+    grouped: dict[Any, list[dict]] = {}
+    for row in rows:
+        grouped.setdefault(_hashable(row["episode"]), []).append(row)
+    return "Parquet, one step per row", [Record(path, i, episode_of_steps(steps, "episode"), key=steps[0]["episode"])
+                                         for i, steps in enumerate(grouped.values(), start=1)]
+
+
+def episode_of_steps(steps: list[Mapping], episode_key: str = "episode") -> dict:
+    """One episode's step rows (``observation``, ``action``, ``reward``, optional ``response``,
+    ``logprob``, ``admissible``, ``valid``, ``next_observation``, ``t``; per episode ``success``,
+    ``done`` on its last row and ``task_description``, ``policy``, ``task``, ``variation``,
+    ``seed`` on its first) as an episode record of the JSONL format."""
+    steps = [{k: v for k, v in row.items() if v is not None} for row in steps]
+    turns = []
+    for i, step in enumerate(steps):
+        turn = {"from": "gpt", "value": step.get("response", step["action"]), "action": step["action"]}
+        for key in ("reward", "logprob", "admissible", "valid"):
+            if key in step:
+                turn[key] = step[key]
+        following = steps[i + 1]["observation"] if i + 1 < len(steps) else None
+        if "next_observation" in step and following is not None and step["next_observation"] != following:
+            turn["next_observation"] = step["next_observation"]
+        turns += [{"from": "human", "value": step["observation"]}, turn]
+    first, last = steps[0], steps[-1]
+    if "next_observation" in last:
+        turns.append({"from": "human", "value": last["next_observation"]})
+    record = {"conversations": turns, **{key: first[key] for key in ("task_description", "policy", "task",
+                                                                     "variation", "seed") if key in first}}
+    for key in ("success", "done"):
+        if key in last:
+            record[key] = last[key]
+    if isinstance(first.get(episode_key), int) and not isinstance(first.get(episode_key), bool):
+        record["item_id"] = first[episode_key]
+    return record
+
+
+def _dataset_records(source: LogSource) -> LogFiles:
+    import datasets
+
+    if os.path.isdir(source.path):
+        loaded = datasets.load_from_disk(source.path)
+    else:
+        loaded = cached_dataset(source)
+    if isinstance(loaded, datasets.DatasetDict):
+        split = source.split or ("train" if "train" in loaded else None)
+        if split not in loaded:
+            raise LogFormatError(f"{source.path}: dataset has splits {sorted(loaded)}; name one with logs.split")
+        loaded = loaded[split]
+    layout, records = _grouped_steps("Hugging Face dataset of episodes", "Hugging Face dataset of steps",
+                                     [Record(source.path, row, value) for row, value in enumerate(loaded, start=1)])
+    return LogFiles(records, {source.path: layout})
+
+
+def cached_dataset(source: LogSource):
+    import datasets
+
+    try:
+        return datasets.load_dataset(source.path, split=source.split or "train")
+    except Exception as error:  # not found, offline without a cache entry, unreadable
+        raise FileNotFoundError(f"{source.path}: neither a logs file, a saved dataset folder nor a dataset in the "
+                                f"local Hugging Face cache ({type(error).__name__}: {error})") from None
+

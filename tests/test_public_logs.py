@@ -1,0 +1,251 @@
+"""Real logs load as their projects ship them (tests/data/public_logs/SOURCES.md), every layout
+the importer promises reads without a flag, and nothing is read wrong in silence: a reply
+without an action is never an action, an instruction/"OK" opening is never a step, an
+ambiguous outcome is refused with the flag that settles it — and that flag works."""
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from adwm_core import cli
+from adwm_core.api import LoggedEpisodes
+from adwm_core.data.logs import LogFormatError, import_logs, inspect_logs, read_logs
+from adwm_core.specs import LogSource
+
+PUBLIC = Path(__file__).parent / "data" / "public_logs"
+
+
+def _counts(table: pa.Table) -> tuple[int, int, int]:
+    """(episodes, steps, successes) of an imported table."""
+    rows = table.to_pylist()
+    last = {}
+    for row in rows:
+        last[row["episode"]] = row["success"]
+    return len(last), len(rows), sum(last.values())
+
+
+def test_knowagent_alfworld_jsonl_loads_as_shipped():
+    """KnowAgent's ALFWorld runs: JSONL, ``traj`` a "> " transcript, ``result`` true/false/0, and
+    "> Think:" / "> ActionPath:" lines that are no action."""
+    path = PUBLIC / "knowagent_alfworld_first10.jsonl"
+    episodes = [json.loads(line) for line in path.read_text().splitlines()]
+    actions = [line for e in episodes for line in e["traj"].splitlines()
+               if line.startswith("> ") and not re.match(r"> (Think|ActionPath):", line)]
+    table, summary = inspect_logs(LogSource(str(path)), cell="knowagent")
+    assert _counts(table) == (len(episodes), len(actions), sum(e["result"] is True for e in episodes)) == (10, 204, 3)
+    # no labelled line is an action ("> ActionPath" alone was sent, and answered "Nothing happens.")
+    assert not any(re.match(r"(think|actionpath):", a, re.I) for a in table["action"].to_pylist())
+    assert summary.layout == "JSONL, one episode per line" and summary.mapping["success"] == "result"
+    assert summary.readings["replies without an action folded into the next action"] == 211
+
+
+def test_fireact_hotpotqa_json_object_loads_as_shipped():
+    """FireAct's HotpotQA runs: one JSON object keyed by question id, role/content turns under
+    ``traj``, a boolean ``reward`` and no success key."""
+    path = PUBLIC / "fireact_hotpotqa_items145to165.json"
+    episodes = json.loads(path.read_text())
+    table, summary = inspect_logs(LogSource(str(path)), cell="fireact")
+    agent_turns = sum(t["role"] == "assistant" for e in episodes.values() for t in e["traj"])
+    assert _counts(table) == (len(episodes), agent_turns, sum(e["reward"] for e in episodes.values())) == (20, 35, 7)
+    assert summary.layout == "JSON object of episodes keyed by id"
+    assert summary.readings["rewards given as true/false, read as 1.0/0.0"] == 20
+    assert sorted(set(table["reward"].to_pylist())) == [0.0, 1.0]
+    assert table["action"][0].as_py() == "finish[Santana]"  # after the 'Action:' cue, not the thought
+
+
+def test_reflexion_alfworld_transcripts_load_as_shipped():
+    """Reflexion's ALFWorld transcripts: plain text, episodes ending at 'STATUS: FAIL', a
+    reflection after each, "> think:" lines answered "OK."/"Ok.", and bare "> " replies."""
+    path = PUBLIC / "reflexion_alfworld_few_shot_examples.txt"
+    text = path.read_text()
+    table, summary = inspect_logs(LogSource(str(path)), cell="reflexion")
+    assert _counts(table) == (text.count("STATUS:"), len(re.findall(r"^> (?!think:)\S", text, re.M)), 0) == (2, 22, 0)
+    actions = table["action"].to_pylist()
+    assert not any(a.startswith("think") or a == "" for a in actions)
+    assert not any(o.strip() in ("OK.", "Ok.") or o.startswith("New plan") for o in table["observation"].to_pylist())
+    assert summary.layout == "text transcripts, each ending at a STATUS line"
+
+
+def test_adapt_alfworld_results_load_with_the_options_their_layout_needs():
+    """ADaPT's ALFWorld results: episodes grouped by task type, the first observation apart
+    (``problem``) from a transcript (``trace``) that starts with the agent's unprefixed line."""
+    path = PUBLIC / "adapt_alfworld_first6_of_two_tasks.json"
+    groups = json.loads(path.read_text())
+    with pytest.raises(LogFormatError, match=r"--fields conversations=KEY"):
+        read_logs(LogSource(str(path)), cell="adapt")
+    table, summary = inspect_logs(LogSource(str(path), fields={"conversations": "trace", "opening": "problem"}),
+                                  cell="adapt")
+    episodes = [e for g in groups.values() for e in g.values()]
+    steps = sum(len(re.findall(r"^>\s*\n*\s*(?!think:)\S", e["trace"], re.M)) for e in episodes)
+    assert _counts(table) == (sum(bool(e["trace"]) for e in episodes), steps, sum(e["reward"] is True for e in episodes))
+    assert _counts(table) == (11, 138, 7)
+    assert summary.readings["episodes without a single action, left out"] == 1
+    assert set(table["task"].to_pylist()) == set(groups)
+    first = table.filter(pa.compute.equal(table["episode"], 0)).to_pylist()[0]
+    assert first["observation"].startswith("You are in the middle of a room") and first["action"] == "go to desk 1"
+
+
+def test_a_thought_only_reply_is_never_an_action_and_step_keeps_it_marked(tmp_path):
+    transcript = ("You are in a hall.\nYour task is to: find a key.\n> think: the key may be in the drawer.\nOK.\n"
+                  "> open drawer\nYou see a key.\n> think: take it.\nOK.\n> take key\nTaken.")
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps({"trajectory": transcript, "won": True}) + "\n")
+    folded = read_logs(LogSource(str(path)), cell="t").to_pylist()
+    assert [r["action"] for r in folded] == ["open drawer", "take key"]
+    assert folded[0]["response"].startswith("think: the key may be in the drawer.")
+    assert [r["next_observation"] for r in folded] == ["You see a key.", "Taken."]
+    kept = read_logs(LogSource(str(path), thoughts="step"), cell="t").to_pylist()
+    assert [r["action"] for r in kept] == ["think: the key may be in the drawer.", "open drawer", "think: take it.",
+                                           "take key"]
+    assert kept[0]["next_observation"] == "OK."
+    conversation = {"messages": [{"role": "user", "value": "o"}, {"role": "assistant", "value": "Thought: hmm"},
+                                 {"role": "assistant", "value": "Action: look"}, {"role": "user", "value": "o2"}],
+                    "reward": 1}
+    path.write_text(json.dumps(conversation) + "\n")
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["action"].to_pylist() == ["look"] and summary.readings
+
+
+def test_an_instruction_and_ok_opening_is_never_a_step(tmp_path):
+    episode = {"conversations": [
+        {"from": "human", "value": "You are a shopping agent. Answer with Action: search[...] or click[...]."},
+        {"from": "gpt", "value": "OK."},
+        {"from": "human", "value": "WebShop [SEP] Instruction: a red mug"},
+        {"from": "gpt", "value": "Action: search[red mug]"}, {"from": "human", "value": "Results"}],
+        "reward": 0.5, "success": False}
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps([episode]))
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["action"].to_pylist() == ["search[red mug]"]
+    assert table["task_description"][0].as_py().startswith("You are a shopping agent")
+    assert summary.readings["preamble turns dropped (instruction and acknowledgement)"] == 2
+    assert read_logs(LogSource(str(path), preamble_turns=0), cell="t")["action"].to_pylist() == ["OK", "search[red mug]"]
+
+
+def _episode(i: int, **outcome) -> dict:
+    return {"conversations": [{"from": "human", "value": f"room {i}"}, {"from": "gpt", "value": "Action: look"},
+                              {"from": "human", "value": "dark"}], **outcome}
+
+
+@pytest.mark.parametrize("layout, write", [
+    ("JSON object of episodes keyed by id", lambda p, es: p.write_text(json.dumps({f"ep{i}": e for i, e in enumerate(es)}))),
+    ("JSON object {'episodes': [episodes]}", lambda p, es: p.write_text(json.dumps({"episodes": es}))),
+    ("JSON array of episodes", lambda p, es: p.write_text(json.dumps(es))),
+    ("JSONL, one episode per line", lambda p, es: p.write_bytes(
+        b"\xef\xbb\xbf" + "".join(json.dumps(e) + "\n" for e in es).encode())),  # with a byte-order mark
+])
+def test_every_json_layout_loads_without_a_flag(tmp_path, layout, write):
+    episodes = [_episode(i, reward=True, success=True) for i in range(3)] + [_episode(3, reward="0.5", success=False)]
+    path = tmp_path / "logs.json"
+    write(path, episodes)
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert summary.layout == layout and _counts(table) == (4, 4, 3)
+    assert table["reward"].to_pylist() == [1.0, 1.0, 1.0, 0.5]
+    assert summary.readings == {"rewards given as true/false, read as 1.0/0.0": 3,
+                                "rewards given as numeric strings, read as numbers": 1}
+
+
+def test_a_folder_of_gzipped_sessions_and_tables_of_steps_load(tmp_path):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for i in range(3):
+        with gzip.open(folder / f"session_{i}.jsonl.gz", "wt") as f:
+            f.write(json.dumps(_episode(i, score=1.0 * i, won=i == 2)) + "\n")
+    table, summary = inspect_logs(LogSource(str(folder)), cell="t")
+    assert _counts(table) == (3, 3, 1) and summary.mapping["reward"] == "score" and summary.mapping["success"] == "won"
+    steps = [{"episode": e, "t": t, "observation": f"o{e}{t}", "action": f"a{t}", "reward": float(t), "success": e == 1}
+             for e in range(2) for t in range(3)]
+    lines = tmp_path / "steps.jsonl"
+    lines.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    table, summary = inspect_logs(LogSource(str(lines)), cell="t")
+    assert summary.layout == "JSONL, one step per line" and _counts(table) == (2, 6, 1)
+    parquet = tmp_path / "steps.parquet"
+    pq.write_table(pa.Table.from_pylist(steps), parquet)
+    assert cli.main(["import", str(parquet), "--env", "textworld-express"]) == 0
+    assert read_logs(LogSource(str(parquet)), cell="t")["reward"].to_pylist() == [0.0, 1.0, 2.0] * 2
+
+
+def test_an_ambiguous_outcome_is_refused_with_the_flag_that_settles_it(tmp_path, capsys):
+    path = tmp_path / "scored.jsonl"
+    path.write_text("".join(json.dumps(_episode(i, reward=1.0, score=0.25 * i, success=True)) + "\n" for i in range(3)))
+    assert cli.main(["import", str(path), "--env", "textworld-express"]) == 2
+    error = capsys.readouterr().err
+    assert "both 'reward' and 'score' could be the episode's reward" in error and "--fields reward=score" in error
+    assert cli.main(["import", str(path), "--env", "textworld-express", "--fields", "reward=score"]) == 0
+    printed = capsys.readouterr().out
+    assert "reward ← score" in printed and "reward range: [0, 0.5]" in printed
+    agreeing = tmp_path / "agreeing.jsonl"  # two keys that never disagree are no ambiguity
+    agreeing.write_text(json.dumps(_episode(0, reward=1.0, score=1.0, success=True)) + "\n")
+    assert read_logs(LogSource(str(agreeing)), cell="t")["reward"].to_pylist() == [1.0]
+
+
+def test_fields_renames_keys_from_the_cli_and_every_suggested_fix_works(tmp_path, capsys):
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({"steps_taken": [{"speaker": "user", "text": "o"}, {"speaker": "assistant",
+                                                                                   "text": "Action: look"}],
+                                "outcome": 1.0}) + "\n")
+    assert cli.main(["import", str(path), "--env", "hotpotqa"]) == 2
+    assert "--fields conversations=KEY" in capsys.readouterr().err
+    args = ["import", str(path), "--env", "hotpotqa", "--fields", "conversations=steps_taken"]
+    assert cli.main(args) == 2
+    assert "--fields role=KEY" in capsys.readouterr().err
+    assert cli.main([*args, "role=speaker", "text=text"]) == 2
+    assert "--fields reward=KEY" in capsys.readouterr().err
+    assert cli.main([*args, "role=speaker", "text=text", "reward=outcome"]) == 0
+    assert "episodes:  1   steps: 1   successes: 1" in capsys.readouterr().out
+    transcript = tmp_path / "run.txt"
+    transcript.write_text("A hall.\n$ look\nDark.\n$ open door\nOpen.\n")
+    assert cli.main(["import", str(transcript), "--env", "textworld"]) == 2
+    assert "--agent-prefix PREFIX" in capsys.readouterr().err
+    transcript.write_text("A hall.\n$ look\nDark.\nSTATUS: OK\n")
+    assert cli.main(["import", str(transcript), "--env", "textworld", "--agent-prefix", "$ "]) == 0
+
+
+def test_an_unknown_environment_or_task_is_refused_at_import(tmp_path, capsys):
+    path = PUBLIC / "knowagent_alfworld_first10.jsonl"
+    assert cli.main(["import", str(path), "--env", "no-such-env"]) == 2
+    assert "unknown environment 'no-such-env'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown environment"):
+        LoggedEpisodes.from_file(str(path), "no-such-env")
+    with pytest.raises(ValueError, match=r"has no task type\(s\) \['make-tea'\]"):
+        LoggedEpisodes.from_file(str(path), "textworld-express", task="make-tea")
+
+
+def test_the_import_records_its_mapping_beside_the_trajectories(tmp_path):
+    out = tmp_path / "behaviour" / "trajectories.parquet"
+    out.parent.mkdir()
+    summary = import_logs(LogSource(str(PUBLIC / "fireact_hotpotqa_items145to165.json")), str(out), cell="t")
+    recorded = json.loads((out.parent / "import.json").read_text())
+    assert recorded["mapping"] == summary.mapping and recorded["mapping"]["reward"] == "reward"
+    assert recorded["episodes"] == 20 and recorded["layout"] == "JSON object of episodes keyed by id"
+
+
+def test_the_readme_shows_what_adwm_import_prints_on_each_slice(capsys):
+    """The README's import summaries are the CLI's output today, command by command."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("<!-- import-summaries -->")[1].split("<!-- /import-summaries -->")[0]
+    shown = block.strip().removeprefix("```console").removesuffix("```").strip().split("$ adwm ")[1:]
+    assert {Path(command.split()[1]).name for command in shown} == {p.name for p in PUBLIC.iterdir()
+                                                                    if p.suffix != ".md"}
+    for command in shown:
+        argv, *printed = command.strip().splitlines()
+        assert cli.main(argv.split()) == 0
+        assert capsys.readouterr().out.strip().splitlines() == printed, argv
+
+
+def test_set_reaches_into_the_logs_settings_of_a_logs_cell():
+    """``adwm evaluate --set behaviour.logs.fields.conversations=traj`` names a key as --fields does."""
+    from adwm_core.cell import CellConfig
+    from adwm_core.specs import PolicySpec
+
+    agent = PolicySpec.model_validate({"label": "a", "model": "m", "backend": "openai",
+                                       "options": {"base_url": "http://127.0.0.1:1/v1"}})
+    config = CellConfig.for_logs(LogSource(str(PUBLIC / "knowagent_alfworld_first10.jsonl")), "alfworld", [agent],
+                                 overrides={"behaviour.logs.fields.conversations": "traj",
+                                            "behaviour.logs.thoughts": "step"})
+    assert config.behaviour.logs.fields == {"conversations": "traj"} and config.behaviour.logs.thoughts == "step"
