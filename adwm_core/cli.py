@@ -82,7 +82,8 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{', '.join(sorted({*LOG_FIELDS, OPENING_FIELD}))}")
     parser.add_argument("--preamble-turns", type=int, metavar="N", help="turns opening every conversation that are no "
                         "step (default: an instruction answered by a bare acknowledgement is found; 0: none)")
-    parser.add_argument("--thoughts", choices=("fold", "step"), default="fold", help="replies without an action: folded "
+    parser.add_argument("--thoughts", choices=("fold", "step"), default="fold",
+                        help="replies without an action: folded "
                         "into the next action's reasoning (default), or kept as think: steps")
     parser.add_argument("--agent-prefix", default="> ", metavar="PREFIX",
                         help="in text transcripts, the prefix of the agent's lines (default '> ')")

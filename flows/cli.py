@@ -34,8 +34,9 @@ the estimates are ungraded.
 Logs: a file or folder of episodes — JSONL, JSON (an array, an object of episodes, a wrapper
 around a list), text transcripts, each maybe .gz —, a Hugging Face dataset saved with
 save_to_disk or in the local cache, or Parquet (trajectories or a table of steps); check how
-they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model behind an OpenAI-compatible endpoint (vLLM's server and
-most others), or with --agent-backend a Hugging Face folder loaded in this process. Artifacts
+they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model
+behind an OpenAI-compatible endpoint (vLLM's server and most others), or with --agent-backend
+a Hugging Face folder loaded in this process. Artifacts
 go to $ADWM_HOME/cells/<name>/, tracking to MLflow, the run to Prefect, as for any cell."""
 
 

@@ -82,8 +82,8 @@ def test_adapt_alfworld_results_load_with_the_options_their_layout_needs():
                                   cell="adapt")
     episodes = [e for g in groups.values() for e in g.values()]
     steps = sum(len(re.findall(r"^>\s*\n*\s*(?!think:)\S", e["trace"], re.M)) for e in episodes)
-    assert _counts(table) == (sum(bool(e["trace"]) for e in episodes), steps, sum(e["reward"] is True for e in episodes))
-    assert _counts(table) == (11, 138, 7)
+    successes = sum(e["reward"] is True for e in episodes)
+    assert _counts(table) == (sum(bool(e["trace"]) for e in episodes), steps, successes) == (11, 138, 7)
     assert summary.readings["episodes without a single action, left out"] == 1
     assert set(table["task"].to_pylist()) == set(groups)
     first = table.filter(pa.compute.equal(table["episode"], 0)).to_pylist()[0]
@@ -124,7 +124,8 @@ def test_an_instruction_and_ok_opening_is_never_a_step(tmp_path):
     assert table["action"].to_pylist() == ["search[red mug]"]
     assert table["task_description"][0].as_py().startswith("You are a shopping agent")
     assert summary.readings["preamble turns dropped (instruction and acknowledgement)"] == 2
-    assert read_logs(LogSource(str(path), preamble_turns=0), cell="t")["action"].to_pylist() == ["OK", "search[red mug]"]
+    told = read_logs(LogSource(str(path), preamble_turns=0), cell="t")
+    assert told["action"].to_pylist() == ["OK", "search[red mug]"]
 
 
 def _episode(i: int, **outcome) -> dict:
@@ -133,7 +134,8 @@ def _episode(i: int, **outcome) -> dict:
 
 
 @pytest.mark.parametrize("layout, write", [
-    ("JSON object of episodes keyed by id", lambda p, es: p.write_text(json.dumps({f"ep{i}": e for i, e in enumerate(es)}))),
+    ("JSON object of episodes keyed by id",
+     lambda p, es: p.write_text(json.dumps({f"ep{i}": e for i, e in enumerate(es)}))),
     ("JSON object {'episodes': [episodes]}", lambda p, es: p.write_text(json.dumps({"episodes": es}))),
     ("JSON array of episodes", lambda p, es: p.write_text(json.dumps(es))),
     ("JSONL, one episode per line", lambda p, es: p.write_bytes(
@@ -249,3 +251,57 @@ def test_set_reaches_into_the_logs_settings_of_a_logs_cell():
                                  overrides={"behaviour.logs.fields.conversations": "traj",
                                             "behaviour.logs.thoughts": "step"})
     assert config.behaviour.logs.fields == {"conversations": "traj"} and config.behaviour.logs.thoughts == "step"
+
+
+def test_shapes_that_were_once_read_wrong_in_silence(tmp_path):
+    """Each of these was misread without a word before a review of the importer: the episode's
+    reward beside zero turn rewards, an episode right after a STATUS line, step rows that keep
+    their prompt's messages, a hidden checkpoint copy in a folder, ReAct's numbered cue."""
+    turns = [{"from": "human", "value": "Room."}, {"from": "gpt", "value": "Action: go north", "reward": 0},
+             {"from": "human", "value": "Hall."}, {"from": "gpt", "value": "Action: take key", "reward": 0},
+             {"from": "human", "value": "Taken."}]
+    path = tmp_path / "final_reward.jsonl"
+    path.write_text(json.dumps({"conversations": turns, "reward": 1.0}) + "\n")
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["reward"].to_pylist() == [0.0, 1.0] and _counts(table) == (1, 2, 1)
+    assert any("differs from the sum of their turns' rewards" in line for line in summary.readings)
+
+    path = tmp_path / "run.txt"
+    path.write_text("A room.\n> look\nDark.\nSTATUS: OK\nA hall.\n> open door\nOpen.\nSTATUS: FAIL\n"
+                    "New plan: go west.\n\nA yard.\n> dig\nNothing.\nSTATUS: FAIL\n")
+    table = read_logs(LogSource(str(path)), cell="t")
+    assert _counts(table) == (3, 3, 1) and table["action"].to_pylist() == ["look", "open door", "dig"]
+
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps({"traj_id": "a", "id": i, "t": t, "observation": o, "action": a,
+                                        "reward": float(t), "success": True, "messages": [{"role": "user",
+                                                                                        "content": o}]}) + "\n"
+                            for i, (t, o, a) in enumerate([(1, "Hall.", "take key"), (0, "Room.", "go north")])))
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert summary.layout == "JSONL, one step per line" and table["action"].to_pylist() == ["go north", "take key"]
+
+    folder = tmp_path / "notebook"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    episode = json.dumps({"conversations": turns[:3], "reward": 1, "success": True}) + "\n"
+    (folder / "logs.jsonl").write_text(episode)
+    (folder / ".ipynb_checkpoints" / "logs-checkpoint.jsonl").write_text(episode)
+    assert _counts(read_logs(LogSource(str(folder)), cell="t")) == (1, 1, 1)
+
+    path = tmp_path / "numbered.jsonl"
+    path.write_text(json.dumps({"conversations": [{"from": "human", "value": "Q"}, {
+        "from": "gpt", "value": "Thought 1: search it\nAction 1: Search[Hamlet]"}, {"from": "human", "value": "O"}],
+        "reward": 1}) + "\n")
+    assert read_logs(LogSource(str(path)), cell="t")["action"].to_pylist() == ["Search[Hamlet]"]
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "Q"}, {
+        "role": "assistant", "content": "", "tool_calls": [{"function": {"name": "search"}}]}], "reward": 1}) + "\n")
+    with pytest.raises(LogFormatError, match=r"messages\[1\].tool_calls: a tool-calling turn"):
+        read_logs(LogSource(str(path)), cell="t")
+
+
+def test_thoughts_kept_as_steps_on_knowagent_keep_the_state_between_back_to_back_lines():
+    table, summary = inspect_logs(LogSource(str(PUBLIC / "knowagent_alfworld_first10.jsonl"), thoughts="step"),
+                                  cell="t")
+    assert _counts(table) == (10, 204 + 211, 3)
+    rows = table.to_pylist()
+    assert rows[0]["action"].startswith("Think:") and rows[0]["next_observation"] == rows[0]["observation"]
+    assert rows[3]["action"] == "go to shelf 8" and rows[3]["next_observation"].startswith("On the shelf 8")

@@ -40,8 +40,10 @@ from .log_turns import TRANSCRIPT_KEY, TURN_KEYS
 
 LOG_SUFFIXES = (".jsonl", ".json", ".txt", ".log", ".parquet")
 STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # a table of steps needs these
-STEP_EPISODE_KEYS = ("episode", "episode_id", "item_id", "id")  # what groups records of steps into episodes
+# what groups records of steps into episodes, in order of preference (a per-row ``id`` last)
+STEP_EPISODE_KEYS = ("episode", "episode_id", "traj_id", "trajectory_id", "session_id", "item_id", "id")
 STATUS_LINE = re.compile(r"^\s*STATUS:\s*(OK|FAIL)\s*$")
+REFLECTION_LINE = re.compile(r"^\s*(New plan|Reflection|Plan)\s*:", re.IGNORECASE)  # after a STATUS line
 HARNESS_LINE = re.compile(r"^\s*(#+|Environment #\d+:)\s*$")
 
 
@@ -97,7 +99,7 @@ def read_files(source: LogSource) -> LogFiles:
 
 
 def _folder_files(fs, path: str, shown: str) -> list[str]:
-    names = sorted(name for name in fs.find(path) if _is_log_file(name))
+    names = sorted(name for name in fs.find(path) if _is_log_file(os.path.relpath(name, path)))
     if not names:
         if fs.exists(os.path.join(path, "dataset_info.json")) or fs.exists(os.path.join(path, "state.json")):
             raise LogFormatError(f"{shown}: a saved Hugging Face dataset; read it with format 'hf' (--format hf)")
@@ -105,14 +107,15 @@ def _folder_files(fs, path: str, shown: str) -> list[str]:
     return names
 
 
-def _is_log_file(name: str) -> bool:
-    base = os.path.basename(name).lower()
-    return not base.startswith(".") and base.removesuffix(".gz").endswith(LOG_SUFFIXES)
+def _is_log_file(relative: str) -> bool:
+    """A logs file of a folder: a known suffix, nothing hidden on its way (``.ipynb_checkpoints``)."""
+    hidden = any(part.startswith(".") for part in relative.split(os.sep))
+    return not hidden and os.path.basename(relative).lower().removesuffix(".gz").endswith(LOG_SUFFIXES)
 
 
 def _file_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
     if path.lower().removesuffix(".gz").endswith(".parquet"):
-        return _parquet_records(fs, path)
+        return _parquet_records(fs, path, source)
     with fs.open(path, "rb", compression="infer") as f:
         raw = f.read()
     try:
@@ -124,11 +127,12 @@ def _file_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
     try:
         whole = json.loads(text)
     except json.JSONDecodeError as error:
-        return _lines_or_transcript(path, text, error)
+        return _lines_or_transcript(path, text, error, source)
     return _json_records(path, whole, source)
 
 
-def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError) -> tuple[str, list[Record]]:
+def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError, source: LogSource
+                         ) -> tuple[str, list[Record]]:
     """JSONL where any of the first lines is a JSON object; else broken JSON, or a transcript."""
     lines = text.splitlines()
     if not any(_is_json_object(line) for line in [row for row in lines if row.strip()][:20]):
@@ -144,7 +148,7 @@ def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError
             records.append(Record(path, number, json.loads(line)))
         except json.JSONDecodeError as error:
             records.append(Record(path, number, Unreadable(f"not valid JSON ({error.msg} at column {error.colno})")))
-    return _grouped_steps("JSONL, one episode per line", "JSONL, one step per line", records)
+    return _grouped_steps("JSONL, one episode per line", "JSONL, one step per line", records, source)
 
 
 def _is_json_object(line: str) -> bool:
@@ -158,18 +162,20 @@ def _transcripts(path: str, lines: list[str]) -> tuple[str, list[Record]]:
     """One transcript, or several each ending at a STATUS line (the module's rule)."""
     if not any(STATUS_LINE.match(row) for row in lines):
         return "text transcript", [Record(path, 1, {TRANSCRIPT_KEY: "\n".join(lines)})]
-    records, rows, first, after_status = [], [], None, False
+    records, rows, first, state = [], [], None, None  # state: None, "status" (just ended), "reflection"
     for number, row in enumerate(lines, start=1):
         status = STATUS_LINE.match(row)
         if status:
             records.append(Record(path, first or number, {TRANSCRIPT_KEY: "\n".join(rows),
                                                           "success": status.group(1) == "OK"}))
-            rows, first, after_status = [], None, True
-        elif after_status:
-            after_status = bool(row.strip())  # the reflection runs to the next empty line
-        elif not HARNESS_LINE.match(row) and (rows or row.strip()):
+            rows, first, state = [], None, "status"
+        elif state == "status" and REFLECTION_LINE.match(row):
+            state = "reflection"  # it runs to the next empty line
+        elif state is not None and not row.strip():
+            state = "status" if state == "status" else None
+        elif state != "reflection" and not HARNESS_LINE.match(row) and (rows or row.strip()):
             rows.append(row)
-            first = first or number
+            first, state = first or number, None
     if "\n".join(rows).strip():
         raise LogFormatError(f"{path}:{first}: a transcript after the last STATUS line has no STATUS of its own; "
                              "end it with 'STATUS: OK' or 'STATUS: FAIL', or cut it")
@@ -179,7 +185,7 @@ def _transcripts(path: str, lines: list[str]) -> tuple[str, list[Record]]:
 def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[Record]]:
     if isinstance(whole, list):
         return _grouped_steps("JSON array of episodes", "JSON array of steps",
-                              [Record(path, i, value) for i, value in enumerate(whole, start=1)])
+                              [Record(path, i, value) for i, value in enumerate(whole, start=1)], source)
     if not isinstance(whole, Mapping):
         raise LogFormatError(f"{path}: a JSON {type(whole).__name__}, not episodes; give JSONL, a JSON array of "
                              "episodes, or a JSON object of episodes")
@@ -188,12 +194,13 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
     if len(whole) == 1 and isinstance(next(iter(whole.values())), list):
         (key, values), = whole.items()
         return _grouped_steps(f"JSON object {{{key!r}: [episodes]}}", f"JSON object {{{key!r}: [steps]}}",
-                              [Record(path, i, value) for i, value in enumerate(values, start=1)])
+                              [Record(path, i, value) for i, value in enumerate(values, start=1)], source)
     values = list(whole.values())
     if values and all(isinstance(v, Mapping) and not _is_episode(v, source) for v in values) \
             and all(isinstance(e, Mapping) and _is_episode(e, source) for v in values for e in v.values()):
         records = [Record(path, 0, {"task": group, **episode} if "task" not in episode else episode,
-                          key=f"{group}/{key}") for group, episodes in whole.items() for key, episode in episodes.items()]
+                          key=f"{group}/{key}")
+                   for group, episodes in whole.items() for key, episode in episodes.items()]
         for i, record in enumerate(records, start=1):
             record.line = i
         return "JSON object of groups of episodes keyed by id", records
@@ -209,20 +216,34 @@ def _is_episode(value: Mapping, source: LogSource | None = None) -> bool:
     return any(key in value for key in (*TURN_KEYS, TRANSCRIPT_KEY, *([named] if named else [])))
 
 
-def _grouped_steps(episodes: str, steps: str, records: list[Record]) -> tuple[str, list[Record]]:
-    """``records`` as they are, or — where every one is a step (observation and action, no turn
-    list) — grouped into one record per episode."""
+def _grouped_steps(episodes: str, steps: str, records: list[Record], source: LogSource | None = None
+                   ) -> tuple[str, list[Record]]:
+    """``records`` as they are, or — where every one is a step (``observation`` and ``action``,
+    whatever else it holds, a prompt's messages included) — grouped into one record per episode
+    by ``fields["episode_id"]`` or the first of STEP_EPISODE_KEYS they all hold, in order of
+    ``t`` where given."""
     values = [r.value for r in records if isinstance(r.value, Mapping)]
-    if not values or len(values) < len(records) or any(_is_episode(v) for v in values) \
-            or not all("observation" in v and "action" in v for v in values):
+    if not values or len(values) < len(records) or not all("observation" in v and "action" in v for v in values):
         return episodes, records
-    key = next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)
-    if key is None:
+    named = None if source is None else source.fields.get("episode_id")
+    key = named or next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)
+    if key is None or not all(key in v for v in values):
         raise LogFormatError(f"{records[0].file}: records of single steps (observation, action) but no key that "
-                             f"groups them into episodes; give each one of {', '.join(STEP_EPISODE_KEYS)}")
+                             f"groups them into episodes: give each one of {', '.join(STEP_EPISODE_KEYS)}, or name "
+                             "it with --fields episode_id=KEY")
+    for record in records:
+        for column in ("observation", "action"):
+            if not isinstance(record.value[column], str):
+                raise LogFormatError(f"{record.file}:{record.line}: {column}: expected a string, got "
+                                     f"{type(record.value[column]).__name__}; every step needs its {column} text")
+        if record.value.get("t") is not None and not isinstance(record.value["t"], int):
+            raise LogFormatError(f"{record.file}:{record.line}: t: expected an integer step, got "
+                                 f"{type(record.value['t']).__name__}")
     grouped: dict[Any, list[Record]] = {}
     for record in records:
         grouped.setdefault(_hashable(record.value[key]), []).append(record)
+    for rows in grouped.values():
+        rows.sort(key=lambda r: r.value.get("t") if r.value.get("t") is not None else 0)  # stable: file order else
     return steps, [Record(rows[0].file, rows[0].line, episode_of_steps([r.value for r in rows], key),
                           key=rows[0].value[key]) for rows in grouped.values()]
 
@@ -231,24 +252,27 @@ def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
-def _parquet_records(fs, path: str) -> tuple[str, list[Record]]:
+def _parquet_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
+    """A table of steps; the project's trajectories (in a folder, say) by their behaviour rows."""
     with fs.open(path, "rb", compression="infer") as f:
         try:
             table = pq.read_table(f)
         except (pa.ArrowInvalid, OSError) as error:
             raise LogFormatError(f"{path}: not a readable Parquet file ({error})") from None
+    layout = "Parquet, one step per row"
+    if "source" in table.column_names and "next_observation" in table.column_names:
+        table = table.filter(pa.compute.equal(table["source"], "behavior")).rename_columns(
+            [TRAJECTORY_NAMES.get(c, c) for c in table.column_names])
+        layout = "ADWM trajectories Parquet (behaviour rows)"
     missing = [c for c in STEP_COLUMNS if c not in table.column_names]
     if missing:
         raise LogFormatError(f"{path}: a Parquet table of steps needs the column(s) {missing} (it has "
                              f"{table.column_names}): one row per action, as LoggedEpisodes.from_dataframe reads")
-    rows = table.to_pylist()
-    if "t" in table.column_names:
-        rows.sort(key=lambda row: (str(row["episode"]), row["t"]))  # stable: the file's order within an episode
-    grouped: dict[Any, list[dict]] = {}
-    for row in rows:
-        grouped.setdefault(_hashable(row["episode"]), []).append(row)
-    return "Parquet, one step per row", [Record(path, i, episode_of_steps(steps, "episode"), key=steps[0]["episode"])
-                                         for i, steps in enumerate(grouped.values(), start=1)]
+    records = [Record(path, row, values) for row, values in enumerate(table.to_pylist(), start=1)]
+    return _grouped_steps(layout, layout, records, source)
+
+
+TRAJECTORY_NAMES = {"behavior_logprob": "logprob", "action_valid": "valid"}  # trajectories → step-table columns
 
 
 def episode_of_steps(steps: list[Mapping], episode_key: str = "episode") -> dict:
@@ -293,7 +317,8 @@ def _dataset_records(source: LogSource) -> LogFiles:
             raise LogFormatError(f"{source.path}: dataset has splits {sorted(loaded)}; name one with logs.split")
         loaded = loaded[split]
     layout, records = _grouped_steps("Hugging Face dataset of episodes", "Hugging Face dataset of steps",
-                                     [Record(source.path, row, value) for row, value in enumerate(loaded, start=1)])
+                                     [Record(source.path, row, value) for row, value in enumerate(loaded, start=1)],
+                                     source)
     return LogFiles(records, {source.path: layout})
 
 

@@ -15,8 +15,10 @@ keys could hold the same outcome and disagree on some episode, the logs are refu
 candidates and the ``fields`` setting that picks one. A boolean reward reads as 1.0/0.0 and a
 numeric string as its number. Logs with a success flag and no reward take 1.0/0.0 from it;
 logs with a reward and no success flag count an episode a success when its reward reaches 1.
-Rewards on action turns (any turn carrying one) are per step; else the episode's reward is
-its last step's. Every such reading is counted in the import summary.
+Rewards on action turns (their ``reward`` key, any turn carrying one) are per step; else the
+episode's reward is its last step's; where both are given and the episode's differs from the
+turns' sum, the difference lands on the last step (the episode's reward is its return). A
+turn's ``tool_calls`` are refused. Every such reading is counted in the import summary.
 
 **Replies without an action.** An agent turn that is empty, or only a thought ("Thought: …",
 "think: …", "Plan: …") with no ``Action:`` cue and no ``action`` field, is never an action.
@@ -61,7 +63,8 @@ THOUGHT = re.compile(rf"^\s*({'|'.join(NO_ACTION_LABELS)})\s*\d*\s*:", re.IGNORE
 ACKNOWLEDGEMENT = re.compile(r"^\s*(ok(ay)?|sure|understood|got it|alright|all right|i understand|i am ready|"
                              r"i'm ready|ready|yes|certainly|of course)\b", re.IGNORECASE)
 LONGEST_ACKNOWLEDGEMENT = 200  # characters: a longer reply is an answer, not an acknowledgement
-REACT_LINE = re.compile(r"^\s*(thought|action|observation)\s*\d+\s*:\s?(.*)$", re.IGNORECASE)
+REACT_LINE = re.compile(r"^\s*(thought|action|observation)\s*\d*\s*:\s?(.*)$", re.IGNORECASE)
+NUMBERED_CUE = re.compile(r"^(\s*)action\s*\d+\s*:", re.IGNORECASE | re.MULTILINE)  # ReAct's "Action 3:"
 FLAG_SPELLINGS = {True: True, False: False, "true": True, "false": False, "1": True, "0": False, "yes": True,
                   "no": False, "success": True, "succeeded": True, "won": True, "win": True, "fail": False,
                   "failed": False, "failure": False, "lost": False}
@@ -117,6 +120,7 @@ class Counts:
     string_rewards: int = 0
     reward_from_success: int = 0
     success_from_reward: int = 0
+    reward_beyond_turns: int = 0  # episodes whose reward differs from their turns' sum
     empty_episodes: int = 0  # episodes without a step (no action, or an empty transcript), left out
     turn_keys: Counter = field(default_factory=Counter)  # the key the turns were found under, per episode
 
@@ -208,7 +212,11 @@ def turns_of(value: Mapping, source: LogSource, problems: Problems, file: str, l
             problems.add(file, line, f"{where}.{role_key}", f"unknown role {role!r}; observation roles: "
                          f"{sorted(OBSERVATION_ROLES)}, action roles: {sorted(ACTION_ROLES)}, and 'system' first")
             continue
-        read.append(Turn(kind, text, where, turn))
+        if turn.get("tool_calls") or turn.get("function_call"):
+            problems.add(file, line, f"{where}.tool_calls", "a tool-calling turn: logs of function calls are not read "
+                         "yet; give each call as the turn's text (e.g. 'Action: search[...]') or its 'action' field")
+            continue
+        read.append(Turn(kind, NUMBERED_CUE.sub(r"\1Action:", text) if kind == "action" else text, where, turn))
     return key, opening + read
 
 
@@ -349,6 +357,7 @@ def steps_of(value: Mapping, source: LogSource, keys: OutcomeKeys, counts: Count
     pending: Turn | None = None  # the observation waiting for its action
     thoughts: list[str] = []  # folded replies waiting for the next action
     echo = False  # the next observation answers a folded reply
+    kept_thought = False  # the last step is a thought kept as a step (thoughts = "step")
     steps: list[dict] = []
     for i, turn in enumerate(turns[start:], start=start):
         if turn.kind == "system":
@@ -359,6 +368,9 @@ def steps_of(value: Mapping, source: LogSource, keys: OutcomeKeys, counts: Count
         elif turn.kind == "observation":
             if echo:
                 echo, counts.thought_echoes = False, counts.thought_echoes + 1
+                continue
+            if kept_thought:  # the environment's answer to a thought kept as a step
+                steps[-1]["next_observation"], pending, kept_thought = turn.text, turn, False
                 continue
             if pending is not None:
                 problems.add(file, line, turn.where, "two observation turns in a row: each observation needs the "
@@ -373,9 +385,13 @@ def steps_of(value: Mapping, source: LogSource, keys: OutcomeKeys, counts: Count
             thoughts.append(turn.text.strip())
             echo = True
         else:
-            counts.thoughts += is_thought(turn)
+            if kept_thought:  # a thought kept as a step and no answer to it: the state is unchanged
+                steps[-1]["next_observation"] = pending.text
+            kept_thought = is_thought(turn)
+            counts.thoughts += kept_thought
             steps.append(_step(turn, pending.text, thoughts, len(steps), source, counts, problems, file, line))
-            pending, thoughts, echo = None, [], False
+            pending = pending if kept_thought else None
+            thoughts, echo = [], False
     if len(problems.found) > before:
         return None
     if not steps:  # nothing happened in it: no transition to learn from
@@ -447,7 +463,7 @@ def _step(turn: Turn, observation: str, thoughts: list[str], t: int, source: Log
         "action": action,
         "admissible": _typed(fields, "admissible", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
                              "a list of strings", problems, file, line, where),
-        "reward": _reward(fields, source.key("reward"), counts, problems, file, line, where),
+        "reward": _reward(fields, "reward", counts, problems, file, line, where),
         "behavior_logprob": _typed(fields, source.key("logprob"), lambda v: finite(v) and v <= 0.0,
                                    "a finite log-probability (≤ 0)", problems, file, line, where),
         "action_valid": _flag(fields, "valid", problems, file, line, where),
@@ -478,11 +494,15 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
             episode_reward, counts.reward_from_success = float(success), counts.reward_from_success + 1
         if episode_reward is None:
             problems.add(file, line, keys.reward or "reward", "missing: no reward nor success on the episode or its "
-                         f"turns; name the key with --fields reward=KEY (or --fields success=KEY)")
+                         "turns; name the key with --fields reward=KEY (or --fields success=KEY)")
             return None
         for s in steps:
             s["reward"] = 0.0
         steps[-1]["reward"] = episode_reward
+    elif episode_reward is not None and not math.isclose(episode_reward, sum(s["reward"] or 0.0 for s in steps),
+                                                         abs_tol=1e-9):
+        steps[-1]["reward"] = (steps[-1]["reward"] or 0.0) + episode_reward - sum(s["reward"] or 0.0 for s in steps)
+        counts.reward_beyond_turns += 1  # the episode's return is its reward: the rest lands on its last step
     if success is None and len(problems.found) == before:
         success = sum(s["reward"] or 0.0 for s in steps) >= 1.0
         counts.success_from_reward += 1
@@ -524,6 +544,8 @@ def count_lines(counts: Counts, thoughts: str) -> Counter:
         "string_rewards": "rewards given as numeric strings, read as numbers",
         "reward_from_success": "episodes without a reward, given 1.0/0.0 from their success flag",
         "success_from_reward": "episodes without a success flag, a success where their reward reaches 1",
+        "reward_beyond_turns": "episodes whose reward differs from the sum of their turns' rewards: the "
+                               "difference added to the last step",
         "empty_episodes": "episodes without a single action, left out",
     }
     return Counter({text: getattr(counts, name) for name, text in what.items() if getattr(counts, name)})

@@ -157,7 +157,8 @@ def _summary(source: LogSource, table: pa.Table, layout: str, mapping: dict, cou
     for episode, reward, success in zip(*(table[c].to_pylist() for c in ("episode", "reward", "success"))):
         successes[episode] = success  # rows run in order of t: the episode's last row is its outcome
         totals[episode] = totals.get(episode, 0.0) + reward
-    first = table.filter(pc.equal(table["episode"], next(iter(totals)))).select(["t", "observation", "action", "reward"])
+    first = table.filter(pc.equal(table["episode"], next(iter(totals))))
+    first = first.select(["t", "observation", "action", "reward"])
     return ImportSummary(source.path, layout, mapping, len(totals), table.num_rows, sum(successes.values()),
                          (min(totals.values()), max(totals.values())), dict(count_lines(counts, source.thoughts)),
                          first.to_pylist())

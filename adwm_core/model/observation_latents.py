@@ -22,7 +22,9 @@ class ObservationLatents:
         known = set(observed)
         successors = [text for text in dict.fromkeys(log.column("next_observation")) if text not in known]
         with torch.no_grad():
-            parts = [model.encode_texts(observed).cpu()] + ([model.encode_texts(successors).cpu()] if successors else [])
+            parts = [model.encode_texts(observed).cpu()]
+            if successors:
+                parts.append(model.encode_texts(successors).cpu())
         self.observations = len(observed)  # rows 0…observations−1 are the observations
         self.texts = observed + successors
         self.row = {text: i for i, text in enumerate(self.texts)}
