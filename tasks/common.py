@@ -85,6 +85,17 @@ def source_version() -> str | None:
     return head.stdout.strip() + ("+changes" if status.stdout.strip() else "")
 
 
+def _is_server(uri: str | None) -> bool:
+    """A tracking server keeps the runs' artifacts where it was told to; a database URI (SQLite)
+    has no artifact store of its own, and MLflow would default to ./mlruns of the working folder."""
+    return uri is not None and uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
+
+
+def _local_artifacts() -> str:
+    root = artifact_path("mlartifacts")
+    return root if "://" in root else os.path.abspath(root)
+
+
 @contextlib.contextmanager
 def cell_run(cell: str, run_name: str) -> Iterator[str]:
     """The flow run's parent MLflow run in experiment ``cell/<cell>`` (tracking as in
@@ -93,8 +104,7 @@ def cell_run(cell: str, run_name: str) -> Iterator[str]:
     name = f"cell/{cell}"
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is None:
-        location = None if uri else os.path.abspath(artifact_path("mlartifacts"))  # a server stores its own
-        mlflow.create_experiment(name, artifact_location=location)
+        mlflow.create_experiment(name, artifact_location=None if _is_server(uri) else _local_artifacts())
     mlflow.set_experiment(name)
     with mlflow.start_run(run_name=run_name) as run:
         source = source_version()

@@ -22,7 +22,9 @@ for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
-WATCHED = [os.path.expanduser(p) for p in ("~/.prefect", "~/.cache/adwm", "~/mlruns")]
+# the user's folders, and the checkout's own ./mlruns (MLflow's default artifact folder)
+WATCHED = [os.path.expanduser(p) for p in ("~/.prefect", "~/.cache/adwm", "~/mlruns")] + [
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mlruns")]
 HOME_CHECK = "test_home.py::test_the_suite_left_the_users_prefect_cache_and_mlflow_folders_as_they_were"
 
 

@@ -4,8 +4,8 @@ from conftest import HOME_BEFORE, WATCHED, folder_state
 
 
 def test_the_suite_left_the_users_prefect_cache_and_mlflow_folders_as_they_were():
-    """Run last (conftest orders it so): every file of ~/.prefect, ~/.cache/adwm and ~/mlruns
-    is as it was before the first test, and none was added."""
+    """Run last (conftest orders it so): every file of ~/.prefect, ~/.cache/adwm, ~/mlruns and
+    the checkout's ./mlruns is as it was before the first test, and none was added."""
     changed = {path: sorted(set(folder_state(path).items()) ^ set(HOME_BEFORE[path].items()))
                for path in WATCHED}
     assert {path: files for path, files in changed.items() if files} == {}

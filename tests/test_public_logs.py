@@ -305,3 +305,17 @@ def test_thoughts_kept_as_steps_on_knowagent_keep_the_state_between_back_to_back
     rows = table.to_pylist()
     assert rows[0]["action"].startswith("Think:") and rows[0]["next_observation"] == rows[0]["observation"]
     assert rows[3]["action"] == "go to shelf 8" and rows[3]["next_observation"].startswith("On the shelf 8")
+
+
+def test_episodes_beside_other_keys_and_one_keyed_turn_list_load(tmp_path):
+    run = {"config": {"model": "agent-7"}, "scores": {"mean": 1.0},
+           "results": [{"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Action: look"}],
+                        "reward": 1}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert summary.layout == "JSON object, episodes under 'results'" and table["action"].to_pylist() == ["look"]
+    path.write_text(json.dumps({"ep_42": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "look"},
+                                          {"role": "user", "content": "Dark."}]}))
+    with pytest.raises(LogFormatError, match=r"run.json:1: reward: missing"):  # one episode, read as such
+        read_logs(LogSource(str(path)), cell="t")

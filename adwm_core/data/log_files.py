@@ -6,7 +6,8 @@ Hugging Face dataset. Each file's layout is told by its content, never by a flag
 - JSONL, one episode per line;
 - a JSON array of episodes;
 - a JSON object whose values are episodes (the key becomes the episode's id);
-- a JSON object with one key holding a list of episodes (``{"episodes": [...]}``);
+- a JSON object with one key holding a list of episodes (``{"episodes": [...]}``), or episodes
+  under one key beside others (``{"config": {...}, "results": [...]}``);
 - one JSON episode;
 - JSONL or a JSON array of *steps* (records with ``observation`` and ``action`` and no turn
   list), grouped into episodes by ``episode`` (or ``episode_id``, ``item_id``, ``id``);
@@ -191,10 +192,16 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
                              "episodes, or a JSON object of episodes")
     if _is_episode(whole, source):
         return "one JSON episode", [Record(path, 1, whole)]
-    if len(whole) == 1 and isinstance(next(iter(whole.values())), list):
+    if len(whole) == 1 and isinstance(next(iter(whole.values())), list) \
+            and not all(_is_turn(turn) for turn in next(iter(whole.values()))):
         (key, values), = whole.items()
         return _grouped_steps(f"JSON object {{{key!r}: [episodes]}}", f"JSON object {{{key!r}: [steps]}}",
                               [Record(path, i, value) for i, value in enumerate(values, start=1)], source)
+    lists = [key for key, value in whole.items() if isinstance(value, list) and value
+             and all(isinstance(e, Mapping) and _is_episode(e, source) for e in value)]
+    if len(lists) == 1:  # episodes under one key, beside other keys (a run's config, its scores)
+        return f"JSON object, episodes under {lists[0]!r}", [
+            Record(path, i, value) for i, value in enumerate(whole[lists[0]], start=1)]
     values = list(whole.values())
     if values and all(isinstance(v, Mapping) and not _is_episode(v, source) for v in values) \
             and all(isinstance(e, Mapping) and _is_episode(e, source) for v in values for e in v.values()):
@@ -209,6 +216,12 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
             Record(path, i, value if isinstance(value, Mapping) else {TURN_KEYS[0]: value}, key=key)
             for i, (key, value) in enumerate(whole.items(), start=1)]
     return "one JSON episode", [Record(path, 1, whole)]  # its turn key unnamed yet: log_turns says which to name
+
+
+def _is_turn(value: Any) -> bool:
+    """A turn of a conversation (from/value or role/content), not an episode."""
+    return isinstance(value, Mapping) and ("from" in value or "role" in value) and ("value" in value
+                                                                                  or "content" in value)
 
 
 def _is_episode(value: Mapping, source: LogSource | None = None) -> bool:
