@@ -494,7 +494,8 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
             episode_reward, counts.reward_from_success = float(success), counts.reward_from_success + 1
         if episode_reward is None:
             problems.add(file, line, keys.reward or "reward", "missing: no reward nor success on the episode or its "
-                         "turns; name the key with --fields reward=KEY (or --fields success=KEY)")
+                         "turns; name the key with --fields reward=KEY (or --fields success=KEY), or, where the "
+                         "logs hold no outcome at all, add one to each episode")
             return None
         for s in steps:
             s["reward"] = 0.0
