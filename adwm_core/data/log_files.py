@@ -273,7 +273,7 @@ def _parquet_records(fs, path: str, source: LogSource) -> tuple[str, list[Record
         except (pa.ArrowInvalid, OSError) as error:
             raise LogFormatError(f"{path}: not a readable Parquet file ({error})") from None
     layout = "Parquet, one step per row"
-    if "source" in table.column_names and "next_observation" in table.column_names:
+    if is_trajectories(table.column_names):
         table = table.filter(pa.compute.equal(table["source"], "behavior")).rename_columns(
             [TRAJECTORY_NAMES.get(c, c) for c in table.column_names])
         layout = "ADWM trajectories Parquet (behaviour rows)"
@@ -283,6 +283,11 @@ def _parquet_records(fs, path: str, source: LogSource) -> tuple[str, list[Record
                              f"{table.column_names}): one row per action, as LoggedEpisodes.from_dataframe reads")
     records = [Record(path, row, values) for row, values in enumerate(table.to_pylist(), start=1)]
     return _grouped_steps(layout, layout, records, source)
+
+
+def is_trajectories(columns: list[str]) -> bool:
+    """Columns of the project's own trajectories contract (data/schemas.py), not a table of steps."""
+    return "source" in columns and "next_observation" in columns
 
 
 TRAJECTORY_NAMES = {"behavior_logprob": "logprob", "action_valid": "valid"}  # trajectories → step-table columns

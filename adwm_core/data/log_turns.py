@@ -403,11 +403,7 @@ def steps_of(value: Mapping, source: LogSource, keys: OutcomeKeys, counts: Count
 
 
 def _string(value: Mapping, key: str, problems: Problems, file: str, line: int, where: str = "") -> str | None:
-    got = value.get(key)
-    if got is not None and not isinstance(got, str):
-        problems.add(file, line, f"{where}{key}", f"expected a string, got {type(got).__name__} {got!r:.60}")
-        return None
-    return got
+    return _typed(value, key, _is_str, "a string", problems, file, line, where)
 
 
 def _typed(value: Mapping, key: str, check, expected: str, problems: Problems, file: str, line: int,
@@ -454,8 +450,10 @@ def _step(turn: Turn, observation: str, thoughts: list[str], t: int, source: Log
                      "is the action? give the turn an 'action' field or an 'Action: …' line")
     if action is None:  # an explicit action, even "" (a reply that said nothing), is taken as logged
         text = turn.text.strip()
-        action = (text if THOUGHT.match(text) and text.lower().startswith("think") else f"think: {text}") \
-            if is_thought(turn) else parse_action(turn.text)
+        if not is_thought(turn):
+            action = parse_action(turn.text)
+        else:  # a thought kept as a step (thoughts = "step"): its action says so
+            action = text if text.lower().startswith("think") else f"think: {text}"
     step = {
         "t": t,
         "observation": observation,

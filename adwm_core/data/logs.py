@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from ..specs import LogSource
 from . import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from .io import atomic_open
-from .log_files import LogFormatError, Unreadable, cached_dataset, read_files
+from .log_files import LogFormatError, Unreadable, cached_dataset, is_trajectories, read_files
 from .log_turns import Counts, Problems, count_lines, outcome_keys, steps_of
 
 MAX_LISTED_PROBLEMS = 20
@@ -140,7 +140,7 @@ def _is_trajectories(path: str) -> bool:
             names = pq.read_schema(f).names
         except (pa.ArrowInvalid, OSError) as error:
             raise LogFormatError(f"{path}: not a readable Parquet file ({error})") from None
-    return "source" in names and "next_observation" in names
+    return is_trajectories(names)
 
 
 def _raise_any(problems: Problems) -> None:
