@@ -9,7 +9,8 @@ best candidate with its ranking metrics — without Prefect or MLflow::
     ope = OffPolicyEvaluation(logs, [agent("my-agent", "http://127.0.0.1:8000/v1")], epsilons=[0, 1])
     ope.estimate_policy_values()            # Ĵ per (agent, ε), a column per estimator
     ope.estimate_intervals(alpha=0.05)      # Ĵ with its 1 − α interval, a row per estimator
-    ope.select_best(true_values={...})      # the agents ranked, P(best), ρ and regret@k per estimator
+    ope.select_best(true_values={...})      # the agents ranked, a verdict per pair, ρ and regret@k
+    ope.cannot_tell()                       # per agent: what answered its imagined steps, unseen actions
 
 It builds the cell ``adwm evaluate`` builds from the same arguments (``logs_cell``; the command
 line is flows/cli.py) and runs its stages in this process (``pipeline.run_all``) under the same
@@ -34,7 +35,7 @@ import pyarrow.compute as pc
 
 from . import pipeline
 from .cell import CellConfig, logs_cell_name
-from .data import ESTIMATES, GROUND_TRUTH, TRAJECTORIES, read_table, write_table
+from .data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, TRAJECTORIES, read_table, write_table
 from .data.io import atomic_open
 from .ope.statistics.intervals import CONCENTRATION
 from .ope.statistics.metrics import normalised_absolute_error, regret_at_k, spearman
@@ -42,8 +43,8 @@ from .ope.classical.settings import BaselineConfig, EstimatorName
 from .ope.settings import AdwmConfig
 from .ope.statistics.signed_log import SignedLog
 from .paths import artifact_path
-from .ope.answers import ADWM, KNN_WM, RANKED_BY
-from .ranking import rank_agents
+from .ope.answers import ADWM, KNN_WM
+from .ranking import best_agent, rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, LogSource, PolicySpec
@@ -234,11 +235,13 @@ def _present(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Selection:
-    """The agents ranked by one estimator (best first, with P(best)), the best one, and — where
-    the true values are known — how well every estimator ranks the candidates."""
+    """The agents ranked by ADWM (best Ĵ first), a verdict on every pair, the best one where the
+    verdicts name one (None: these logs cannot tell), and — where the true values are known — how
+    well every estimator ranks the candidates."""
 
-    best: str
-    ranking: Any  # DataFrame: agent, value, lower, upper, p_best
+    best: str | None
+    ranking: Any  # DataFrame: agent, value, lower, upper (bootstrap), log_lower, log_upper (identified bounds)
+    verdicts: Any  # DataFrame per pair: a, b, difference, lower, upper, better, log_alone_better
     metrics: Any | None  # DataFrame per estimator: rho, regret_at_1, regret_at_k, nmae, n_points; None: no truth
 
 
@@ -333,23 +336,46 @@ class OffPolicyEvaluation:
             truth.update({(row["policy"], row["epsilon"]): row["mean_return"] for row in summary.to_pylist()})
         return truth
 
-    def select_best(self, estimator: str = RANKED_BY, epsilon: float | None = None, *,
-                    true_values: Mapping | None = None, top_k: int = 3, alpha: float = 0.05) -> Selection:
-        """The agents ranked by ``estimator``'s Ĵ at ``epsilon`` (None: the lowest ε, the agents
-        themselves at ε = 0), with P(best) (adwm_core/ranking.py); and, where the true values
-        are known — ``true_values`` as {agent: J} (at that ε) or {(agent, ε): J}, else the cell's
-        ground truth — each estimator's Spearman ρ, regret@1, regret@``top_k`` and NMAE over the
-        (agent, ε) candidates that have a true value."""
+    def select_best(self, epsilon: float | None = None, *, true_values: Mapping | None = None, top_k: int = 3,
+                    alpha: float = 0.05) -> Selection:
+        """The agents ranked by ADWM's Ĵ at ``epsilon`` (None: the lowest ε, the agents themselves
+        at ε = 0) over every seed's rollouts, with a verdict on every pair from the paired interval
+        on their difference (adwm_core/ranking.py); and, where the true values are known —
+        ``true_values`` as {agent: J} (at that ε) or {(agent, ε): J}, else the cell's ground truth —
+        each estimator's Spearman ρ, regret@1, regret@``top_k`` and NMAE over the (agent, ε)
+        candidates that have a true value."""
         import pandas as pd
 
         epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
-        ranked = rank_agents(self._estimates(alpha), estimator=estimator, epsilon=epsilon, confidence=1 - alpha)
+        ranked, comparisons = rank_agents(self._rollouts(), epsilon=epsilon, confidence=1 - alpha,
+                                          n_resamples=self.config.adwm.n_bootstrap)
         ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
-                                 "p_best": a.p_best} for a in ranked])
+                                 "log_lower": a.bounds_low, "log_upper": a.bounds_high} for a in ranked])
+        verdicts = pd.DataFrame([{"a": c.verdict.a, "b": c.verdict.b, "difference": c.verdict.difference,
+                                  "lower": c.verdict.low, "upper": c.verdict.high, "better": c.verdict.better,
+                                  "log_alone_better": c.log_alone.better} for c in comparisons],
+                                columns=["a", "b", "difference", "lower", "upper", "better", "log_alone_better"])
         truth = self.true_values() if true_values is None else {
             key if isinstance(key, tuple) else (key, epsilon): float(value) for key, value in true_values.items()}
         metrics = pd.DataFrame(_ranking_metrics(self._rows(alpha), truth, top_k)) if truth else None
-        return Selection(ranked[0].policy, ranking, metrics)
+        return Selection(best_agent(ranked, comparisons), ranking, verdicts, metrics)
+
+    def cannot_tell(self, epsilon: float | None = None) -> dict[str, dict]:
+        """What the log cannot tell about each agent at ``epsilon`` (None: the lowest ε): its imagined
+        steps, the share each source answered (``shares``: log, carried, value, diffusion,
+        nearest) and the actions it took where the log never took them (``unseen_actions``, by
+        share of steps)."""
+        epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
+        found = {}
+        for policy in self.config.evaluation.policies:
+            with fsspec.open(pipeline.finished(self.config, "adwm", policy).file("answers")) as f:
+                answers = json.load(f)
+            found[answers["policy"]] = answers["by_epsilon"][f"{epsilon:g}"]
+        return found
+
+    def _rollouts(self) -> list[dict]:
+        """ADWM's rollouts of every agent (the report's ``rollouts`` table)."""
+        return read_table(f"{self.run()}/{pipeline.stage('report').outputs['rollouts']}", ROLLOUTS).to_pylist()
 
     def log_samples(self, path: str) -> int:
         """ADWM's imagined episodes of every agent, ε and seed as JSONL at ``path`` (the logs' import

@@ -212,7 +212,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           environment=True, gpu=True),
     Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": _evaluation(cell, policy),
                                         **({"fqe": cell.handover_fqe} if cell.adwm.hands_over_to_fqe else {})},
-          {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl"},
+          {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl",
+           "rollouts": "rollouts.parquet", "answers": "answers.json"},
           "adwm_core.stages.adwm",
           inputs=lambda cell: ("behaviour", "world-model", *_maybe(cell.adwm.reading == "soft_tokens", "psi"),
                                *_maybe(cell.adwm.hands_over_to_fqe, cell.adwm.handover_actions)),
@@ -222,7 +223,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           inputs=lambda cell: ("behaviour", "logprobs", "world-model"), per_policy=True),
     Stage("report", lambda cell: {"cell": cell.name},
           {"report": "report.md", "results": "results.json", "curves": "curves.json",
-           "plot": "estimates_vs_truth.png", "estimates": "estimates.parquet"}, "adwm_core.stages.report",
+           "plot": "estimates_vs_truth.png", "estimates": "estimates.parquet", "rollouts": "rollouts.parquet"},
+          "adwm_core.stages.report",
           inputs=lambda cell: (*_maybe(cell.ground_truth is not None, "ground-truth"), "adwm", "baselines")),
 )}
 

@@ -1,60 +1,97 @@
-"""Several agents scored in one run, ranked: each agent's Ĵ with its 95 % interval at one ε
-(ε = 0: the agent itself), and the probability that it is the best of them.
+"""Candidates compared in one run: agents at one ε (``adwm evaluate`` with several agents,
+``OffPolicyEvaluation.select_best``) or the points of a cell, with a verdict on every pair.
 
-The probability reads each agent's bootstrap interval as a normal law, Ĵ_a ~ N(Ĵ_a, s_a²) with
-s_a = (ci_high − ci_low) / (2 · z_0.975), the agents independent (their imagined rollouts
-are), and counts how often each one draws the highest value:
-
-    P(a is best) ≈ (1/D) Σ_d 1[a = argmax_b x_b^(d)],   x_b^(d) ~ N(Ĵ_b, s_b²).
+The candidates' imagined rollouts (the ADWM stage's ``rollouts`` table) share their units.
+Rollout i of seed s starts from the same logged observation and draws the same ε flips and
+exploratory actions for every agent and ε level (common random numbers,
+ope/imagination/rollouts.py), and member k is the same world model. So the verdict on (a, b)
+is read from the paired bootstrap interval on Ĵ_a − Ĵ_b over every seed's rollouts
+(ope/statistics/bounds.py), not from two independent intervals. Beside it, the identified
+bounds on the same difference say whether the log alone decides the pair, whatever the steps
+it never answered do. No P(best) is computed: an agent is called the best only where its
+verdict beats every other agent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-from scipy.stats import norm
-
-from .ope.answers import RANKED_BY
+from .ope.answers import ADWM
+from .ope.statistics.bounds import CANNOT_TELL, Verdict, candidates_from_rows, interval, verdicts
 
 
 @dataclass(frozen=True)
 class AgentRank:
+    """An agent's Ĵ over every seed's rollouts, its interval and its identified bounds."""
+
     policy: str
     value: float
     ci_low: float
     ci_high: float
-    p_best: float
+    bounds_low: float
+    bounds_high: float
 
 
-def rank_agents(estimates: pa.Table, *, estimator: str = RANKED_BY, epsilon: float = 0.0,
-                seed: int | None = None, confidence: float = 0.95, draws: int = 20_000,
-                rng_seed: int = 0) -> list[AgentRank]:
-    """The agents of ``estimates`` (its ``policy`` column) by ``estimator``'s Ĵ at ``epsilon``
-    (seed ``seed``; None: the estimator's first seed), best first, with P(best) as in the module
-    docstring."""
-    candidates = [r for r in estimates.to_pylist() if r["estimator"] == estimator and r["epsilon"] == epsilon]
-    if seed is None and candidates:
-        seed = min(r["seed"] for r in candidates)
-    rows = [r for r in candidates if r["seed"] == seed]
+@dataclass(frozen=True)
+class Comparison:
+    """A pair's verdict from the paired bootstrap, and from the identified bounds (the log alone)."""
+
+    verdict: Verdict
+    log_alone: Verdict
+
+    def line(self) -> str:
+        alone = self.log_alone.better
+        return (f"{self.verdict.line()}; the log alone: "
+                f"{f'{alone} better' if alone else CANNOT_TELL} [{self.log_alone.low:+.4g}, {self.log_alone.high:+.4g}]")
+
+
+def _candidates(rollouts: Iterable[Mapping], epsilon: float, estimator: str) -> dict:
+    rows = [r for r in rollouts if r["estimator"] == estimator and r["epsilon"] == epsilon]
     if not rows:
-        known = sorted({(r["estimator"], r["epsilon"]) for r in estimates.to_pylist()})
-        raise ValueError(f"no {estimator} estimate at ε={epsilon:g}{'' if seed is None else f', seed {seed}'} to "
-                         f"rank agents by; the estimates hold (estimator, ε): {known}")
-    values = np.array([r["value"] for r in rows])
-    z = norm.ppf(0.5 + confidence / 2)
-    scales = np.array([max(r["ci_high"] - r["ci_low"], 0.0) / (2 * z) for r in rows])
-    sampled = np.random.default_rng(rng_seed).normal(values, scales, size=(draws, len(rows)))
-    p_best = np.bincount(sampled.argmax(axis=1), minlength=len(rows)) / draws
-    ranked = [AgentRank(r["policy"], r["value"], r["ci_low"], r["ci_high"], float(p))
-              for r, p in zip(rows, p_best)]
-    return sorted(ranked, key=lambda a: -a.value)
+        raise ValueError(f"no {estimator} rollouts at ε={epsilon:g} to compare agents by")
+    return candidates_from_rows(rows, "policy")
 
 
-def ranking_lines(ranked: list[AgentRank], estimator: str, epsilon: float) -> list[str]:
-    """The ranking as the command line prints it, a line per agent."""
-    lines = [f"agents ranked by {estimator} at ε={epsilon:g} (P(best): normal reading of each bootstrap interval)"]
-    lines += [f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  [{a.ci_low:.4g}, {a.ci_high:.4g}]  P(best) = {a.p_best:.2f}"
-              for i, a in enumerate(ranked, start=1)]
+def rank_agents(rollouts: Iterable[Mapping], *, epsilon: float = 0.0, estimator: str = ADWM,
+                confidence: float = 0.95, n_resamples: int = 1000,
+                seed: int = 0) -> tuple[list[AgentRank], list[Comparison]]:
+    """The agents of ``rollouts`` (rows of the ``rollouts`` contract) at ``epsilon``, best Ĵ first,
+    and the comparison of every pair."""
+    rows = list(rollouts)
+    bounded = _candidates(rows, epsilon, estimator)
+    plain = {name: candidate.without_bounds() for name, candidate in bounded.items()}
+    ranked = []
+    for name, candidate in bounded.items():
+        low, high = interval(plain[name], n_resamples=n_resamples, confidence=confidence, seed=seed)
+        b_low, b_high = interval(candidate, n_resamples=n_resamples, confidence=confidence, seed=seed)
+        ranked.append(AgentRank(name, candidate.estimate, low, high, b_low, b_high))
+    ranked.sort(key=lambda a: -a.value)
+    order = [a.policy for a in ranked]
+    pairs = zip(verdicts({n: plain[n] for n in order}, n_resamples=n_resamples, confidence=confidence, seed=seed),
+                verdicts({n: bounded[n] for n in order}, n_resamples=n_resamples, confidence=confidence, seed=seed))
+    return ranked, [Comparison(v, alone) for v, alone in pairs]
+
+
+def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -> str | None:
+    """The agent whose verdict beats every other agent; None where the logs cannot tell."""
+    for agent in ranked:
+        beaten = {c.verdict.b if c.verdict.a == agent.policy else c.verdict.a
+                  for c in comparisons if c.verdict.better == agent.policy}
+        if len(beaten) == len(ranked) - 1:
+            return agent.policy
+    return None
+
+
+def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison], estimator: str,
+                  epsilon: float) -> list[str]:
+    """The ranking and the verdicts as the command line prints them."""
+    lines = [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; [bootstrap interval], "
+             "{bounds the log alone identifies})"]
+    lines += [f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  [{a.ci_low:.4g}, {a.ci_high:.4g}]  "
+              f"{{{a.bounds_low:.4g}, {a.bounds_high:.4g}}}" for i, a in enumerate(ranked, start=1)]
+    lines.append("verdicts (paired over common random numbers):")
+    lines += [f"  {c.line()}" for c in comparisons]
+    best = best_agent(ranked, comparisons)
+    lines.append(f"best: {best}" if best else "best: cannot tell from these logs")
     return lines

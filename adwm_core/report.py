@@ -27,9 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .ope.answers import ADWM, SOURCES
+from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows, verdicts as pair_verdicts
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
-from .ope.statistics.metrics import normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval
+from .ope.statistics.metrics import (normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval,
+                                     verdict_scores)
 
 RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degenerate", "rho_p", "rho_seeds",
                   "rho_seed_mean", "rho_seed_sd", "regret_at_1", "nmae", "coverage", "width", "n_seeds")
@@ -285,8 +288,82 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
               for name, values in curves["estimators"].items()]
     extra = not_applicable_lines(curves)
     lines += [""] + [f"- {line}" for line in extra] if extra else []
-    sections = [*interval_method_lines(curves), *diagnostics_lines(curves)]
+    sections = [*interval_method_lines(curves), *diagnostics_lines(curves), *comparison_lines(curves)]
+    if curves.get("answers"):
+        epsilon = min(curves["epsilon"])
+        sections += ["## What the log cannot tell", "", *(f"- {line}" for line in
+                                                         cannot_tell_lines(curves["answers"], epsilon)), ""]
     return "\n".join(lines + ([""] + sections if sections else [])) + "\n"
+
+
+def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples: int = 1000,
+                      confidence: float = 0.95) -> dict:
+    """ADWM's verdict on every pair of the cell's points (ranking.py's reading: the paired
+    bootstrap, and the identified bounds for the log alone), with, where ``truth`` is known, the
+    share of distinguishable pairs decided and of decided pairs ordered as J orders them."""
+    rows = [r for r in rollouts.to_pylist() if r["estimator"] == ADWM]
+    if not rows:
+        return {}
+    label = {key: f"{key[0]} ε={key[1]:g}" for key in {(r["policy"], r["epsilon"]) for r in rows}}
+    bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, ("policy", "epsilon")).items())}
+    said = {}
+    for name, candidates in (("bootstrap", {k: c.without_bounds() for k, c in bounded.items()}),
+                             ("log_alone", bounded)):
+        said[name] = pair_verdicts(candidates, n_resamples=n_resamples, confidence=confidence, seed=0)
+    found = {"pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
+                        "better": v.better, "log_alone_low": w.low, "log_alone_high": w.high,
+                        "log_alone_better": w.better} for v, w in zip(said["bootstrap"], said["log_alone"])]}
+    if truth is not None:
+        points = {label[(r["policy"], r["epsilon"])]: r for r in truth.to_pylist()
+                  if (r["policy"], r["epsilon"]) in label}
+        for name, found_verdicts in said.items():
+            scores = verdict_scores(found_verdicts, {k: r["mean_return"] for k, r in points.items()},
+                                    {k: r["stderr"] for k, r in points.items()})
+            found[name] = {"decided": scores.decided, "precision": scores.precision,
+                           "distinguishable": scores.distinguishable, "pairs": scores.pairs}
+    return found
+
+
+def comparison_lines(curves: dict) -> list[str]:
+    """The points' verdicts as a markdown section (``curves["comparisons"]``)."""
+    found = curves.get("comparisons") or {}
+    if not found.get("pairs"):
+        return []
+    lines = ["## Which point is better", "",
+             "ADWM's verdict on each pair of points, from the paired bootstrap interval on the difference "
+             "(common random numbers), and what the log alone identifies whatever the steps it never answered do.",
+             "", "| pair | Ĵ difference [95 %] | verdict | the log alone |", "|---|---|---|---|"]
+    for p in found["pairs"]:
+        lines.append(f"| {p['a']} vs {p['b']} | {p['difference']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}] | "
+                     f"{(p['better'] + ' better') if p['better'] else CANNOT_TELL} | "
+                     f"{(p['log_alone_better'] + ' better') if p['log_alone_better'] else CANNOT_TELL} "
+                     f"[{p['log_alone_low']:+.3g}, {p['log_alone_high']:+.3g}] |")
+    for name, title in (("bootstrap", "verdicts"), ("log_alone", "the log alone")):
+        if name in found:
+            g = found[name]
+            lines.append(f"\n{title}: {_plain(g['decided'], '.2f')} of the {g['distinguishable']} pairs the ground "
+                         f"truth tells apart decided; {_plain(g['precision'], '.2f')} of decided pairs right.")
+    return lines + [""]
+
+
+def cannot_tell_lines(answers: Mapping[str, Mapping], epsilon: float, top: int = 5) -> list[str]:
+    """What the log cannot tell about each agent at ``epsilon``: the share of its imagined steps
+    each source answered (answers.SOURCES), the actions it took that the log never took there
+    (by share of steps), and what would make a verdict decisive."""
+    lines = []
+    for policy, summary in answers.items():
+        at = summary["by_epsilon"].get(f"{epsilon:g}")
+        if at is None:
+            continue
+        shares = ", ".join(f"{source} {at['shares'][source]:.0%}" for source in SOURCES if at["shares"][source])
+        lines.append(f"{policy} at ε={epsilon:g}: {at['steps']} imagined steps answered by {shares}")
+        unseen = "; ".join(f"{u['action']!r} {u['share']:.0%}" for u in at["unseen_actions"][:top])
+        if unseen:
+            lines.append(f"  never logged where taken: {unseen}")
+    if any(summary["by_epsilon"].get(f"{epsilon:g}", {}).get("unseen_actions") for summary in answers.values()):
+        lines.append("to decide what these logs cannot: logs in which the agents take those actions, or a few live "
+                     "episodes of each agent (`adwm calibrate`)")
+    return lines
 
 
 def plot(curves: dict, path, title: str) -> None:
@@ -333,12 +410,18 @@ def read_reasons(paths: Sequence[str]) -> dict[str, str]:
 
 
 def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons: Mapping[str, str],
-                 outputs: Mapping[str, str], keep: Callable[[str], None]) -> tuple[list[dict], dict]:
+                 outputs: Mapping[str, str], keep: Callable[[str], None], *, rollouts: pa.Table | None = None,
+                 answers: Mapping[str, Mapping] | None = None, confidence: float = 0.95,
+                 n_resamples: int = 1000) -> tuple[list[dict], dict]:
     """The cell's report files at ``outputs`` (role → path for each of report, results, curves and
     plot; on any fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
-    ``truth`` (a cell that cannot be run) the report is ungraded."""
+    ``truth`` (a cell that cannot be run) the report is ungraded. ``rollouts`` (ADWM's, every π_e)
+    give the points' verdicts, ``answers`` (π_e → the ADWM stage's answers) what the log cannot tell."""
     rows, curves = main_results(truth, estimates)
     curves["not_applicable"] = dict(reasons)
+    curves["answers"] = dict(answers or {})
+    if rollouts is not None:
+        curves["comparisons"] = point_comparisons(rollouts, truth, n_resamples=n_resamples, confidence=confidence)
     with tempfile.TemporaryDirectory() as scratch:
         local = {role: os.path.join(scratch, os.path.basename(path)) for role, path in outputs.items()}
         for role, content in (("report", markdown(cell, rows, curves)), ("results", json.dumps(rows, indent=2)),
@@ -363,6 +446,9 @@ def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
         metrics.update({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator", "rho_seeds")})
     for estimator, diagnostics in curves["diagnostics"].items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
+    for name, graded in (curves.get("comparisons") or {}).items():
+        if name != "pairs":
+            metrics.update({f"{ADWM}_verdicts_{name}.{k}": float(v) for k, v in graded.items()})
     for estimator, by_method in curves.get("intervals", {}).items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}_{method}": float(v)
                         for method, graded in by_method.items() for k, v in graded.items()})

@@ -13,12 +13,12 @@ import fsspec
 from adwm_core import cli as core
 from adwm_core.api import endpoint, seed_overrides
 from adwm_core.cell import CellConfigError, parse_assignments
-from adwm_core.data import ESTIMATES, read_table
+from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
 from adwm_core.data.logs import inspect_logs
 from adwm_core.ope.answers import RANKED_BY
 from adwm_core.policies.openai_backend import MODES
 from adwm_core.ranking import rank_agents, ranking_lines
-from adwm_core.report import interval_lines, not_applicable_lines, trust_lines
+from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, trust_lines
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -104,7 +104,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     logs = core.log_source(args)
     print("\n".join(inspect_logs(logs, cell="import")[1].lines()) + "\n")  # bad logs are refused here, before Prefect
     from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
-    from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT
+    from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT, ROLLOUTS_FILE
 
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
@@ -121,9 +121,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     print("\nĴ [95 % bootstrap interval] per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
     print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
+    epsilon = min(epsilons)
+    print("\nwhat the log cannot tell\n" + "\n".join(cannot_tell_lines(curves.get("answers", {}), epsilon)))
     if len(models) > 1:
-        epsilon = min(epsilons)
-        print("\n" + "\n".join(ranking_lines(rank_agents(estimates, epsilon=epsilon), RANKED_BY, epsilon)))
+        rollouts = read_table(f"{folder}/{ROLLOUTS_FILE}", ROLLOUTS).to_pylist()
+        print("\n" + "\n".join(ranking_lines(*rank_agents(rollouts, epsilon=epsilon), RANKED_BY, epsilon)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
     for what, path in (("results", args.output_path), ("samples", args.log_samples)):
         if path:

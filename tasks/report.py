@@ -9,12 +9,12 @@ import mlflow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from adwm_core.pipeline import Artifact, stage
-from adwm_core.report import summary_lines
+from adwm_core.report import cannot_tell_lines, summary_lines
 
 from .common import use_tracking_store
 
-REPORT, RESULTS, CURVES, PLOT, ESTIMATES_FILE = (stage("report").outputs[role]
-                                                 for role in ("report", "results", "curves", "plot", "estimates"))
+REPORT, RESULTS, CURVES, PLOT, ESTIMATES_FILE, ROLLOUTS_FILE = (
+    stage("report").outputs[role] for role in ("report", "results", "curves", "plot", "estimates", "rollouts"))
 
 
 def publish(cell: str, report: Artifact) -> None:
@@ -36,8 +36,15 @@ def closing_screen(folder: str, flow_run_id: str | None) -> str:
         rows, curves = json.load(f), json.load(g)
     graded = curves["ground_truth"] is not None
     lines = ["", "Spearman ρ of each estimator's Ĵ against ground truth over the π_e family (NMAE: |Ĵ−J|/range)"
-             if graded else "No ground truth for this cell: each estimator's Ĵ per point", *summary_lines(rows, curves),
-             "", f"report   {folder}/{REPORT}", f"plot     {folder}/{PLOT}"]
+             if graded else "No ground truth for this cell: each estimator's Ĵ per point", *summary_lines(rows, curves)]
+    if curves.get("answers"):
+        lines += ["", "what the log cannot tell", *cannot_tell_lines(curves["answers"], min(curves["epsilon"]))]
+    graded_verdicts = (curves.get("comparisons") or {}).get("bootstrap")
+    if graded_verdicts:
+        lines.append(f"ADWM's verdicts on pairs of points: {graded_verdicts['decided']:.2f} of the "
+                     f"{graded_verdicts['distinguishable']} pairs the truth tells apart decided, "
+                     f"{graded_verdicts['precision']:.2f} of decided pairs right")
+    lines += ["", f"report   {folder}/{REPORT}", f"plot     {folder}/{PLOT}"]
     uri = use_tracking_store() or mlflow.get_tracking_uri()
     runs = mlflow.search_runs(search_all_experiments=True, filter_string=f"params.flow_run_id = '{flow_run_id}'",
                               output_format="list") if flow_run_id else []

@@ -620,6 +620,45 @@ def room_2_east_relabelled(trajectories: str) -> pa.Table:
                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
 
 
+def test_the_identified_bound_holds_the_truth_where_the_log_never_takes_the_winning_action(corridor):
+    """The corridor's log without its winning episodes: "go east" from room 3, the only step that
+    pays, is never logged, so always-east π_e (J = 1) leaves the log there. The identified bounds
+    on the corridor's declared ranges hold J; on the log's own ranges (every return 0) they cannot,
+    and nor can the imagined returns, which carry room 3's step over from rooms that pay nothing."""
+    from adwm_core.ope.imagination.estimates import rollout_rows
+    from adwm_core.ope.statistics.bounds import ReturnRange
+
+    trajectories, model = corridor
+    table = read_table(trajectories, TRAJECTORIES)
+    returns = table.group_by(["policy", "episode"]).aggregate([("reward", "sum")])
+    lost = returns.filter(pc.equal(returns["reward_sum"], 0.0))
+
+    def key(t):
+        return pc.binary_join_element_wise(t["policy"], pc.cast(t["episode"], pa.string()), "#")
+
+    log = table.filter(pc.is_in(key(table), value_set=key(lost)))
+    room_3_east = pc.and_(pc.starts_with(log["observation"], "You are in room 3 "), pc.equal(log["action"], "go east"))
+    assert 0 < lost.num_rows < returns.num_rows and not pc.any(room_3_east).as_py() and pc.max(log["reward"]).as_py() == 0
+    config = AdwmConfig(preset="carry_over", reading="retrieval", horizon=HORIZON, seeds=(0, 1), n_rollouts=16,
+                        n_bootstrap=200, reference=False)
+
+    def reward_sum_row(interval, ranges):
+        found, runs = adwm_estimates(model, log, East(), cell="corridor", label="east", epsilons=(0.0,),
+                                     config=config.replace(interval=interval), returns=ranges)
+        (row,) = [r for r in found.to_pylist() if r["estimator"] == "ADWM:reward_sum" and r["seed"] == 0]
+        return row, runs
+
+    declared, runs = reward_sum_row("bounds", ReturnRange.declared("chain"))
+    assert declared["ci_low"] <= TRUTH[0] == 1.0 <= declared["ci_high"]
+    assert all(step.source != "log" for run in runs for step in run.steps if step.t == 2)  # room 3, off the log
+    of_log, _ = reward_sum_row("bounds", ReturnRange.of_log(log["reward"].to_numpy(), np.zeros(1)))
+    imagined, _ = reward_sum_row("bootstrap", ReturnRange.declared("chain"))
+    assert of_log["ci_high"] < 1.0 and imagined["ci_high"] < 1.0
+    assert declared["value"] == imagined["value"]  # the bounds widen the interval, never move Ĵ
+    rows = rollout_rows([runs[:1]], (0,), config, ReturnRange.declared("chain"), policy="east")
+    assert len(rows) == 16 and all(r["log_steps"] < r["steps"] and r["high"] == 1.0 for r in rows)
+
+
 def test_carry_over_fqe_carries_a_logged_signature_over_and_hands_the_rest_to_q(corridor):
     """off_log='carry_over_fqe': the log relabelled so that room 2's "go east" was never taken
     there, always-east π_e gets room 2's step carried over from the other rooms' "go east" (no

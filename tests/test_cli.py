@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import pyarrow.compute as pc
 from adwm_core.cli import main
@@ -49,18 +50,30 @@ def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agen
     assert f"--log-samples {nowhere}: no writable folder /no/such/folder" in capsys.readouterr().err
 
 
-def test_agents_are_ranked_best_first_with_the_probability_of_being_best():
-    from adwm_core.data import ESTIMATES, table_from_rows
-    from adwm_core.ranking import rank_agents
+def test_agents_are_ranked_best_first_and_the_best_is_named_only_where_every_verdict_says_so():
+    """Three agents over the same 2 seeds × 40 rollouts: "strong" pays 1 more than "twin" on one
+    rollout in forty, "weak" 2 less everywhere. Paired, the verdicts part weak from the others and
+    cannot part strong from twin, so no agent is called the best; without twin, strong is."""
+    from adwm_core.ranking import best_agent, rank_agents, ranking_lines
 
-    def row(policy, value, half_width, estimator="ADWM:reward_sum"):
-        return {"cell": "c", "estimator": estimator, "policy": policy, "epsilon": 0.0, "seed": 0, "value": value,
-                "ci_low": value - half_width, "ci_high": value + half_width, "log_abs_value": 0.0, "sign": 1}
+    shared = np.random.default_rng(0).normal(0, 3, (2, 40))  # what every agent's rollout i of a seed shares
 
-    estimates = table_from_rows([row("weak", 1.0, 0.1), row("strong", 3.0, 0.1), row("twin", 3.0, 0.1),
-                                 row("strong", -9.0, 0.1, estimator="FQE")], ESTIMATES)
-    ranked = rank_agents(estimates)
-    assert [a.policy for a in ranked][2] == "weak" and ranked[2].p_best == 0.0
-    assert ranked[0].p_best == pytest.approx(0.5, abs=0.02) and sum(a.p_best for a in ranked) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="no ADWM:reward_sum estimate at ε=0.5"):
-        rank_agents(estimates, epsilon=0.5)
+    def rows(policy, shift, bump=0.0):
+        return [{"estimator": "ADWM", "policy": policy, "epsilon": 0.0, "member": 0, "seed": s, "unit": i,
+                 "value": v, "low": v - 5, "high": v + 5}
+                for s in range(2) for i in range(40) for v in [shared[s, i] + shift + (bump if i == 0 else 0.0)]]
+
+    table = rows("weak", -2.0) + rows("strong", 0.0, bump=1.0) + rows("twin", 0.0)
+    ranked, comparisons = rank_agents(table, n_resamples=500)
+    assert [a.policy for a in ranked] == ["strong", "twin", "weak"]
+    assert all(a.ci_low <= a.value <= a.ci_high and a.bounds_low < a.ci_low and a.bounds_high > a.ci_high
+               for a in ranked)  # the log alone identifies less than the rollouts' spread says
+    said = {(c.verdict.a, c.verdict.b): c for c in comparisons}
+    assert said["strong", "weak"].verdict.better == "strong" and said["twin", "weak"].verdict.better == "twin"
+    assert said["strong", "twin"].verdict.better is None and all(c.log_alone.better is None for c in comparisons)
+    assert best_agent(ranked, comparisons) is None
+    assert ranking_lines(ranked, comparisons, "ADWM:reward_sum", 0.0)[-1] == "best: cannot tell from these logs"
+    without_twin = [r for r in table if r["policy"] != "twin"]
+    assert best_agent(*rank_agents(without_twin, n_resamples=500)) == "strong"
+    with pytest.raises(ValueError, match="no ADWM rollouts at ε=0.5"):
+        rank_agents(table, epsilon=0.5)

@@ -326,7 +326,8 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
 def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_run(first_run, tiny_policies, harness,
                                                                                   capsys, monkeypatch):
     """Two agents in one run (--agent-model twice) on the logs' first 6 episodes: one import and
-    one world model, both agents ranked with P(best); --seed shifts the recipe's seeds except
+    one world model, both agents ranked with a verdict on the pair and what the log cannot tell
+    about each; --seed shifts the recipe's seeds except
     where --set names them; --output-path writes the estimates, the config, versions and the
     commit; an endpoint in $ADWM_AGENT_BASE_URL beside a local backend is refused."""
     from flows.cli import main
@@ -337,9 +338,13 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
                          tiny_policies["early"], "--limit", "6", "--seed", "3", "--output-path", str(output))
     assert main(argv) == 0
     out = capsys.readouterr().out
-    ranking = out[out.index("agents ranked by ADWM:reward_sum at ε=0"):].splitlines()[1:3]
-    assert sorted(line.split()[1] for line in ranking) == ["early@p0", "late@p0"], out
-    assert sum(float(line.rsplit("P(best) = ", 1)[1]) for line in ranking) == pytest.approx(1.0, abs=0.011)
+    ranking = out[out.index("agents by ADWM:reward_sum at ε=0"):].splitlines()
+    assert sorted(line.split()[1] for line in ranking[1:3]) == ["early@p0", "late@p0"], out
+    (verdict,) = [line for line in ranking if " vs " in line]
+    assert ("better" in verdict or "cannot tell from these logs" in verdict) and "the log alone:" in verdict, out
+    assert any(line.startswith("best: ") for line in ranking)
+    cannot = out[out.index("what the log cannot tell"):]
+    assert all(f"{agent} at ε=0: " in cannot for agent in ("early@p0", "late@p0")), out
 
     cell = os.path.join(os.environ["ADWM_HOME"], "cells", "logs-ranked-first6")
     assert len(glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))) == 1
@@ -363,8 +368,9 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     """The Python API, without Prefect: the logs as a file and as a DataFrame of steps give the
     same trajectories; two agents run in this process; `adwm evaluate` with the same arguments
     then reuses every stage and its results hold the API's numbers; another alpha recomputes
-    the estimator stages only, with narrower intervals; select_best ranks the agents with
-    P(best), and each estimator's ρ and regret@k against given true values."""
+    the estimator stages only, with narrower intervals; select_best ranks the agents with a
+    verdict on the pair, and each estimator's ρ and regret@k against given true values; cannot_tell
+    says what answered each agent's imagined steps."""
     from adwm_core.api import LoggedEpisodes, OffPolicyEvaluation, agent
     from flows.cli import main
 
@@ -430,8 +436,14 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
 
     truth = {("late@p0", 0.0): 1.0, ("early@p0", 0.0): 0.2, ("late@p0", 1.0): 0.1, ("early@p0", 1.0): 0.0}
     selection = ope.select_best(true_values=truth, top_k=2)
-    assert selection.best == selection.ranking.agent[0] and set(selection.ranking.agent) == {"late@p0", "early@p0"}
-    assert selection.ranking.p_best.sum() == pytest.approx(1.0, abs=0.01)
+    assert set(selection.ranking.agent) == {"late@p0", "early@p0"} and selection.best in (None, selection.ranking.agent[0])
+    (pair,) = selection.verdicts.itertuples()
+    assert {pair.a, pair.b} == {"late@p0", "early@p0"} and pair.lower <= pair.upper
+    assert (selection.best is None) == (pair.better is None)
+    assert (selection.ranking.log_lower <= selection.ranking.log_upper).all()
+    said = ope.cannot_tell()
+    assert set(said) == {"late@p0", "early@p0"}
+    assert all(abs(sum(s["shares"].values()) - 1) < 1e-9 and s["steps"] > 0 for s in said.values())
     metrics = selection.metrics.set_index("estimator")
     assert {"ADWM:reward_sum", "FQE"} <= set(metrics.index) and (metrics.n_points == 4).all()
     assert (metrics.regret_at_2 <= metrics.regret_at_1).all() and (metrics.rho.between(-1, 1) | metrics.rho.isna()).all()

@@ -99,3 +99,33 @@ def test_other_intervals_of_an_estimator_are_graded_beside_its_bootstrap_not_ran
     text = markdown("intervals", ranked, curves)
     assert "## Interval methods" in text and "| estimator | bootstrap | t |" in text
     assert "| mirror | 1.00 / 0.118 | 1.00 / 4.71 |" in text
+
+
+def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_log_cannot_tell():
+    """ADWM's rollouts of the six points, paired by seed and unit, each rollout known to ±0.2 (it
+    left the log): the imagined returns order the points as the truth does, so every pair the
+    truth tells apart is decided and right; the bounds decide only pairs further apart than they are wide."""
+    from adwm_core.report import cannot_tell_lines, comparison_lines, point_comparisons
+
+    shared = np.random.default_rng(0).normal(0, 0.2, (2, 24))
+    rollouts = pa.Table.from_pylist([
+        {"estimator": "ADWM", "policy": p, "epsilon": e, "member": 0, "seed": s, "unit": u,
+         "value": j + shared[s, u], "low": j + shared[s, u] - 0.2, "high": j + shared[s, u] + 0.2}
+        for (p, e), j in TRUTH.items() for s in (0, 1) for u in range(24)])
+    truth = truth_table().append_column("stderr", pa.array([0.01] * len(TRUTH)))
+    found = point_comparisons(rollouts, truth, n_resamples=300)
+    assert len(found["pairs"]) == 15 and found["bootstrap"]["distinguishable"] == 15
+    assert found["bootstrap"]["decided"] == 1.0 and found["bootstrap"]["precision"] == 1.0
+    alone = found["log_alone"]
+    far = sum(abs(TRUTH[a] - TRUTH[b]) > 0.4 for i, a in enumerate(TRUTH) for b in list(TRUTH)[i + 1:])
+    assert 0 < far < 15
+    assert alone["decided"] == pytest.approx(far / 15) and alone["precision"] == 1.0
+    section = "\n".join(comparison_lines({"comparisons": found}))
+    assert "dpo@p0 ε=0 vs prm@p0 ε=0" in section and "dpo@p0 ε=0 better" in section
+
+    answers = {"dpo@p0": {"by_epsilon": {"0": {"steps": 40, "shares": {"log": 0.5, "carried": 0.25, "value": 0.25,
+                                                                     "diffusion": 0.0, "nearest": 0.0},
+                                           "unseen_actions": [{"action": "go north", "share": 0.3}]}}}}
+    lines = cannot_tell_lines(answers, 0.0)
+    assert lines[0] == "dpo@p0 at ε=0: 40 imagined steps answered by log 50%, carried 25%, value 25%"
+    assert lines[1] == "  never logged where taken: 'go north' 30%" and "live episodes" in lines[2]

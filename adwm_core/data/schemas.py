@@ -125,4 +125,27 @@ GROUND_TRUTH = Contract(
     ),
 )
 
-CONTRACTS = {c.name: c for c in (TRAJECTORIES, LOGPROBS, ESTIMATES, GROUND_TRUTH)}
+# ADWM's imagined rollouts, one row each (the ADWM stage's ``rollouts``): what the verdicts and
+# the identified bounds read (ope/statistics/bounds.py). A unit is a rollout index of one seed: the
+# same start and draws for every ε level and every agent scored with that seed.
+ROLLOUTS = Contract(
+    "rollouts",
+    pa.schema(
+        [
+            _f("estimator", pa.string()),
+            _f("policy", pa.string()),
+            _f("epsilon", pa.float64()),
+            _f("member", pa.int64()),  # world-model member
+            _f("seed", pa.int64()),
+            _f("unit", pa.int64()),
+            _f("value", pa.float64()),  # the imagined return Σ_t γ^t r̂_t
+            _f("low", pa.float64()),  # its identified bounds L, U
+            _f("high", pa.float64()),
+            _f("steps", pa.int64()),  # imagined steps
+            _f("log_steps", pa.int64()),  # of which the log answered, before the first it did not
+            _f("known", pa.float64()),  # the return of those steps, G_i (the value where it never left the log)
+        ]
+    ),
+)
+
+CONTRACTS = {c.name: c for c in (TRAJECTORIES, LOGPROBS, ESTIMATES, GROUND_TRUTH, ROLLOUTS)}

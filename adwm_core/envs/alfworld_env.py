@@ -108,6 +108,7 @@ def _keep_argv():
 
 class AlfWorldEnv(TextEnv):
     name = "alfworld"
+    reward_range = return_range = (0.0, 1.0)  # 1 on the winning step, and the episode ends there
 
     def __init__(self, data: str | None = None, expert: str = "planner", games_dir: str | None = None) -> None:
         """``data``: an ALFWorld data folder; None (or "") reads ``$ALFWORLD_DATA`` and, when that

@@ -6,7 +6,8 @@ TextWorld-Express game seed). Given that pair every engine here is
 deterministic; the episode ``seed`` only seeds the agent's randomness.
 
 Scale conventions shared by every adapter:
-- ``reward`` is the per-step reward in [-1, 1];
+- ``reward`` is the per-step reward, in [-1, 1] unless the environment declares
+  another ``reward_range`` (a change of a normalised score may be up to 2);
 - ``score`` is the engine's cumulative score normalised to [-1, 1] (1 = full marks);
 - ``success`` is the engine's own win flag;
 - ``action_valid`` is False when the engine did not accept the action; the
@@ -142,6 +143,12 @@ class TextEnv(ABC):
     # Actions are ReAct calls ``type[argument]``: a world model keys them by type, the
     # fixed vocabulary {⟨unk⟩, search, lookup, finish} (app:wm-arch), not by string.
     react_actions: bool = False
+    # What a return can be, declared by the engine's rules (the identified bounds of ADWM's
+    # interval rest on them, ope/statistics/bounds.py): every step's reward lies in
+    # ``reward_range`` (the protocol's [-1, 1] unless the engine pays less), and where the rules
+    # bound a whole episode's return more tightly than its steps do, ``return_range`` says so.
+    reward_range: tuple[float, float] = (-1.0, 1.0)
+    return_range: tuple[float, float] | None = None
 
     @abstractmethod
     def tasks(self) -> list[str]:

@@ -48,6 +48,7 @@ def exit_probability(p_east: float, length: int, horizon: int) -> float:
 
 class ChainEnv(TextEnv):
     name = "chain"
+    reward_range = return_range = (0.0, 1.0)  # 1 on entering the last room, which ends the episode
 
     def __init__(self, length: int = 4) -> None:
         if length < 2:

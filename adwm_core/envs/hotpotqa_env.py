@@ -286,6 +286,7 @@ def resolve_data(data: str | None) -> Path:
 class HotpotQAEnv(TextEnv):
     name = "hotpotqa"
     react_actions = True
+    reward_range = return_range = (0.0, 1.0)  # the answer's F1, paid once at finish[...]
 
     def __init__(self, data: str | None = None) -> None:
         """``data``: a folder holding ``hotpot_dev_distractor_v1.json``, a questions file, or

@@ -31,6 +31,9 @@ GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "s
 
 class TextWorldExpressEnv(TextEnv):
     name = "textworld-express"
+    # the rewards are changes of a normalised score in [-1, 1], so they sum to the final one (a
+    # wrong command in Simon Says pays 0.8 → -1, a step of -1.8)
+    reward_range, return_range = (-2.0, 2.0), (-1.0, 1.0)
 
     def __init__(self, game_params: Mapping[str, str] | None = None) -> None:
         """``game_params``: per game, the engine's parameter string, e.g.

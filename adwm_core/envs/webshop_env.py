@@ -227,6 +227,7 @@ def _sep(*parts: str) -> str:
 
 class WebShopEnv(TextEnv):
     name = "webshop"
+    reward_range = return_range = (0.0, 1.0)  # R, paid once at Buy Now
 
     def __init__(self, data: str | None = None, catalogue_seed: int = 0, n_products: int = 300) -> None:
         """``data``: a folder of official WebShop files, or "generated"; None reads

@@ -24,6 +24,8 @@ OffLog = Literal["diffusion", "carry_over", "fqe", "carry_over_fqe"]
 CarryOverLevel = Literal["signature", "template"]  # ope/imagination/carry_over.py: LEVELS
 Sampler = Literal["ancestral", "ddim"]  # ope/imagination/diffusion_transition.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
+# the interval of reward_sum (ope/statistics/bounds.py): the imagined returns' spread, or the identified bounds
+Interval = Literal["bootstrap", "bounds"]
 
 
 # paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from
@@ -101,6 +103,7 @@ class AdwmConfig(Settings):
     seeds: tuple[int, ...] | None = Field(default=None, min_length=1)  # each fixes every draw of one run of M rollouts
     n_bootstrap: int = Field(default=1000, ge=1)
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    interval: Interval = "bootstrap"
 
     @model_validator(mode="before")
     @classmethod

@@ -1,5 +1,6 @@
 """The ADWM stage: π_e over the ε family in imagined rollouts of a trained world model → the
-estimates Parquet, its timings and imagined samples (ope/imagination/driver.py)."""
+estimates Parquet, its timings, imagined samples, per-rollout bounds and what answered the
+steps (ope/imagination/driver.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def compute(run: StageRun) -> None:
                  epsilons=cell.evaluation.epsilons, config=cell.adwm,
                  logprobs=_handover_actions(run),
                  fqe=cell.handover_fqe, timings=timings, progress=progress, units=run.units,
-                 samples=run.output("samples"))
+                 samples=run.output("samples"), rollouts=run.output("rollouts"), answers=run.output("answers"))
     timings["wall_seconds"] = time.perf_counter() - started
     with atomic_open(run.output("timings"), "w") as f:
         json.dump(timings, f, indent=2)

@@ -4,13 +4,14 @@ default hands off-log steps to a value) FQE's Q̂ per member and ε level, score
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from ...data import ESTIMATES, LOGPROBS, TRAJECTORIES, check_output, read_table, write_table
+from ...data import ESTIMATES, LOGPROBS, ROLLOUTS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
 from ...data.behaviour_log import BehaviourLog
 from ...model.psi import PsiAdapter
 from ...model.world_model import WorldModel
@@ -22,7 +23,9 @@ from ..classical.logged_steps import fit_fqe
 from ..classical.settings import BaselineConfig, FQEConfig
 from ..settings import AdwmConfig
 from .encoded_log import EncodedLog
-from .estimates import adwm_estimates
+from ...data.io import atomic_open
+from ..statistics.bounds import ReturnRange
+from .estimates import adwm_estimates, answer_summary, rollout_rows
 from .memo import MemoisedPolicy
 
 
@@ -44,6 +47,8 @@ def run_adwm(
     progress: Callable[..., None] | None = None,
     units: str | None = None,
     samples: str | None = None,
+    rollouts: str | None = None,
+    answers: str | None = None,
 ) -> pa.Table:
     """The ADWM stage: π_e (an LLM policy spec, read through the ψ adapter at ``psi`` under the
     soft-token reading) over the ε family → estimates Parquet at ``out``. ``timings`` (if
@@ -55,7 +60,11 @@ def run_adwm(
     fitted per ε level and member on the behaviour log and π_e's greedy actions at the logged steps,
     read from the log-prob table at ``logprobs`` (the log-prob stage's, or the greedy-action stage's).
     ``units``: where each finished (estimator, member, seed) is kept, so a killed stage resumes;
-    ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format."""
+    ``samples``: a JSONL file receiving ADWM's imagined episodes, in the logs' import format;
+    ``rollouts``: a Parquet file receiving one row per ADWM rollout with its identified bounds under
+    the environment's declared ranges (the ``rollouts`` contract); ``answers``: a JSON file
+    receiving, per ε level, what answered the imagined steps and the actions the log never took
+    (``answer_summary``), with the ranges the bounds assumed."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -72,9 +81,19 @@ def run_adwm(
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
+    returns = ReturnRange.declared(env_name)
     estimates, runs = adwm_estimates(members, log, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                       config=config, progress=progress, fit_q=fit_q, units=units,
-                                      samples=samples)
+                                      samples=samples, returns=returns)
+    by_member = [runs[k * len(config.seeds):(k + 1) * len(config.seeds)] for k in range(len(members))]
+    if rollouts is not None:
+        write_table(table_from_rows(rollout_rows(by_member, config.seeds, config, returns, policy=policy.name),
+                                    ROLLOUTS), rollouts, ROLLOUTS, overwrite=overwrite)
+    if answers is not None:
+        with atomic_open(answers, "w") as f:
+            json.dump({"policy": policy.name, "returns": {"reward": returns.reward, "episode": returns.episode,
+                                                          "declared_by": returns.source},
+                       "by_epsilon": answer_summary(runs)}, f, indent=2, ensure_ascii=False)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["world_models"] = float(len(members))

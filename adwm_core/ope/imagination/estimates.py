@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 import fsspec
@@ -23,10 +23,11 @@ from ...data.io import atomic_open
 from ...model.world_model import WorldModel
 from ...policies.soft_prompt import SoftPromptPolicy
 from ...specs import check_epsilons
-from ..answers import ADWM, KNN_WM, LOG, row_name
+from ..answers import ADWM, KNN_WM, LOG, REWARD_SUM, SOURCES, row_name
 from ..classical.fqe import FittedQEvaluation
 from ..settings import VALUE_ESTIMATES, AdwmConfig
 from ..statistics.diagnostics import off_log_distance
+from ..statistics.bounds import PROTOCOL, Candidate, ReturnRange, interval, rollout_bounds
 from ..statistics.intervals import estimates_row, members_bootstrap
 from ..statistics.signed_log import SignedLog
 from .diffusion_transition import adwm_transition, reference_transition
@@ -37,13 +38,16 @@ from .transitions import Policy
 
 
 def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,
-               config: AdwmConfig, estimator: str = ADWM) -> list[dict]:
+               config: AdwmConfig, estimator: str = ADWM, returns: ReturnRange = PROTOCOL) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``) from
     one seed's rollouts in each world-model member (and the member's state bank): the mean over
-    every member's rollouts and its bootstrap interval over members and rollouts
-    (``members_bootstrap``, ope/statistics/intervals.py), with the share of the ε level's imagined steps the
-    log answered and how far the others' (state, action) pairs are from the log (ope/statistics/diagnostics.py)."""
+    every member's rollouts and its interval over members and rollouts — the bootstrap
+    (``members_bootstrap``, ope/statistics/intervals.py), or for ``reward_sum`` under
+    ``config.interval='bounds'`` the identified bounds with ``returns`` (ope/statistics/bounds.py) —,
+    with the share of the ε level's imagined steps the log answered and how far the others'
+    (state, action) pairs are from the log (ope/statistics/diagnostics.py)."""
     rows, pooled = [], [_steps_by_epsilon(run) for run in members]
+    bounded = [bounded_returns(run, config, returns) for run in members] if config.interval == "bounds" else None
     for epsilon in np.unique(members[0].epsilons):
         diagnostics = _trust(banks, [steps[float(epsilon)] for steps in pooled])
         for name in VALUE_ESTIMATES:
@@ -52,11 +56,87 @@ def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell:
             if name == "success_similarity" and estimator == ADWM and config.hands_over_to_fqe:
                 continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
             x = np.stack([run.values(name, epsilon) for run in members])
-            low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+            if bounded is not None and name == REWARD_SUM:
+                at = members[0].epsilons == epsilon
+                low, high = interval(Candidate(x, *(np.stack([b[j][at] for b in bounded]) for j in (1, 2))),
+                                     n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+            else:
+                low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence,
+                                              seed=seed)
             rows.append(estimates_row(cell=cell, estimator=row_name(estimator, name), policy=policy, epsilon=epsilon,
                                       seed=seed, value=SignedLog.of(float(x.mean())), ci_low=SignedLog.of(float(low)),
                                       ci_high=SignedLog.of(float(high)), diagnostics=diagnostics))
     return rows
+
+
+def bounded_returns(rollouts: Rollouts, config: AdwmConfig, returns: ReturnRange) -> np.ndarray:
+    """(3, R): each rollout's imagined return Σ_t γ^t r̂_t (``reward_sum``) and its identified
+    bounds L, U (``rollout_bounds``, ope/statistics/bounds.py) over the horizon ``config.horizon``."""
+    by_rollout = defaultdict(list)
+    for step in rollouts.steps:
+        by_rollout[step.rollout].append(step)
+    found = np.empty((3, len(rollouts.epsilons)))
+    for r in range(len(rollouts.epsilons)):
+        steps = sorted(by_rollout[r], key=lambda step: step.t)
+        found[:, r] = rollout_bounds([s.reward for s in steps], [s.source for s in steps], horizon=config.horizon,
+                                     gamma=config.gamma, returns=returns)
+    on_log = _leading_log_steps(rollouts)
+    identified = np.array([on_log[r] == rollouts.lengths[r] for r in range(len(rollouts.epsilons))], bool)
+    found[0] = rollouts.reward_sum  # exactly as the estimate sums it
+    found[1:, identified] = rollouts.reward_sum[identified]  # never left the log: known
+    return found
+
+
+def rollout_rows(runs: Sequence[Sequence[Rollouts]], seeds: Sequence[int], config: AdwmConfig, returns: ReturnRange,
+                 *, policy: str, estimator: str = ADWM) -> list[dict]:
+    """One row per imagined rollout (the ``rollouts`` contract) of ``runs`` (member → seed → rollouts):
+    its ε level, unit (rollout index within the level), imagined return and identified bounds."""
+    rows = []
+    for member, by_seed in enumerate(runs):
+        for seed, run in zip(seeds, by_seed):
+            value, low, high = bounded_returns(run, config, returns)
+            on_log, known = _leading_log_steps(run), _known_returns(run, config.gamma)
+            for r, epsilon in enumerate(run.epsilons):
+                rows.append({"estimator": estimator, "policy": policy, "epsilon": float(epsilon), "member": member,
+                             "seed": seed, "unit": r % config.n_rollouts, "value": float(value[r]),
+                             "low": float(low[r]), "high": float(high[r]),
+                             "steps": int(run.lengths[r]), "log_steps": on_log[r], "known": known[r]})
+    return rows
+
+
+def _known_returns(rollouts: Rollouts, gamma: float) -> np.ndarray:
+    """Per rollout, Σ γ^t r̂_t over its steps before the first the log did not answer (G_i)."""
+    on_log, known = _leading_log_steps(rollouts), np.zeros(len(rollouts.epsilons))
+    for step in rollouts.steps:
+        if step.t < on_log[step.rollout]:
+            known[step.rollout] += gamma ** step.t * step.reward
+    identified = np.array([on_log[r] == rollouts.lengths[r] for r in range(len(known))], bool)
+    known[identified] = rollouts.reward_sum[identified]
+    return known
+
+
+def _leading_log_steps(rollouts: Rollouts) -> dict[int, int]:
+    """Per rollout, how many of its first steps the log answered before one it did not."""
+    first_off = {}
+    for step in rollouts.steps:
+        if step.source != LOG:
+            first_off[step.rollout] = min(first_off.get(step.rollout, step.t), step.t)
+    return {r: first_off.get(r, int(rollouts.lengths[r])) for r in range(len(rollouts.epsilons))}
+
+
+def answer_summary(runs: Sequence[Rollouts], top: int = 5) -> dict[str, dict]:
+    """Per ε level (as a string key): the imagined steps, the share of them each source answered
+    (answers.SOURCES), and the ``top`` actions π_e took where the log never took them, by their
+    share of the level's steps — what the log cannot tell about this agent."""
+    summary = {}
+    for epsilon in np.unique(runs[0].epsilons):
+        steps = [s for run in runs for s in run.steps if run.epsilons[s.rollout] == epsilon]
+        unseen = Counter(s.action for s in steps if s.source != LOG)
+        summary[f"{float(epsilon):g}"] = {
+            "steps": len(steps),
+            "shares": {source: sum(s.source == source for s in steps) / max(len(steps), 1) for source in SOURCES},
+            "unseen_actions": [{"action": a, "share": n / len(steps)} for a, n in unseen.most_common(top)]}
+    return summary
 
 
 def _steps_by_epsilon(rollouts: Rollouts) -> dict[float, list[ImaginedStep]]:
@@ -90,6 +170,7 @@ def adwm_estimates(
     fit_q: Callable[[EncodedLog], Mapping[float, FittedQEvaluation]] | None = None,
     units: str | None = None,
     samples: str | None = None,
+    returns: ReturnRange = PROTOCOL,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
@@ -104,7 +185,8 @@ def adwm_estimates(
     (or ``carry_over_fqe``, the default) hands off-log pairs to them; ``units``: a folder keeping
     each finished (estimator, member, seed) unit's rollouts, read back instead of imagined again
     (a killed stage resumes there);
-    ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``)."""
+    ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``);
+    ``returns``: what a return can be, for the identified bounds (``config.interval='bounds'``)."""
     check_epsilons(epsilons)
     if config.hands_over_to_fqe and fit_q is None:
         default = " (the default)" if config.off_log == AdwmConfig().off_log else ""
@@ -151,7 +233,7 @@ def adwm_estimates(
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
-                                  config=config, estimator=name)]
+                                  config=config, estimator=name, returns=returns)]
     return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ADWM] for run in seeds]
 
 

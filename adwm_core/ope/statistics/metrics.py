@@ -159,3 +159,28 @@ def regret_at_1(estimates: Sequence[float], truth: Sequence[float]) -> float:
 def normalised_absolute_error(estimates: Sequence[float], truth: Sequence[float]) -> float:
     x, y = _pair(estimates, truth)
     return float(np.mean(np.abs(x - y)) / _range(y))
+
+
+@dataclass(frozen=True)
+class VerdictScores:
+    """How a cell's pairwise verdicts fare against the ground truth (ope/statistics/bounds.py):
+    a pair is distinguishable when |J_p − J_q| > 2·√(se_p² + se_q²); ``decided`` is the share of
+    distinguishable pairs given a verdict, ``precision`` the share of all decided pairs ordered
+    as J orders them (NaN where no pair is distinguishable, or none decided)."""
+
+    pairs: int
+    distinguishable: int
+    decided: float
+    precision: float
+
+
+def verdict_scores(verdicts: Sequence, truth: dict, stderr: dict) -> VerdictScores:
+    """``verdicts`` (each with ``a``, ``b`` and ``better``: a name or None) graded by the true
+    values ``truth`` and their standard errors ``stderr``, by candidate name."""
+    apart = [v for v in verdicts
+             if abs(truth[v.a] - truth[v.b]) > 2 * np.hypot(stderr[v.a], stderr[v.b])]
+    decided = [v for v in verdicts if v.better is not None]
+    right = [v for v in decided if truth[v.better] > truth[v.b if v.better == v.a else v.a]]
+    return VerdictScores(len(verdicts), len(apart),
+                         float(np.mean([v.better is not None for v in apart])) if apart else float("nan"),
+                         len(right) / len(decided) if decided else float("nan"))

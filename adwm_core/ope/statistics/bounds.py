@@ -1,0 +1,183 @@
+"""What the log identifies of an imagined return, the interval that carries it, and a verdict
+on a pair of candidates from an interval on their difference.
+
+**Identified bounds** (partial identification; Manski 1990). An imagined rollout i is answered
+by the log (answers.LOG: a logged successor of the very pair) up to its first step t_i that
+something else answered (carried, value, diffusion, nearest). From there on the log says
+nothing about what the environment does. With every step's reward in [r_lo, r_hi], the
+rollout's horizon H, and, where the environment's rules bound a whole return, that return in
+[R_lo, R_hi] (γ = 1):
+
+    L_i = G_i + Σ_{u=t_i}^{H−1} γ^u r_lo,   U_i = G_i + Σ_{u=t_i}^{H−1} γ^u r_hi,
+    then L_i ← max(L_i, R_lo) and U_i ← min(U_i, R_hi),
+
+with G_i = Σ_{u<t_i} γ^u r_u, the identified part. Where the rollout never left the log,
+L_i = U_i = its return. Whatever the unseen steps do, the return lies in [L_i, U_i].
+
+**Interval over rollouts.** L and U are (K members × N units) arrays. A unit is one rollout
+index of one seed: it draws its start, ε flips and exploratory actions the same way for every
+candidate, point and agent alike (common random numbers, imagination/rollouts.py). Each
+bootstrap replicate b draws a member k_b and N units u*, and the interval is
+
+    [q_{(1−c)/2}(mean L_{k_b, u*}), q_{(1+c)/2}(mean U_{k_b, u*})].
+
+With L = U = the imagined return this is ADWM's bootstrap interval (intervals.members_bootstrap).
+
+**Paired difference** of candidates p and q, over the same units and members: D_L = L_p − U_q
+and D_U = U_p − L_q, under the same interval. The verdict is "p better" where its low end
+is > 0, "q better" where its high end is < 0, and otherwise "cannot tell from these logs".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from ..answers import LOG
+
+CANNOT_TELL = "cannot tell from these logs"
+
+
+@dataclass(frozen=True)
+class ReturnRange:
+    """What a return can be: each step's reward in ``reward``, a whole episode's return in
+    ``episode`` where something bounds it, and who says so (``source``)."""
+
+    reward: tuple[float, float]
+    episode: tuple[float, float] | None = None
+    source: str = "environment"
+
+    @classmethod
+    def declared(cls, env_name: str) -> ReturnRange:
+        """The ranges the environment's rules declare (``TextEnv.reward_range``, ``return_range``)."""
+        from ...envs.registry import env_factory
+
+        env = env_factory(env_name)
+        return cls(tuple(getattr(env, "reward_range", (-1.0, 1.0))), getattr(env, "return_range", None),
+                   f"environment {env_name}")
+
+    @classmethod
+    def of_log(cls, rewards: np.ndarray, returns: np.ndarray) -> ReturnRange:
+        """The ranges the behaviour log spans: its step rewards and episode returns (an assumption,
+        not a rule: an action the log never took may pay what no logged one did)."""
+        return cls((float(np.min(rewards)), float(np.max(rewards))),
+                   (float(np.min(returns)), float(np.max(returns))), "the behaviour log")
+
+
+PROTOCOL = ReturnRange((-1.0, 1.0), None, "the protocol's step range (envs/base.py)")
+
+
+def rollout_bounds(rewards: Sequence[float], sources: Sequence[str], *, horizon: int, gamma: float,
+                   returns: ReturnRange) -> tuple[float, float, float]:
+    """(imagined return, L, U) of one rollout from its steps' rewards and what answered each, in order."""
+    discounts = gamma ** np.arange(max(horizon, len(rewards)))
+    left = next((t for t, source in enumerate(sources) if source != LOG), len(sources))
+    known = float(np.dot(discounts[:left], rewards[:left]))
+    value = float(np.dot(discounts[: len(rewards)], rewards))
+    if left == len(sources):
+        return value, value, value
+    return (value, *identified_bounds(known, left, horizon=horizon, gamma=gamma, returns=returns))
+
+
+def identified_bounds(known: float, left: int, *, horizon: int, gamma: float,
+                      returns: ReturnRange) -> tuple[float, float]:
+    """(L, U) of a rollout whose first ``left`` steps the log answered, worth ``known`` (G_i),
+    and whose step ``left`` it did not."""
+    rest = float((gamma ** np.arange(left, max(horizon, left + 1))).sum())
+    low, high = known + rest * returns.reward[0], known + rest * returns.reward[1]
+    if returns.episode is not None and gamma == 1:
+        low, high = max(low, returns.episode[0]), min(high, returns.episode[1])
+    return low, high
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point's (or agent's) rollouts: the imagined returns and their bounds, each K × N."""
+
+    value: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    @property
+    def estimate(self) -> float:
+        return float(self.value.mean())
+
+    def without_bounds(self) -> Candidate:
+        """The same rollouts with L = U = the imagined return (the bootstrap interval)."""
+        return Candidate(self.value, self.value, self.value)
+
+    def minus(self, other: Candidate) -> Candidate:
+        """The paired difference: D = x_p − x_q, D_L = L_p − U_q, D_U = U_p − L_q."""
+        if self.value.shape != other.value.shape:
+            raise ValueError(f"candidates over different rollouts ({self.value.shape} vs {other.value.shape}): a "
+                             "paired difference needs the same members, seeds and rollouts")
+        return Candidate(self.value - other.value, self.low - other.high, self.high - other.low)
+
+
+def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed: int) -> tuple[float, float]:
+    """(low, high): the bootstrap over members and units of mean L and mean U (module docstring),
+    drawn as ``members_bootstrap`` draws (the same replicates, the same order statistics)."""
+    k, n = candidate.value.shape
+    units = np.random.default_rng(seed).integers(0, n, (n_resamples, n))
+    members = np.random.default_rng((seed, 1)).integers(0, k, n_resamples)[:, None]
+    lows = np.sort(candidate.low[members, units].mean(1))
+    highs = np.sort(candidate.high[members, units].mean(1))
+    tail, last = (1 - confidence) / 2, n_resamples - 1
+    return float(lows[int(np.floor(tail * last))]), float(highs[int(np.ceil((1 - tail) * last))])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Candidate ``a`` against ``b``: Ĵ_a − Ĵ_b, the interval on it, and which is better (None: cannot tell)."""
+
+    a: str
+    b: str
+    difference: float
+    low: float
+    high: float
+
+    @property
+    def better(self) -> str | None:
+        return self.a if self.low > 0 else self.b if self.high < 0 else None
+
+    def line(self) -> str:
+        said = f"{self.better} better" if self.better else CANNOT_TELL
+        return (f"{self.a} vs {self.b}: Ĵ difference {self.difference:+.4g} [{self.low:+.4g}, {self.high:+.4g}] "
+                f"→ {said}")
+
+
+def verdicts(candidates: Mapping[str, Candidate], *, n_resamples: int, confidence: float,
+             seed: int) -> list[Verdict]:
+    """A verdict on every pair of ``candidates`` (by name, in the mapping's order)."""
+    found = []
+    for a, b in combinations(candidates, 2):
+        difference = candidates[a].minus(candidates[b])
+        low, high = interval(difference, n_resamples=n_resamples, confidence=confidence, seed=seed)
+        found.append(Verdict(a, b, difference.estimate, low, high))
+    return found
+
+
+def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *,
+                         bounded: bool = True) -> dict:
+    """Candidates from per-rollout rows (the ADWM stage's ``rollouts`` table: estimator, member,
+    seed, unit, value, low, high, …) grouped by ``key`` (a column or several): K × N arrays, N
+    the units (seed, unit) in order. ``bounded=False``: L = U = the imagined return."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    cells: dict = defaultdict(dict)
+    for row in rows:
+        group = row[keys[0]] if len(keys) == 1 else tuple(row[k] for k in keys)
+        cells[group][(row["member"], row["seed"], row["unit"])] = (row["value"], row["low"], row["high"])
+    found = {}
+    for group, by_unit in cells.items():
+        members = sorted({m for m, _, _ in by_unit})
+        units = sorted({(s, u) for _, s, u in by_unit})
+        if len(by_unit) != len(members) * len(units):
+            raise ValueError(f"{group}: rollouts missing for some member and unit (every member imagines every seed)")
+        x = np.array([[by_unit[(m, s, u)] for s, u in units] for m in members], np.float64)
+        candidate = Candidate(x[..., 0], x[..., 1], x[..., 2])
+        found[group] = candidate if bounded else candidate.without_bounds()
+    return found

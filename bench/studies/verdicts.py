@@ -1,0 +1,137 @@
+"""Which interval ADWM prints, and how often its verdicts on pairs of points speak and are right
+(issue 58; the rule, written before its run: docs/notebook.md, "Which interval ADWM prints").
+
+`python -m bench.studies.verdicts`: for every development cell and every seen cell whose ADWM
+stages are finished under today's code, the rollouts table of each π_e (one row per imagined
+rollout with its identified bounds, the ``rollouts`` contract) graded against ground truth under
+each candidate interval (adwm_core/ope/statistics/bounds.py):
+- ``bootstrap``: the imagined returns' own spread;
+- ``bounds``: the identified bounds on the environment's declared ranges;
+- ``bounds, log ranges``: the same on the behaviour log's ranges of step rewards and returns
+  (an assumption: no unlogged action pays what no logged one did).
+Per cell: coverage (the share of (point, seed) rows whose interval holds J), width (the median
+over those rows, over the range of J), and the verdicts on every pair of points, over every
+seed's rollouts at once: decided (the share of distinguishable pairs given one) and precision
+(the share of decided pairs ordered as J orders them).
+→ bench/results/verdicts.{md,json}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from adwm_core.ope.settings import AdwmConfig
+from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, identified_bounds, interval, verdicts
+from adwm_core.ope.statistics.metrics import verdict_scores
+from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, machine
+from flows.cells import cell_names
+
+CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges")
+
+
+def log_ranges(trajectories: str) -> ReturnRange:
+    """The behaviour log's ranges of step rewards and episode returns."""
+    steps = pq.read_table(trajectories, columns=["source", "policy", "episode", "reward"])
+    steps = steps.filter(pc.equal(steps["source"], "behavior"))
+    returns = steps.group_by(["policy", "episode"]).aggregate([("reward", "sum")])["reward_sum"].to_numpy()
+    return ReturnRange.of_log(steps["reward"].to_numpy(), returns)
+
+
+def rebounded(rows: list[dict], config: AdwmConfig, returns: ReturnRange) -> list[dict]:
+    """The rollout rows with their bounds on other ranges (from each row's known part)."""
+    out = []
+    for row in rows:
+        if row["log_steps"] == row["steps"]:
+            out.append(row)
+            continue
+        low, high = identified_bounds(row["known"], row["log_steps"], horizon=config.horizon, gamma=config.gamma,
+                                      returns=returns)
+        out.append({**row, "low": low, "high": high})
+    return out
+
+
+def grade(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig) -> dict:
+    """Coverage, width, decided and precision of one candidate's rows: ``truth`` and ``stderr`` by
+    (policy, ε); the rows carry the candidate's bounds (``bootstrap``: L = U = the value)."""
+    spread = float(np.ptp(list(truth.values())))
+    held, widths = [], []
+    by_seed = candidates_from_rows(rows, ("policy", "epsilon", "seed"))
+    for (policy, epsilon, seed), candidate in by_seed.items():
+        low, high = interval(candidate, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+        held.append(low <= truth[policy, epsilon] <= high)
+        widths.append((high - low) / spread)
+    pooled = candidates_from_rows(rows, ("policy", "epsilon"))
+    found = verdicts(pooled, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=0)
+    scores = verdict_scores(found, truth, stderr)
+    return {"coverage": float(np.mean(held)), "width": float(np.median(widths)), "decided": scores.decided,
+            "precision": scores.precision, "pairs": scores.pairs, "distinguishable": scores.distinguishable,
+            "decided_pairs": sum(v.better is not None for v in found)}
+
+
+def measure_rows(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig, log: ReturnRange) -> dict:
+    """Every candidate on one cell's rollout rows."""
+    bootstrap = [{**row, "low": row["value"], "high": row["value"]} for row in rows]
+    return {"bootstrap": grade(bootstrap, truth, stderr, config),
+            "bounds": grade(rows, truth, stderr, config),
+            "bounds, log ranges": grade(rebounded(rows, config, log), truth, stderr, config)}
+
+
+def measure(cell: str) -> dict | None:
+    """One cell's grades (None: its ADWM or ground-truth stages are not finished under today's code)."""
+    config = cell_config(cell)
+    rows, truth, stderr = [], {}, {}
+    for policy in config.evaluation.policies:
+        adwm, gt = artifact(config, "adwm", policy, required=False), artifact(config, "ground-truth", policy,
+                                                                                required=False)
+        if adwm is None or gt is None:
+            return None
+        rows += pq.read_table(adwm.file("rollouts")).to_pylist()
+        for point in pq.read_table(gt.file("summary")).to_pylist():
+            truth[point["policy"], float(point["epsilon"])] = point["mean_return"]
+            stderr[point["policy"], float(point["epsilon"])] = point["stderr"]
+    log = log_ranges(artifact(config, "behaviour").file("trajectories"))
+    return measure_rows([r for r in rows if r["estimator"] == "ADWM"], truth, stderr, config.adwm, log)
+
+
+def table(title: str, results: dict[str, dict | None]) -> list[str]:
+    lines = [f"**{title}** (coverage / median width over the range of J / decided / precision)", "",
+             f"| cell | {' | '.join(CANDIDATES)} |", "|---" * (len(CANDIDATES) + 1) + "|"]
+    for cell, r in results.items():
+        if r is None:
+            lines.append(f"| {cell} | not measured under today's code" + " |" * len(CANDIDATES))
+            continue
+        lines.append(f"| {cell} | " + " | ".join(
+            f"{r[c]['coverage']:.2f} / {r[c]['width']:.2f} / {r[c]['decided']:.2f} / {r[c]['precision']:.2f}"
+            for c in CANDIDATES) + " |")
+    done = [r for r in results.values() if r is not None]
+    if done:
+        mean = defaultdict(dict)
+        for c in CANDIDATES:
+            for m in ("coverage", "width", "decided", "precision"):
+                mean[c][m] = float(np.nanmean([r[c][m] for r in done]))
+        lines.append(f"| **mean of {len(done)} cells** | " + " | ".join(
+            f"{mean[c]['coverage']:.2f} / {mean[c]['width']:.2f} / {mean[c]['decided']:.2f} / "
+            f"{mean[c]['precision']:.2f}" for c in CANDIDATES) + " |")
+    return lines + [""]
+
+
+def main() -> None:
+    groups = {"Development cells (tuned on)": [c for c in cell_names() if c.startswith(DEVELOPMENT)]}
+    results = {title: {cell: measure(cell) for cell in cells} for title, cells in groups.items()}
+    (RESULTS / "verdicts.json").write_text(json.dumps({"machine": machine(), "cells": results}, indent=2))
+    lines = ["# ADWM's interval and verdicts against ground truth", "",
+             __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), ""]
+    for title, rs in results.items():
+        lines += table(title, rs)
+    lines.append(f"Machine: `{json.dumps(machine())}`")
+    (RESULTS / "verdicts.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
