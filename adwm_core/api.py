@@ -47,10 +47,11 @@ from .ope.answers import ADWM, KNN_WM
 from .ranking import best_agent, rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
-from .specs import EPSILONS, LogSource, PolicySpec
+from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec
 from .data.log_files import STEP_COLUMNS, episode_of_steps
 from .data.logs import ImportSummary, inspect_logs, read_logs
-from .envs import check_env_task
+from .envs import EnvironmentUnavailable, check_env_task
+from .ope.statistics.calibration import Point, ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
 
 CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
 WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
@@ -109,6 +110,64 @@ def logs_cell(source: LogSource, env: str, agents: Sequence[PolicySpec], *, task
         source, name = first_episodes(source, limit, name), f"{name}-first{limit}"
     return CellConfig.for_logs(source, env, list(agents), name=name, task=task, epsilons=tuple(epsilons or EPSILONS),
                                overrides=overrides)
+
+
+def evaluation_cell(logs: LogSource, env: str, models: Sequence[str], *, base_url: str | None = None,
+                    backend: str | None = None, tokenizer: str | None = None, mode: str = "completions",
+                    concurrency: int = 8, max_retries: int = 5, timeout: float = 120.0,
+                    **cell: Any) -> CellConfig:
+    """The cell ``adwm evaluate`` runs: each of ``models`` as an agent (``agent``) over the logs
+    (``logs_cell``, which takes ``cell``: task, name, epsilons, overrides, limit)."""
+    agents = [agent(model, base_url, backend=backend, tokenizer=tokenizer, mode=mode, concurrency=concurrency,
+                    max_retries=max_retries, timeout=timeout) for model in models]
+    return logs_cell(logs, env, agents, **cell)
+
+
+def check_live(env: str, task: str, live: int, live_logs: str | None,
+               agents: Sequence[PolicySpec]) -> dict[Point, list[tuple[str, float]]] | None:
+    """Refuse a live top-up that cannot happen, before any stage: fewer than 2 live episodes, an
+    environment that cannot run here with no ``live_logs``, or ``live_logs`` whose agents are not
+    ``agents``. Returns the live episodes of ``live_logs`` by point (None: played in the run)."""
+    if live_logs is not None:
+        return live_file(live_logs, agents)
+    if live < 2:
+        raise ValueError(f"--live {live}: a live top-up needs at least 2 live episodes per point")
+    try:
+        EnvSpec(env, task).instances()
+    except EnvironmentUnavailable as error:
+        raise ValueError(f"--live {live}: the environment {env} cannot be run here ({error}). Either make it "
+                         f"runnable (the cause above), or play the agents elsewhere and pass their episodes "
+                         f"with --live-logs FILE") from None
+    return None
+
+
+def live_file(path: str, agents: Sequence[PolicySpec]) -> dict[Point, list[tuple[str, float]]]:
+    """The live episodes in ``path`` by (agent, ε): any format ``--logs`` reads, each episode's
+    ``policy`` one of ``agents`` (its label or name), ε 0 unless an episode says otherwise."""
+    table = read_logs(LogSource(path=path), cell="live")
+    at_zero = table["epsilon"].null_count == table.num_rows
+    points = live_by_point(table, 0.0 if at_zero else None)
+    names = {name: spec.name for spec in agents for name in (spec.label, spec.name)}
+    unknown = sorted({policy for policy, _ in points} - set(names))
+    if unknown:
+        raise ValueError(f"--live-logs {path} holds episodes of {unknown}, but this run's agents are "
+                         f"{sorted(spec.name for spec in agents)}: give each live episode its agent's label as "
+                         "'policy'")
+    return {(names[policy], epsilon): episodes for (policy, epsilon), episodes in points.items()}
+
+
+def live_top_up(config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None = None) -> list[ToppedUp]:
+    """Each point's ADWM estimate topped up by its live episodes (ope/statistics/calibration.py):
+    ``live`` by point, else the episodes the cell's ground-truth stages played."""
+    if live is None:
+        live = {}
+        for policy in config.evaluation.policies:
+            episodes = read_table(pipeline.finished(config, "ground-truth", policy).file("episodes"), TRAJECTORIES)
+            live.update(live_by_point(episodes))
+    imagined = {}
+    for policy in config.evaluation.policies:
+        imagined.update(read_imagined(pipeline.finished(config, "adwm", policy).file("samples")))
+    return top_up(imagined, live, confidence=config.adwm.confidence)
 
 
 def first_episodes(source: LogSource, limit: int, name: str) -> LogSource:
@@ -245,23 +304,38 @@ class Selection:
     metrics: Any | None  # DataFrame per estimator: rho, regret_at_1, regret_at_k, nmae, n_points; None: no truth
 
 
+@dataclass(frozen=True)
+class LiveTopUp:
+    """ADWM with live episodes (``OffPolicyEvaluation.live_top_up``)."""
+
+    estimates: Any  # DataFrame per (agent, ε): adwm, k, live [lower, upper], value [lower, upper], power, narrower
+    verdicts: Any  # DataFrame per pair of agents at the lowest ε: a, b, difference, lower, upper, better
+
+
 class OffPolicyEvaluation:
     """Every estimator of ``estimators`` (None: all — ADWM, the kNN-WM reference, and the eight
     classical ones of the baselines stage) for each of ``agents`` at each ε of ``epsilons``,
     from ``logs``. ``settings`` maps dotted cell keys to values (``{"world_model.steps": 500}``,
     as ``--set``), ``seed`` shifts every seed of the recipe, ``limit`` keeps the logs' first
-    episodes, ``name`` names the cell — all as ``adwm evaluate`` takes them. The stages run on
-    the first call that needs their numbers, once; ``log`` gets their messages."""
+    episodes, ``name`` names the cell — all as ``adwm evaluate`` takes them; ``live=K`` plays K
+    live episodes per point, or ``live_logs`` reads live episodes run elsewhere, for
+    ``live_top_up``. The stages run on the first call that needs their numbers, once; ``log``
+    gets their messages."""
 
     def __init__(self, logs: LoggedEpisodes, agents: PolicySpec | Sequence[PolicySpec], *,
                  estimators: Sequence[str] | None = None, epsilons: Sequence[float] | None = None,
                  settings: Mapping[str, Any] | None = None, seed: int = 0, limit: int | None = None,
-                 name: str | None = None, log: Callable[[str], None] = print) -> None:
+                 name: str | None = None, live: int = 0, live_logs: str | None = None,
+                 log: Callable[[str], None] = print) -> None:
         self.logs, self.log = logs, log
         self.agents = [agents] if isinstance(agents, PolicySpec) else list(agents)
         self.estimators = None if estimators is None else _checked_estimators(estimators)
         self._cell = dict(task=logs.task, name=name, epsilons=epsilons, limit=limit)
-        self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **(settings or {})}
+        self._live_asked = bool(live or live_logs)
+        self._live = check_live(logs.env, logs.task, live, live_logs, self.agents) if self._live_asked else None
+        played = {"ground_truth.episodes": live} if live and live_logs is None else {}
+        self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **played,
+                           **(settings or {})}
         self.config = self._config()
         prepared(self.config)  # the agents' weights, the GPU, a graded environment: checked before any stage
         self._reports: dict[float, str] = {}
@@ -376,6 +450,28 @@ class OffPolicyEvaluation:
     def _rollouts(self) -> list[dict]:
         """ADWM's rollouts of every agent (the report's ``rollouts`` table)."""
         return read_table(f"{self.run()}/{pipeline.stage('report').outputs['rollouts']}", ROLLOUTS).to_pylist()
+
+    def live_top_up(self) -> LiveTopUp:
+        """ADWM topped up by the live episodes (``live=K`` played per point in the environment, or
+        ``live_logs``): per (agent, ε) the prediction-powered value and interval beside the live
+        episodes' own and ADWM's, and the verdicts on the agents at the lowest ε recomputed from them."""
+        import pandas as pd
+
+        if not self._live_asked:
+            raise ValueError("no live episodes: pass live=K (played here) or live_logs=FILE to OffPolicyEvaluation")
+        self.run()
+        topped = live_top_up(self.config, self._live)
+        estimates = pd.DataFrame([{"agent": t.point[0], "epsilon": t.point[1], "adwm": t.adwm, "k": t.topped.k,
+                                   "live": t.live.value, "live_lower": t.live.low, "live_upper": t.live.high,
+                                   "value": t.topped.value, "lower": t.topped.low, "upper": t.topped.high,
+                                   "power": t.topped.power, "matched": t.topped.matched, "narrower": t.narrower}
+                                  for t in topped])
+        lowest = min(t.point[1] for t in topped)
+        said = topped_up_verdicts([t for t in topped if t.point[1] == lowest], confidence=self.config.adwm.confidence)
+        verdicts = pd.DataFrame([{"a": v.a, "b": v.b, "difference": v.difference, "lower": v.low, "upper": v.high,
+                                  "better": v.better} for v in said],
+                                columns=["a", "b", "difference", "lower", "upper", "better"])
+        return LiveTopUp(estimates, verdicts)
 
     def log_samples(self, path: str) -> int:
         """ADWM's imagined episodes of every agent, ε and seed as JSONL at ``path`` (the logs' import

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows, verdicts as pair_verdicts
+from .ope.statistics.calibration import topped_up_verdicts
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
 from .ope.statistics.metrics import (normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval,
@@ -340,10 +341,17 @@ def comparison_lines(curves: dict) -> list[str]:
                      f"[{p['log_alone_low']:+.3g}, {p['log_alone_high']:+.3g}] |")
     for name, title in (("bootstrap", "verdicts"), ("log_alone", "the log alone")):
         if name in found:
-            g = found[name]
-            lines.append(f"\n{title}: {_plain(g['decided'], '.2f')} of the {g['distinguishable']} pairs the ground "
-                         f"truth tells apart decided; {_plain(g['precision'], '.2f')} of decided pairs right.")
+            lines.append(f"\n{title}: {verdict_grades(found[name])}.")
     return lines + [""]
+
+
+def verdict_grades(graded: Mapping[str, float]) -> str:
+    """How a cell's verdicts fared against its ground truth, in words (``point_comparisons``)."""
+    if not graded["distinguishable"]:
+        return f"the ground truth tells none of the {graded['pairs']} pairs apart"
+    said = f"{graded['decided']:.2f} of the {graded['distinguishable']} pairs the ground truth tells apart decided"
+    precision = graded["precision"]
+    return said + ("; no pair decided" if precision != precision else f"; {precision:.2f} of decided pairs right")
 
 
 def cannot_tell_lines(answers: Mapping[str, Mapping], epsilon: float, top: int = 5) -> list[str]:
@@ -363,6 +371,27 @@ def cannot_tell_lines(answers: Mapping[str, Mapping], epsilon: float, top: int =
     if any(summary["by_epsilon"].get(f"{epsilon:g}", {}).get("unseen_actions") for summary in answers.values()):
         lines.append("to decide what these logs cannot: logs in which the agents take those actions, or a few live "
                      "episodes of each agent (`adwm calibrate`)")
+    return lines
+
+
+def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
+    """ADWM topped up by live episodes (calibration.ToppedUp), a line per point, then the verdicts
+    on the agents at the lowest ε recomputed from them."""
+    k = sorted({t.topped.k for t in topped})
+    lines = [f"ADWM + {'/'.join(map(str, k))} live episodes per point (PPI++, paired by start state; "
+             "the live episodes alone beside it)",
+             f"{'agent':<24} {'ε':>5} {'ADWM':>9}  {'live alone':<26} {'ADWM+live':<26} {'λ':>5} matched"]
+    for t in topped:
+        note = "" if t.narrower else "  (not narrower than the live episodes alone)"
+        lines.append(f"{t.point[0]:<24} {t.point[1]:>5g} {t.adwm:>9.4g}  "
+                     f"{f'{t.live.value:.4g} [{t.live.low:.4g}, {t.live.high:.4g}]':<26} "
+                     f"{f'{t.topped.value:.4g} [{t.topped.low:.4g}, {t.topped.high:.4g}]':<26} "
+                     f"{t.topped.power:>5.2f} {t.topped.matched:.0%}{note}")
+    lowest = min(t.point[1] for t in topped)
+    agents = [t for t in topped if t.point[1] == lowest]
+    if len(agents) > 1:
+        lines.append(f"verdicts with the live episodes, at ε={lowest:g}:")
+        lines += [f"  {v.line()}" for v in topped_up_verdicts(agents, confidence=confidence)]
     return lines
 
 

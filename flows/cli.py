@@ -11,14 +11,14 @@ import sys
 import fsspec
 
 from adwm_core import cli as core
-from adwm_core.api import endpoint, seed_overrides
+from adwm_core.api import agent, check_live, endpoint, evaluation_cell, live_top_up, seed_overrides
 from adwm_core.cell import CellConfigError, parse_assignments
 from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
 from adwm_core.data.logs import inspect_logs
 from adwm_core.ope.answers import RANKED_BY
 from adwm_core.policies.openai_backend import MODES
 from adwm_core.ranking import rank_agents, ranking_lines
-from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, trust_lines
+from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, topped_up_lines, trust_lines
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -76,6 +76,12 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--log-samples", metavar="PATH", help="write ADWM's imagined episodes there as JSONL in the "
                           "logs' import format (each step: the observation read, the action, the imagined reward "
                           "and what answered it)")
+    evaluate.add_argument("--live", type=int, default=0, metavar="K",
+                          help="play K live episodes per agent and ε in the environment, and top ADWM up with them "
+                          "(prediction-powered: PPI++); refused before any stage where the environment cannot run")
+    evaluate.add_argument("--live-logs", metavar="FILE", help="live episodes of the agents played elsewhere (any "
+                          "format --logs reads, each episode's 'policy' the agent's label; ε 0 unless they say), "
+                          "instead of --live")
     evaluate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
 
@@ -102,16 +108,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     settings = parse_assignments(args.overrides)
     logs = core.log_source(args)
+    if args.live and args.live_logs:
+        raise ValueError("give --live K (played here) or --live-logs FILE (played elsewhere), not both")
+    live = None
+    if args.live or args.live_logs:
+        agents = [agent(model, base_url, backend=args.agent_backend) for model in models]
+        live = check_live(args.env, args.task, args.live, args.live_logs, agents)
+        if args.live:
+            settings.setdefault("ground_truth.episodes", args.live)
     print("\n".join(inspect_logs(logs, cell="import")[1].lines()) + "\n")  # bad logs are refused here, before Prefect
     from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
     from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT, ROLLOUTS_FILE
 
+    overrides = {**seed_overrides(args.seed, settings), **settings}
     state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
                           agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
                           read_as=logs.model_dump(exclude={"path"}), task=args.task,
                           name=args.name, epsilons=epsilons,
-                          overrides={**seed_overrides(args.seed, settings), **settings},
-                          limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
+                          overrides=overrides, limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
                           agent_timeout=args.timeout, output_path=args.output_path, log_samples=args.log_samples,
                           return_state=True)
     folder = state.result()  # raises the failed stage's own error
@@ -126,6 +140,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     if len(models) > 1:
         rollouts = read_table(f"{folder}/{ROLLOUTS_FILE}", ROLLOUTS).to_pylist()
         print("\n" + "\n".join(ranking_lines(*rank_agents(rollouts, epsilon=epsilon), RANKED_BY, epsilon)))
+    if args.live or args.live_logs:
+        config = evaluation_cell(logs, args.env, models, base_url=base_url, backend=args.agent_backend,
+                                 tokenizer=args.agent_tokenizer, mode=mode or "completions",
+                                 concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout,
+                                 task=args.task, name=args.name, epsilons=epsilons, overrides=overrides,
+                                 limit=args.limit)
+        print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
     for what, path in (("results", args.output_path), ("samples", args.log_samples)):
         if path:

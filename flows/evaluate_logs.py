@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prefect import flow
 
-from adwm_core.api import agent, logs_cell, write_samples
+from adwm_core.api import evaluation_cell, write_samples
 from adwm_core.cell import CellConfig
 from adwm_core.data import ESTIMATES, read_table
 from adwm_core.data.io import atomic_open
@@ -56,11 +56,11 @@ def evaluate_logs(logs: str, env: str, agent_model: str | list[str], agent_base_
     episodes as JSONL. ``read_as``: how to read the logs (``LogSource``'s settings: format,
     fields, preamble_turns, thoughts, agent_prefix, split)."""
     models = [agent_model] if isinstance(agent_model, str) else list(agent_model)
-    agents = [agent(model, agent_base_url, backend=agent_backend, tokenizer=agent_tokenizer, mode=agent_mode,
-                    concurrency=agent_concurrency, max_retries=agent_max_retries, timeout=agent_timeout)
-              for model in models]
-    config = logs_cell(LogSource(path=logs, **(read_as or {})), env, agents, task=task, name=name,
-                       epsilons=epsilons, overrides=overrides, limit=limit)
+    config = evaluation_cell(LogSource(path=logs, **(read_as or {})), env, models, base_url=agent_base_url,
+                             backend=agent_backend, tokenizer=agent_tokenizer, mode=agent_mode,
+                             concurrency=agent_concurrency, max_retries=agent_max_retries, timeout=agent_timeout,
+                             task=task, name=name, epsilons=epsilons, overrides=overrides, limit=limit)
+    agents = config.evaluation.policies
     print(f"cell {config.name}: logs {logs}{f' (first {limit} episodes)' if limit else ''}, environment {env}, "
           f"agents {', '.join(f'{a.model} ({a.backend})' for a in agents)}; settings overridden: {overrides or 'none'}")
     folder = run_cell(config)

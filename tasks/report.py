@@ -9,7 +9,7 @@ import mlflow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from adwm_core.pipeline import Artifact, stage
-from adwm_core.report import cannot_tell_lines, summary_lines
+from adwm_core.report import cannot_tell_lines, summary_lines, verdict_grades
 
 from .common import use_tracking_store
 
@@ -41,9 +41,7 @@ def closing_screen(folder: str, flow_run_id: str | None) -> str:
         lines += ["", "what the log cannot tell", *cannot_tell_lines(curves["answers"], min(curves["epsilon"]))]
     graded_verdicts = (curves.get("comparisons") or {}).get("bootstrap")
     if graded_verdicts:
-        lines.append(f"ADWM's verdicts on pairs of points: {graded_verdicts['decided']:.2f} of the "
-                     f"{graded_verdicts['distinguishable']} pairs the truth tells apart decided, "
-                     f"{graded_verdicts['precision']:.2f} of decided pairs right")
+        lines.append(f"ADWM's verdicts on pairs of points: {verdict_grades(graded_verdicts)}")
     lines += ["", f"report   {folder}/{REPORT}", f"plot     {folder}/{PLOT}"]
     uri = use_tracking_store() or mlflow.get_tracking_uri()
     runs = mlflow.search_runs(search_all_experiments=True, filter_string=f"params.flow_run_id = '{flow_run_id}'",

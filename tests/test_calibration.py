@@ -7,7 +7,8 @@ import pytest
 from scipy import stats
 
 from adwm_core.cli import main
-from adwm_core.ope.statistics.calibration import linear_calibration, per_start_means, prediction_powered
+from adwm_core.ope.statistics.calibration import (linear_calibration, per_start_means, prediction_powered, top_up,
+                                                  topped_up_verdicts)
 
 
 def synthetic_point(rng, k: int, n: int, bias: float, noise: float):
@@ -55,6 +56,27 @@ def test_live_starts_ADWM_never_imagined_from_fall_back_to_its_mean():
     # θ̂ = x̄ + mean(G − m) with m(z) = x̄ = 3: 3 + ((2 − 2) + (4 − 3)) / 2
     assert c.value == pytest.approx(3.5)
     assert c.matched == pytest.approx(0.5)
+
+
+def test_a_top_up_puts_each_point_beside_its_live_episodes_and_decides_pairs_the_live_mean_alone_cannot():
+    """Two agents 0.5 apart, each with 6 live episodes (noise 0.2) and 3000 imagined rollouts, ADWM
+    biased by +1 but tracking each start: topped up, both intervals shrink below the live ones and the pair is decided the
+    right way; the live episodes alone (λ = 0) would straddle 0. A point ADWM never imagined is named."""
+    rng = np.random.default_rng(4)
+    values = {f"s{i}": float(v) for i, v in enumerate(rng.normal(0, 3, 30))}
+    imagined, live = {}, {}
+    for agent, shift in (("a", 0.5), ("b", 0.0)):
+        starts = list(rng.choice(list(values), 3000))
+        imagined[agent, 0.0] = [(s, values[s] + shift + 1.0) for s in starts]
+        live[agent, 0.0] = [(s, values[s] + shift + rng.normal(0, 0.2)) for s in rng.choice(list(values), 6)]
+    topped = top_up(imagined, live)
+    assert [t.point for t in topped] == [("a", 0.0), ("b", 0.0)] and all(t.narrower for t in topped)
+    assert all(t.topped.k == 6 and t.topped.power > 0.8 for t in topped)
+    (verdict,) = topped_up_verdicts(topped)
+    assert verdict.better == "a ε=0" and verdict.low < 0.5 < verdict.high
+    assert topped[0].live.low < topped[1].live.high  # the live means' own intervals overlap
+    with pytest.raises(ValueError, match="live episodes of c at ε=0, but ADWM imagined"):
+        top_up(imagined, {**live, ("c", 0.0): live["a", 0.0]})
 
 
 def test_ppi_refuses_too_few_episodes_or_mismatched_starts():

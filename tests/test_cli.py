@@ -77,3 +77,39 @@ def test_agents_are_ranked_best_first_and_the_best_is_named_only_where_every_ver
     assert best_agent(*rank_agents(without_twin, n_resamples=500)) == "strong"
     with pytest.raises(ValueError, match="no ADWM rollouts at ε=0.5"):
         rank_agents(table, epsilon=0.5)
+
+
+def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(tmp_path, monkeypatch, capsys):
+    """--live with an environment whose engine cannot start here and no --live-logs names both
+    fixes; live logs of agents the run does not score name the agents; neither leaves a cell."""
+    import json
+    import os
+
+    from adwm_core.envs import EnvironmentUnavailable, registry
+    from flows.cli import main
+
+    def no_engine(**options):
+        raise EnvironmentUnavailable("no-engine runs on a simulator this machine lacks")
+
+    monkeypatch.setitem(registry._REGISTRY, "no-engine", no_engine)  # a registered environment that cannot start
+    home = tmp_path / "home"
+    monkeypatch.setenv("ADWM_HOME", str(home))
+    base = ["evaluate", "--logs", "examples/simonsays-logs.jsonl", "--agent-base-url", "http://127.0.0.1:9/v1",
+            "--agent-model", "agent-a", "--agent-model", "agent-b"]
+    assert main([*base, "--env", "no-engine", "--live", "4"]) == 2
+    error = capsys.readouterr().err
+    assert "the environment no-engine cannot be run here (no-engine runs on a simulator this machine lacks)" in error
+    assert "make it runnable" in error and "--live-logs FILE" in error
+
+    live = tmp_path / "live.jsonl"
+    turns = [{"from": "human", "value": "Simon says, 'hop'."}, {"from": "gpt", "value": "hop"}]
+    live.write_text("".join(json.dumps({"policy": who, "conversations": turns, "reward": 0.2, "success": True}) + "\n"
+                            for who in ("agent-a", "agent-c", "agent-d")))
+    assert main([*base, "--env", "textworld-express", "--task", "simonsays", "--live-logs", str(live)]) == 2
+    error = capsys.readouterr().err
+    assert "holds episodes of ['agent-c', 'agent-d'], but this run's agents are ['agent-a@p0', 'agent-b@p0']" in error
+    assert main([*base, "--env", "textworld-express", "--live", "1"]) == 2
+    assert "at least 2 live episodes" in capsys.readouterr().err
+    assert main([*base, "--env", "textworld-express", "--live", "4", "--live-logs", str(live)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert not os.path.exists(home / "cells")

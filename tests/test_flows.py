@@ -327,7 +327,7 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
                                                                                   capsys, monkeypatch):
     """Two agents in one run (--agent-model twice) on the logs' first 6 episodes: one import and
     one world model, both agents ranked with a verdict on the pair and what the log cannot tell
-    about each; --seed shifts the recipe's seeds except
+    about each, then topped up by 2 live episodes per point (--live 2); --seed shifts the recipe's seeds except
     where --set names them; --output-path writes the estimates, the config, versions and the
     commit; an endpoint in $ADWM_AGENT_BASE_URL beside a local backend is refused."""
     from flows.cli import main
@@ -335,14 +335,18 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     output = harness / "ranked.json"
     monkeypatch.delenv("ADWM_AGENT_BASE_URL", raising=False)
     argv = evaluate_argv(first_run, harness / "ranked.jsonl", "--agent-model", tiny_policies["late"], "--agent-model",
-                         tiny_policies["early"], "--limit", "6", "--seed", "3", "--output-path", str(output))
+                         tiny_policies["early"], "--limit", "6", "--seed", "3", "--output-path", str(output),
+                         "--live", "2")
     assert main(argv) == 0
     out = capsys.readouterr().out
-    ranking = out[out.index("agents by ADWM:reward_sum at ε=0"):].splitlines()
+    topped = out[out.index("ADWM + 2 live episodes per point (PPI++"):].splitlines()
+    assert sum(line.split()[0] in ("early@p0", "late@p0") for line in topped[2:6]) == 4, out  # 2 agents × 2 ε
+    assert "verdicts with the live episodes, at ε=0:" in out
+    ranking = out[out.index("agents by ADWM:reward_sum at ε=0"):out.index("\nbest: ")].splitlines()
     assert sorted(line.split()[1] for line in ranking[1:3]) == ["early@p0", "late@p0"], out
     (verdict,) = [line for line in ranking if " vs " in line]
     assert ("better" in verdict or "cannot tell from these logs" in verdict) and "the log alone:" in verdict, out
-    assert any(line.startswith("best: ") for line in ranking)
+    assert out[out.index("\nbest: "):].splitlines()[1].startswith("best: ")
     cannot = out[out.index("what the log cannot tell"):]
     assert all(f"{agent} at ε=0: " in cannot for agent in ("early@p0", "late@p0")), out
 

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, identified_bounds, interval, verdicts
+from adwm_core.ope.statistics.calibration import ToppedUp, top_up, topped_up_verdicts
 from adwm_core.ope.statistics.metrics import verdict_scores
 from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, machine
 from flows.cells import cell_names
@@ -71,6 +72,38 @@ def grade(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig) -> di
     return {"coverage": float(np.mean(held)), "width": float(np.median(widths)), "decided": scores.decided,
             "precision": scores.precision, "pairs": scores.pairs, "distinguishable": scores.distinguishable,
             "decided_pairs": sum(v.better is not None for v in found)}
+
+
+def live_grades(imagined: dict, episodes: dict, truth: dict, stderr: dict, *, k: int, draws: int,
+                confidence: float, seed: int = 0) -> dict:
+    """ADWM topped up by k live episodes per point (``top_up``), k drawn without replacement from
+    the point's ground-truth episodes ``draws`` times: coverage of J, the median width over the
+    range of J, the median width over the live episodes' own interval, and the verdicts on every
+    pair of points (``topped_up_verdicts``): decided and precision, each a mean over draws. The
+    same draws give the live episodes alone (λ = 0) their own row."""
+    rng = np.random.default_rng(seed)
+    spread = float(np.ptp(list(truth.values())))
+    graded = {name: defaultdict(list) for name in ("ADWM+live", "live alone")}
+    for _ in range(draws):
+        live = {point: [episodes[point][i] for i in rng.choice(len(episodes[point]), k, replace=False)]
+                for point in truth}
+        topped = top_up(imagined, live, confidence=confidence)
+        alone = [ToppedUp(t.point, t.adwm, t.live, t.live) for t in topped]
+        for name, found in (("ADWM+live", topped), ("live alone", alone)):
+            g = graded[name]
+            g["coverage"] += [t.topped.low <= truth[t.point] <= t.topped.high for t in found]
+            g["width"] += [(t.topped.high - t.topped.low) / spread for t in found]
+            g["width_over_live"] += [(t.topped.high - t.topped.low) / (t.live.high - t.live.low)
+                                     if t.live.high > t.live.low else np.nan for t in found]  # live all alike: none
+            scores = verdict_scores(topped_up_verdicts(found, confidence=confidence),
+                                    {f"{p} ε={e:g}": truth[p, e] for p, e in truth},
+                                    {f"{p} ε={e:g}": stderr[p, e] for p, e in truth})
+            g["decided"].append(scores.decided)
+            g["precision"].append(scores.precision)
+    return {name: {"coverage": float(np.mean(g["coverage"])), "width": float(np.median(g["width"])),
+                   "width_over_live": float(np.nanmedian(g["width_over_live"])),
+                   "decided": float(np.nanmean(g["decided"])), "precision": float(np.nanmean(g["precision"]))}
+            for name, g in graded.items()}
 
 
 def measure_rows(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig, log: ReturnRange) -> dict:

@@ -12,6 +12,10 @@ the rollouts started at s (x̄, the mean of every rollout, where none did), and
 with the interval θ̂_λ ± t_{k−1, (1+c)/2} √Var (Student's t: k is small). λ = 0 is the live mean
 alone, λ = 1 classical PPI: the rectifier (1/k) Σ (G_j − m(s_j)) removes ADWM's bias at the live
 episodes' starts, and where m tracks G the interval is narrower than the live mean's.
+
+``top_up`` does this for every point with live episodes (``adwm evaluate --live K`` or
+``--live-logs``), beside the live mean alone; ``topped_up_verdicts`` compares two points by
+θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²), with the agents' estimates taken as independent.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
+
+from .bounds import Verdict
 
 Point = tuple[str, float]  # (policy, ε)
 
@@ -39,6 +46,8 @@ class Calibrated:
     high: float
     power: float  # PPI: λ; the linear map: its slope b
     matched: float = 1.0  # PPI: the share of live episodes whose start ADWM imagined from
+    se: float = float("nan")  # PPI: √Var θ̂_λ
+    k: int = 0  # PPI: live episodes
 
 
 def read_imagined(path: str) -> dict[Point, list[tuple[str, float]]]:
@@ -112,7 +121,54 @@ def prediction_powered(live_starts: Sequence[str], live_returns: Sequence[float]
     value = power * mean + float(np.mean(g - power * m))
     variance = np.var(g - power * m, ddof=1) / k + power ** 2 * x.var(ddof=1) / n
     half = float(stats.t.ppf((1 + confidence) / 2, k - 1) * np.sqrt(variance))
-    return Calibrated(value, value - half, value + half, power, float(np.mean([s in means for s in live_starts])))
+    return Calibrated(value, value - half, value + half, power, float(np.mean([s in means for s in live_starts])),
+                      float(np.sqrt(variance)), k)
+
+
+@dataclass(frozen=True)
+class ToppedUp:
+    """One point's ADWM estimate topped up by k live episodes: ADWM's imagined mean, the live
+    episodes' mean alone (λ = 0) and the prediction-powered value (PPI++)."""
+
+    point: Point
+    adwm: float
+    live: Calibrated
+    topped: Calibrated
+
+    @property
+    def narrower(self) -> bool:
+        """Whether the live episodes and ADWM together say more than the same live episodes alone."""
+        return self.topped.high - self.topped.low < self.live.high - self.live.low
+
+
+def top_up(imagined: dict[Point, list[tuple[str, float]]], live: dict[Point, list[tuple[str, float]]], *,
+           confidence: float = 0.95) -> list[ToppedUp]:
+    """Every point with live episodes, topped up (``prediction_powered``, paired by start state);
+    each needs ADWM's rollouts of the same point and at least 2 live episodes."""
+    found = []
+    for point in sorted(live):
+        if point not in imagined:
+            raise ValueError(f"live episodes of {point[0]} at ε={point[1]:g}, but ADWM imagined "
+                             f"{sorted(imagined)}: label each live episode with its agent and ε")
+        starts, returns = zip(*live[point])
+        x_starts, x = zip(*imagined[point])
+        found.append(ToppedUp(point, float(np.mean(x)),
+                              prediction_powered(starts, returns, x_starts, x, confidence=confidence, power=0.0),
+                              prediction_powered(starts, returns, x_starts, x, confidence=confidence)))
+    return found
+
+
+def topped_up_verdicts(topped: Sequence[ToppedUp], *, confidence: float = 0.95) -> list[Verdict]:
+    """A verdict on every pair of ``topped`` (bounds.Verdict) from θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²),
+    k the fewer live episodes of the two: the agents' live episodes and rollouts drawn apart."""
+    found = []
+    for a, b in combinations(topped, 2):
+        difference = a.topped.value - b.topped.value
+        half = float(stats.t.ppf((1 + confidence) / 2, min(a.topped.k, b.topped.k) - 1)
+                     * np.hypot(a.topped.se, b.topped.se))
+        found.append(Verdict(f"{a.point[0]} ε={a.point[1]:g}", f"{b.point[0]} ε={b.point[1]:g}", difference,
+                             difference - half, difference + half))
+    return found
 
 
 def linear_calibration(adwm: Sequence[float], live_means: Sequence[float], *, confidence: float = 0.95,
