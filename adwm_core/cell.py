@@ -25,6 +25,7 @@ from .envs import env_names, uses_react_actions
 from .settings import WORLD_MODEL_PRESETS, PsiConfig, TrainConfig
 from .ope.classical.settings import BaselineConfig, FQEConfig
 from .ope.settings import AdwmConfig
+from .policies.local_models import OFFLINE_PREFIX, offline_name
 from .validated import Settings
 
 LOCAL_PREFIX = "local:"
@@ -212,6 +213,11 @@ class CellConfig(Settings):
                 raise CellConfigError(f"{source}: {where} is reached through an endpoint (backend {spec.backend}), "
                                       "which does not expose the input embeddings ψ is trained on; set "
                                       "adwm.reading: retrieval")
+            if spec.model.startswith(OFFLINE_PREFIX):
+                try:
+                    offline_name(spec.model)
+                except ValueError as error:
+                    raise CellConfigError(f"{source}: {where}.{error}") from None
             if spec.model.startswith(LOCAL_PREFIX):
                 name = spec.model[len(LOCAL_PREFIX):]
                 if self.local_policies is None or name not in self.local_policies.checkpoints:

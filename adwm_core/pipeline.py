@@ -52,6 +52,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel
 
 from .cell import LOCAL_PREFIX, CellConfig
+from .policies.local_models import OFFLINE_PREFIX
 from .envs.registry import env_module
 from .fingerprints import code_fingerprint, content_fingerprint, module_file
 from .paths import artifact_path
@@ -326,6 +327,8 @@ def _model_identity(spec: PolicySpec, family: Callable[[], str]) -> dict:
         return {"family": family(), "checkpoint": spec.model[len(LOCAL_PREFIX):]}
     if spec.backend in REMOTE_BACKENDS:
         return {"name": spec.model, "endpoint": spec.options.get("base_url")}
+    if spec.model.startswith(OFFLINE_PREFIX):  # the same weights on every machine: keyed by name
+        return {"offline": spec.model}
     if os.path.exists(os.path.expanduser(spec.model)):  # a folder is loaded before a hub name of the same spelling
         return _path_identity(spec.model)
     if os.path.isabs(os.path.expanduser(spec.model)) or spec.model.startswith("."):

@@ -8,6 +8,7 @@ import os
 import torch
 
 from .cell import LOCAL_PREFIX, CellConfig
+from .policies.local_models import OFFLINE_PREFIX, check_offline_model
 from .policies.vllm_backend import share_gpu_memory
 from .specs import REMOTE_BACKENDS
 
@@ -30,6 +31,9 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
                            "a worker of work pool 'gpu' (see docs/operations.md, 'Running it as a service')")
     for where, spec in cell.policies():
         if spec.model.startswith(LOCAL_PREFIX) or spec.backend in REMOTE_BACKENDS:  # an endpoint: checked when reached
+            continue
+        if spec.model.startswith(OFFLINE_PREFIX):
+            check_offline_model(spec.model)
             continue
         folder = os.path.expanduser(spec.model)
         if os.path.isabs(folder) or os.path.isdir(folder):

