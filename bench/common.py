@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from adwm_core import pipeline
@@ -80,6 +81,7 @@ def default_behaviour(n_episodes: int, family: dict[str, str]):
 # ------------------------------------------------------------------------------------------ cells
 
 DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on (deployments/TEST_CELLS.md)
+FRESH = "test-b2-"  # the second test batch; the first batch's test cells are now seen (TEST_CELLS.md)
 ADWM = "ADWM:reward_sum"  # the estimator the tables and studies grade
 
 
@@ -94,6 +96,20 @@ def admitted_cells() -> list[str]:
     if not path.exists():
         raise SystemExit("no admission yet: run python -m bench.tables.heldout --admit")
     return [c for c, v in json.loads(path.read_text())["cells"].items() if v["admitted"]]
+
+
+def write_grouped(name: str, title: str, doc: str, results: dict[str, dict],
+                  table: Callable[[str, dict], list[str]]) -> None:
+    """A study's results by group of cells (title → cell → result) → bench/results/<name>.json and
+    <name>.md: the title, ``doc`` (the module docstring) between its first paragraph and its "→"
+    line, a ``table`` per group and the machine; the markdown printed."""
+    (RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine(), "cells": results}, indent=2))
+    lines = [f"# {title}", "", doc.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), ""]
+    for group, by_cell in results.items():
+        lines += table(group, by_cell)
+    lines.append(f"Machine: `{json.dumps(machine())}`")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def slug(settings: dict[str, object]) -> str:

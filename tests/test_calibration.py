@@ -1,14 +1,15 @@
 """ADWM calibrated by a few live episodes (adwm_core/ope/statistics/calibration.py)."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from adwm_core.cli import main
-from adwm_core.ope.statistics.calibration import (linear_calibration, per_start_means, prediction_powered, top_up,
-                                                  topped_up_verdicts)
+from adwm_core.ope.statistics.calibration import (linear_calibration, paired_difference, per_start_means,
+                                                  prediction_powered, top_up, topped_up_verdicts)
 
 
 def synthetic_point(rng, k: int, n: int, bias: float, noise: float):
@@ -77,6 +78,26 @@ def test_a_top_up_puts_each_point_beside_its_live_episodes_and_decides_pairs_the
     assert topped[0].live.low < topped[1].live.high  # the live means' own intervals overlap
     with pytest.raises(ValueError, match="live episodes of c at ε=0, but ADWM imagined"):
         top_up(imagined, {**live, ("c", 0.0): live["a", 0.0]})
+
+
+def test_live_episodes_paired_by_start_decide_what_the_same_episodes_read_apart_cannot():
+    """Two points played on the same 8 starts, whose returns share the start's value (spread 3)
+    and differ by 0.4: paired, the difference's interval is narrow and holds 0.4; read apart, each
+    point's live interval is about as wide as the values' spread and the pair is undecided."""
+    rng = np.random.default_rng(5)
+    starts = [f"s{i}" for i in range(8)]
+    value = {s: float(rng.normal(0, 3)) for s in starts}
+    imagined = [(s, value[s]) for s in starts for _ in range(5)]
+    a = [(s, value[s] + 0.4 + float(rng.normal(0, 0.05))) for s in starts]
+    b = [(s, value[s] + float(rng.normal(0, 0.05))) for s in starts]
+    paired = paired_difference(a, b, imagined, imagined)
+    assert paired.k == 8 and paired.matched == 1.0 and paired.low < 0.4 < paired.high and paired.high - paired.low < 0.3
+    topped = top_up({("a", 0.0): imagined, ("b", 0.0): imagined}, {("a", 0.0): a, ("b", 0.0): b})
+    (verdict,) = topped_up_verdicts(topped)
+    assert verdict.better == "a ε=0" and (verdict.low, verdict.high) == (paired.low, paired.high)
+    apart = topped_up_verdicts([replace(t, episodes=()) for t in topped])[0]  # no shared starts: read apart
+    assert apart.better is None and apart.high - apart.low > 10 * (paired.high - paired.low)
+    assert paired_difference(a[:1], b, imagined, imagined) is None  # one pair: no interval
 
 
 def test_ppi_refuses_too_few_episodes_or_mismatched_starts():

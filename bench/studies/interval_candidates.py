@@ -22,14 +22,13 @@ at a median width ≤ 0.5 (issue 38's target); the test cells are read, never ch
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.common import ADWM, DEVELOPMENT, RESULTS, admitted_cells, artifact, machine, point_truth
+from bench.common import ADWM, DEVELOPMENT, admitted_cells, artifact, point_truth, write_grouped
 from flows.cells import cell_names
 
 KNN, FQE = "kNN-WM:reward_sum", "FQE"
@@ -117,13 +116,7 @@ def main() -> None:
     development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
     groups = {"Development cells (tuned on)": development, "Test cells (never tuned on)": admitted_cells()}
     results = {title: {cell: measure(cell) for cell in cells} for title, cells in groups.items()}
-    (RESULTS / "interval_candidates.json").write_text(json.dumps({"machine": machine(), "cells": results}, indent=2))
-    lines = ["# Candidate intervals around ADWM's estimate", "", __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), ""]
-    for title, rs in results.items():
-        lines += table(title, rs)
-    lines.append(f"Machine: `{json.dumps(machine())}`")
-    (RESULTS / "interval_candidates.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_grouped("interval_candidates", "Candidate intervals around ADWM's estimate", __doc__, results, table)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ seed's rollouts at once: decided (the share of distinguishable pairs given one) 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 import numpy as np
@@ -29,7 +28,7 @@ from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, identified_bounds, interval, verdicts
 from adwm_core.ope.statistics.calibration import ToppedUp, top_up, topped_up_verdicts
 from adwm_core.ope.statistics.metrics import verdict_scores
-from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, machine
+from bench.common import DEVELOPMENT, artifact, cell_config, write_grouped
 from flows.cells import cell_names
 
 CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges")
@@ -76,17 +75,19 @@ def grade(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig) -> di
 
 def live_grades(imagined: dict, episodes: dict, truth: dict, stderr: dict, *, k: int, draws: int,
                 confidence: float, seed: int = 0) -> dict:
-    """ADWM topped up by k live episodes per point (``top_up``), k drawn without replacement from
-    the point's ground-truth episodes ``draws`` times: coverage of J, the median width over the
+    """ADWM topped up by k live episodes per point (``top_up``), the same k episode numbers drawn
+    without replacement at every point (the ground truth plays episode i of every point on the
+    same instance and seed) ``draws`` times: coverage of J, the median width over the
     range of J, the median width over the live episodes' own interval, and the verdicts on every
     pair of points (``topped_up_verdicts``): decided and precision, each a mean over draws. The
     same draws give the live episodes alone (λ = 0) their own row."""
     rng = np.random.default_rng(seed)
     spread = float(np.ptp(list(truth.values())))
     graded = {name: defaultdict(list) for name in ("ADWM+live", "live alone")}
-    for _ in range(draws):
-        live = {point: [episodes[point][i] for i in rng.choice(len(episodes[point]), k, replace=False)]
-                for point in truth}
+    n = min(len(episodes[point]) for point in truth)
+    for _ in range(draws):  # the same episode numbers at every point: the ground truth's instances and seeds
+        drawn = rng.choice(n, k, replace=False)
+        live = {point: [episodes[point][i] for i in drawn] for point in truth}
         topped = top_up(imagined, live, confidence=confidence)
         alone = [ToppedUp(t.point, t.adwm, t.live, t.live) for t in topped]
         for name, found in (("ADWM+live", topped), ("live alone", alone)):
@@ -156,14 +157,7 @@ def table(title: str, results: dict[str, dict | None]) -> list[str]:
 def main() -> None:
     groups = {"Development cells (tuned on)": [c for c in cell_names() if c.startswith(DEVELOPMENT)]}
     results = {title: {cell: measure(cell) for cell in cells} for title, cells in groups.items()}
-    (RESULTS / "verdicts.json").write_text(json.dumps({"machine": machine(), "cells": results}, indent=2))
-    lines = ["# ADWM's interval and verdicts against ground truth", "",
-             __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), ""]
-    for title, rs in results.items():
-        lines += table(title, rs)
-    lines.append(f"Machine: `{json.dumps(machine())}`")
-    (RESULTS / "verdicts.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_grouped("verdicts", "ADWM's interval and verdicts against ground truth", __doc__, results, table)
 
 
 if __name__ == "__main__":

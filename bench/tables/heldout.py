@@ -10,12 +10,16 @@ stated there on ground truth alone:
 It writes ``bench/results/admission.{md,json}``; no estimator runs.
 
 Without ``--admit`` it reads the finished report stage of every development cell
-(``local-*``) and every admitted test cell — as their configs stand; a cell whose stages
+(``local-*``) and every admitted test cell — the first batch's as *seen* cells, the second
+batch's (``test-b2-*``) as *test* cells, each group in a table of its own — as their configs stand; a cell whose stages
 are stale under today's code keeps its row of the previous run, marked with the commit and day
 it was measured at (never mixed in silently), else shows as not measured (``--run`` runs its
 flow first, reusing every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
 NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, with the share of its
-95 % intervals (every point and seed) that hold the true J, the mean ρ over each
+95 % intervals (every point and seed) that hold the true J, its verdicts on pairs of points
+(decided: the share of the pairs the ground truth tells apart given a verdict; precision: the
+share of decided pairs ordered as J orders them; ADWM's paired, every other estimator's from its
+intervals read apart), the mean ρ over each
 group of cells with a percentile-bootstrap interval over cells, and the paired difference
 ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
 
@@ -43,11 +47,14 @@ import numpy as np
 import yaml
 
 from adwm_core.cell import CellConfig, assign
+from adwm_core.ope.statistics.bounds import unpaired_verdicts
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
+from adwm_core.ope.statistics.metrics import verdict_scores
+from adwm_core.report import first_seed_rows
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
-from bench.common import (ADWM, DEVELOPMENT, RESULTS, TEST, admitted_cells, artifact, cell_config, ground_truth,
-                          machine, slug, world_model_histories)
+from bench.common import (ADWM, DEVELOPMENT, FRESH, RESULTS, TEST, admitted_cells, artifact, cell_config,
+                          ground_truth, machine, slug, world_model_histories)
 from flows.cells import cell_config_path, cell_names
 from tasks.common import source_version
 
@@ -117,18 +124,51 @@ def finished_report(cell: str, run: bool):
     return artifact(cell, "report", required=False)
 
 
-def report_results(report) -> dict[str, dict] | None:
-    """``{estimator: {"rho", "nmae", "coverage", "width"}}`` of a finished report (None: none)."""
+def report_results(report, cell: str | None = None) -> dict[str, dict] | None:
+    """``{estimator: {"rho", "nmae", "coverage", "width", "decided", "precision"}}`` of a finished
+    report (None: none); ``decided`` and ``precision`` where ``cell``'s ground truth is finished."""
     if report is None:
         return None
     with open(report.file("results")) as f:
-        return {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
-                for r in json.load(f)}
+        results = {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
+                   for r in json.load(f)}
+    for estimator, graded in (verdict_grades(report, cell) if cell else {}).items():
+        results.setdefault(estimator, {}).update(graded)
+    return results
+
+
+def verdict_grades(report, cell: str) -> dict[str, dict]:
+    """Per estimator, how its verdicts on the cell's pairs of points fare against ground truth
+    (``verdict_scores``): ADWM's from the report's paired reading, every other estimator's from
+    its first seed's intervals read apart (``unpaired_verdicts``)."""
+    import pyarrow.parquet as pq
+
+    config = cell_config(cell)
+    truth, stderr = {}, {}
+    for policy in config.evaluation.policies:
+        summary = artifact(config, "ground-truth", policy, required=False)
+        if summary is None:
+            return {}
+        for point in pq.read_table(summary.file("summary")).to_pylist():
+            label = f"{point['policy']} ε={point['epsilon']:g}"
+            truth[label], stderr[label] = point["mean_return"], point["stderr"]
+    with open(report.file("curves")) as f:
+        paired = (json.load(f).get("comparisons") or {}).get("bootstrap")
+    graded = {ADWM: {"decided": paired["decided"], "precision": paired["precision"]}} if paired else {}
+    by_estimator: dict[str, dict] = {}
+    for row in first_seed_rows(pq.read_table(report.file("estimates"))):
+        label = f"{row['policy']} ε={row['epsilon']:g}"
+        if row["estimator"] != ADWM and label in truth:
+            by_estimator.setdefault(row["estimator"], {})[label] = (row["value"], row["ci_low"], row["ci_high"])
+    for estimator, intervals in by_estimator.items():
+        scores = verdict_scores(unpaired_verdicts(intervals), truth, stderr)
+        graded[estimator] = {"decided": scores.decided, "precision": scores.precision}
+    return graded
 
 
 def measured(cell: str, run: bool) -> dict[str, dict] | None:
     """:func:`report_results` of the cell's :func:`finished_report`."""
-    return report_results(finished_report(cell, run))
+    return report_results(finished_report(cell, run), cell)
 
 
 def _interval_table(title: str, reports: list) -> list[str]:
@@ -165,14 +205,16 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
 
 
 def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict]) -> list[str]:
-    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals)", "",
+    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals / decided / precision of the verdicts "
+             "on pairs of points)", "",
              "| cell | measured | " + " | ".join(SHOWN) + " |", "|---|---|" + "---|" * len(SHOWN)]
     for cell, by_estimator in results.items():
         if by_estimator is None:
             lines.append(f"| {cell} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
             continue
         cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g} / {by_estimator[e]['coverage']:.2f}"
-                 if e in by_estimator else "–" for e in SHOWN]
+                 f" / {_share(by_estimator[e].get('decided'))} / {_share(by_estimator[e].get('precision'))}"
+                 if e in by_estimator and "rho" in by_estimator[e] else "–" for e in SHOWN]
         lines.append(f"| {cell} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
     done = [r for r in results.values() if r is not None]
     if done:
@@ -184,6 +226,11 @@ def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[s
         counted = f"{len(done)} cells, {earlier} under earlier code" if earlier else f"{len(done)} cells"
         lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | " + " | ".join(row) + " |")
     return lines + [""]
+
+
+def _share(value: float | None) -> str:
+    """A share as the tables print it; – where not measured (rows from before verdicts existed) or undefined."""
+    return "–" if value is None or value != value else f"{value:.2f}"
 
 
 def _provenance(measured: dict) -> str:
@@ -212,10 +259,11 @@ def fill_earlier_rows(cells: list[str], results: dict[str, dict | None]) -> dict
 
 def write_table(run: bool) -> dict:
     development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
-    test = admitted_cells()
-    reports = {cell: finished_report(cell, run) for cell in development + test}
-    results = {cell: report_results(report) for cell, report in reports.items()}
-    measured_at = fill_earlier_rows(development + test, results)
+    admitted = admitted_cells()
+    seen, test = [c for c in admitted if not c.startswith(FRESH)], [c for c in admitted if c.startswith(FRESH)]
+    reports = {cell: finished_report(cell, run) for cell in development + seen + test}
+    results = {cell: report_results(report, cell) for cell, report in reports.items()}
+    measured_at = fill_earlier_rows(development + seen + test, results)
     lines = ["# The held-out measuring stick", "",
              "`python -m bench.tables.heldout`: every development cell (`local-*`, tuned on) and every test cell "
              "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
@@ -224,8 +272,11 @@ def write_table(run: bool) -> dict:
              "`not measured`. ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; "
              "NMAE: mean |Ĵ − J| / range of J.", ""]
     lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development}, measured_at)
-    lines += _cell_table("Test cells (never tuned on)", {c: results[c] for c in test}, measured_at)
+    lines += _cell_table("Seen cells (the first test batch, read under several defaults; no longer held out)",
+                         {c: results[c] for c in seen}, measured_at)
+    lines += _cell_table("Test cells (the second batch, never tuned on)", {c: results[c] for c in test}, measured_at)
     lines += (_interval_table("Development cells (today's code only)", [reports[c] for c in development])
+              + _interval_table("Seen cells (today's code only)", [reports[c] for c in seen])
               + _interval_table("Test cells (today's code only)", [reports[c] for c in test]))
     measured_test = {c: r for c, r in results.items() if c in test and r is not None}
     others = [e for e in SHOWN if e != ADWM]
@@ -245,7 +296,7 @@ def write_table(run: bool) -> dict:
         lines.append("")
     lines.append(f"Machine: `{json.dumps(machine())}`")
     (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
-    report = {"machine": machine(), "development": development, "test": test, "results": results,
+    report = {"machine": machine(), "development": development, "seen": seen, "test": test, "results": results,
               "measured": measured_at}
     (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))

@@ -161,6 +161,14 @@ def verdicts(candidates: Mapping[str, Candidate], *, n_resamples: int, confidenc
     return found
 
 
+def unpaired_verdicts(intervals: Mapping[str, tuple[float, float, float]]) -> list[Verdict]:
+    """A verdict on every pair of ``intervals`` (name → (value, low, high)) read as two independent
+    intervals: the difference's interval [low_a − high_b, high_a − low_b], so a pair is decided
+    only where the two intervals do not overlap (estimators with no paired reading)."""
+    return [Verdict(a, b, intervals[a][0] - intervals[b][0], intervals[a][1] - intervals[b][2],
+                    intervals[a][2] - intervals[b][1]) for a, b in combinations(intervals, 2)]
+
+
 def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *,
                          bounded: bool = True) -> dict:
     """Candidates from per-rollout rows (the ADWM stage's ``rollouts`` table: estimator, member,

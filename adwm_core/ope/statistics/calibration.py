@@ -14,8 +14,10 @@ alone, λ = 1 classical PPI: the rectifier (1/k) Σ (G_j − m(s_j)) removes ADW
 episodes' starts, and where m tracks G the interval is narrower than the live mean's.
 
 ``top_up`` does this for every point with live episodes (``adwm evaluate --live K`` or
-``--live-logs``), beside the live mean alone; ``topped_up_verdicts`` compares two points by
-θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²), with the agents' estimates taken as independent.
+``--live-logs``), beside the live mean alone. ``topped_up_verdicts`` compares two points by the
+same estimator on the differences of their live episodes paired by start (``paired_difference``:
+the ground truth plays every point on the same instances and seeds), or, where they share no
+starts, by θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²).
 """
 
 from __future__ import annotations
@@ -115,14 +117,47 @@ def prediction_powered(live_starts: Sequence[str], live_returns: Sequence[float]
         raise ValueError("one start per live episode and per imagined rollout")
     means, mean = per_start_means(imagined_starts, x), float(x.mean())
     m = np.asarray([means.get(s, mean) for s in live_starts])
+    return _powered(g, m, mean, x.var(ddof=1) / n, n, confidence=confidence, power=power,
+                    matched=float(np.mean([s in means for s in live_starts])))
+
+
+def _powered(g: np.ndarray, m: np.ndarray, mean: float, mean_variance: float, n: int, *, confidence: float,
+             power: float | None, matched: float) -> Calibrated:
+    """θ̂_λ = λ x̄ + mean(g − λ m) from live values g, the predictor m at their starts, the imagined
+    mean x̄ of n rollouts and Var x̄ (``mean_variance``), with its Student interval."""
+    k = len(g)
     if power is None:
         var_m = m.var(ddof=1)
         power = 0.0 if var_m == 0 else float(np.clip(np.cov(g, m)[0, 1] / ((1 + k / n) * var_m), 0, 1))
     value = power * mean + float(np.mean(g - power * m))
-    variance = np.var(g - power * m, ddof=1) / k + power ** 2 * x.var(ddof=1) / n
-    half = float(stats.t.ppf((1 + confidence) / 2, k - 1) * np.sqrt(variance))
-    return Calibrated(value, value - half, value + half, power, float(np.mean([s in means for s in live_starts])),
-                      float(np.sqrt(variance)), k)
+    se = float(np.sqrt(np.var(g - power * m, ddof=1) / k + power ** 2 * mean_variance))
+    half = float(stats.t.ppf((1 + confidence) / 2, k - 1) * se)
+    return Calibrated(value, value - half, value + half, power, matched, se, k)
+
+
+def paired_difference(live_a: Sequence[tuple[str, float]], live_b: Sequence[tuple[str, float]],
+                      imagined_a: Sequence[tuple[str, float]], imagined_b: Sequence[tuple[str, float]], *,
+                      confidence: float = 0.95) -> Calibrated | None:
+    """PPI++ on J_a − J_b where the two points' live episodes share starts: the j-th episode of a
+    at start s is paired with the j-th of b there, d_j = G_a,j − G_b,j, the predictor
+    m_a(s) − m_b(s) and the imagined mean x̄_a − x̄_b (Var: the two rollout sets' own, added).
+    ``matched``: the share of a's live episodes paired. None where fewer than 2 pairs."""
+    at_b = defaultdict(list)
+    for start, g in live_b:
+        at_b[start].append(g)
+    taken, pairs = defaultdict(int), []
+    for start, g in live_a:
+        if taken[start] < len(at_b[start]):
+            pairs.append((start, g - at_b[start][taken[start]]))
+            taken[start] += 1
+    if len(pairs) < 2:
+        return None
+    xa, xb = (np.asarray([x for _, x in rollouts], float) for rollouts in (imagined_a, imagined_b))
+    ma, mb = per_start_means(*zip(*imagined_a)), per_start_means(*zip(*imagined_b))
+    d = np.asarray([difference for _, difference in pairs])
+    m = np.asarray([ma.get(s, xa.mean()) - mb.get(s, xb.mean()) for s, _ in pairs])
+    return _powered(d, m, float(xa.mean() - xb.mean()), xa.var(ddof=1) / len(xa) + xb.var(ddof=1) / len(xb),
+                    min(len(xa), len(xb)), confidence=confidence, power=None, matched=len(pairs) / len(live_a))
 
 
 @dataclass(frozen=True)
@@ -134,6 +169,8 @@ class ToppedUp:
     adwm: float
     live: Calibrated
     topped: Calibrated
+    episodes: tuple[tuple[str, float], ...] = ()  # (start, return) of the live episodes
+    rollouts: tuple[tuple[str, float], ...] = ()  # (start, return) of ADWM's rollouts
 
     @property
     def narrower(self) -> bool:
@@ -154,20 +191,26 @@ def top_up(imagined: dict[Point, list[tuple[str, float]]], live: dict[Point, lis
         x_starts, x = zip(*imagined[point])
         found.append(ToppedUp(point, float(np.mean(x)),
                               prediction_powered(starts, returns, x_starts, x, confidence=confidence, power=0.0),
-                              prediction_powered(starts, returns, x_starts, x, confidence=confidence)))
+                              prediction_powered(starts, returns, x_starts, x, confidence=confidence),
+                              tuple(live[point]), tuple(imagined[point])))
     return found
 
 
 def topped_up_verdicts(topped: Sequence[ToppedUp], *, confidence: float = 0.95) -> list[Verdict]:
-    """A verdict on every pair of ``topped`` (bounds.Verdict) from θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²),
-    k the fewer live episodes of the two: the agents' live episodes and rollouts drawn apart."""
+    """A verdict on every pair of ``topped`` (bounds.Verdict): from ``paired_difference`` where their
+    live episodes share at least 2 starts, else from θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²), k the
+    fewer live episodes of the two (the points read apart)."""
     found = []
     for a, b in combinations(topped, 2):
-        difference = a.topped.value - b.topped.value
-        half = float(stats.t.ppf((1 + confidence) / 2, min(a.topped.k, b.topped.k) - 1)
-                     * np.hypot(a.topped.se, b.topped.se))
-        found.append(Verdict(f"{a.point[0]} ε={a.point[1]:g}", f"{b.point[0]} ε={b.point[1]:g}", difference,
-                             difference - half, difference + half))
+        paired = paired_difference(a.episodes, b.episodes, a.rollouts, b.rollouts, confidence=confidence)
+        if paired is not None:
+            difference, low, high = paired.value, paired.low, paired.high
+        else:
+            difference = a.topped.value - b.topped.value
+            half = float(stats.t.ppf((1 + confidence) / 2, min(a.topped.k, b.topped.k) - 1)
+                         * np.hypot(a.topped.se, b.topped.se))
+            low, high = difference - half, difference + half
+        found.append(Verdict(f"{a.point[0]} ε={a.point[1]:g}", f"{b.point[0]} ε={b.point[1]:g}", difference, low, high))
     return found
 
 
