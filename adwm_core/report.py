@@ -382,7 +382,8 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
              "the live episodes alone beside it)",
              f"{'agent':<24} {'ε':>5} {'ADWM':>9}  {'live alone':<26} {'ADWM+live':<26} {'λ':>5} matched"]
     for t in topped:
-        note = "" if t.narrower else "  (not narrower than the live episodes alone)"
+        note = ("  (every live episode returned the same: no width to trust; play more)" if t.live.high == t.live.low
+                else "" if t.narrower else "  (not narrower than the live episodes alone)")
         lines.append(f"{t.point[0]:<24} {t.point[1]:>5g} {t.adwm:>9.4g}  "
                      f"{f'{t.live.value:.4g} [{t.live.low:.4g}, {t.live.high:.4g}]':<26} "
                      f"{f'{t.topped.value:.4g} [{t.topped.low:.4g}, {t.topped.high:.4g}]':<26} "

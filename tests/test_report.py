@@ -129,3 +129,18 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     lines = cannot_tell_lines(answers, 0.0)
     assert lines[0] == "dpo@p0 at ε=0: 40 imagined steps answered by log 50%, carried 25%, value 25%"
     assert lines[1] == "  never logged where taken: 'go north' 30%" and "live episodes" in lines[2]
+
+
+def test_a_top_up_line_says_when_the_live_episodes_leave_no_width_to_trust():
+    from adwm_core.ope.statistics.calibration import Calibrated, ToppedUp
+    from adwm_core.report import topped_up_lines
+
+    same = Calibrated(-1.0, -1.0, -1.0, 0.0, 1.0, 0.0, 4)
+    spread = Calibrated(0.2, -0.3, 0.7, 0.0, 1.0, 0.2, 4)
+    narrower = Calibrated(0.25, 0.0, 0.5, 0.8, 1.0, 0.1, 4)
+    lines = topped_up_lines([ToppedUp(("a@p0", 1.0), -0.9, same, same), ToppedUp(("a@p0", 0.0), 0.4, spread, narrower),
+                             ToppedUp(("b@p0", 0.0), 0.1, spread, spread)])
+    assert lines[0].startswith("ADWM + 4 live episodes per point")
+    assert "no width to trust" in lines[2] and " 0.80 100%" in lines[3]  # λ and the share of starts matched
+    assert "not narrower" not in lines[3] and "not narrower than the live episodes alone" in lines[4]
+    assert lines[5] == "verdicts with the live episodes, at ε=0:" and "a@p0 ε=0 vs b@p0 ε=0" in lines[6]
