@@ -123,13 +123,24 @@ def evaluation_cell(logs: LogSource, env: str, models: Sequence[str], *, base_ur
     return logs_cell(logs, env, agents, **cell)
 
 
-def check_live(env: str, task: str, live: int, live_logs: str | None,
-               agents: Sequence[PolicySpec]) -> dict[Point, list[tuple[str, float]]] | None:
-    """Refuse a live top-up that cannot happen, before any stage: fewer than 2 live episodes, an
-    environment that cannot run here with no ``live_logs``, or ``live_logs`` whose agents are not
-    ``agents``. Returns the live episodes of ``live_logs`` by point (None: played in the run)."""
+def check_live(env: str, task: str, live: int, live_logs: str | None, agents: Sequence[PolicySpec],
+               epsilons: Sequence[float] = EPSILONS) -> dict[Point, list[tuple[str, float]]] | None:
+    """Refuse a live top-up that cannot happen, before any stage: both ``live`` and ``live_logs``,
+    fewer than 2 live episodes, an environment that cannot run here with no ``live_logs``, or
+    ``live_logs`` whose agents are not ``agents``, whose ε levels are not ``epsilons`` or with a
+    point of fewer than 2 episodes. Returns the live episodes of ``live_logs`` by point (None:
+    played in the run)."""
+    if live and live_logs is not None:
+        raise ValueError("give --live K (played here) or --live-logs FILE (played elsewhere), not both")
     if live_logs is not None:
-        return live_file(live_logs, agents)
+        points = live_file(live_logs, agents)
+        levels = sorted({epsilon for _, epsilon in points} - {float(e) for e in epsilons})
+        few = sorted(f"{policy} at ε={epsilon:g}" for (policy, epsilon), episodes in points.items() if len(episodes) < 2)
+        if levels or few:
+            raise ValueError(f"--live-logs {live_logs}: " + (f"episodes at ε {levels}, which this run does not score "
+                             f"(--epsilons {','.join(f'{e:g}' for e in epsilons)}; an episode without one is ε 0)"
+                             if levels else f"fewer than 2 live episodes of {few}: PPI needs 2 per point"))
+        return points
     if live < 2:
         raise ValueError(f"--live {live}: a live top-up needs at least 2 live episodes per point")
     try:
@@ -145,14 +156,17 @@ def live_file(path: str, agents: Sequence[PolicySpec]) -> dict[Point, list[tuple
     """The live episodes in ``path`` by (agent, ε): any format ``--logs`` reads, each episode's
     ``policy`` one of ``agents`` (its label or name), ε 0 unless an episode says otherwise."""
     table = read_logs(LogSource(path=path), cell="live")
-    at_zero = table["epsilon"].null_count == table.num_rows
-    points = live_by_point(table, 0.0 if at_zero else None)
-    names = {name: spec.name for spec in agents for name in (spec.label, spec.name)}
+    if 0 < table["epsilon"].null_count < table.num_rows:
+        raise ValueError(f"--live-logs {path}: some episodes give their ε and others not; give every one its ε "
+                         "(or none: all at ε 0)")
+    points = live_by_point(table, 0.0 if table["epsilon"].null_count else None)
+    shared = {spec.label for spec in agents if sum(s.label == spec.label for s in agents) > 1}
+    names = {name: spec.name for spec in agents for name in (spec.name, *([spec.label] * (spec.label not in shared)))}
     unknown = sorted({policy for policy, _ in points} - set(names))
     if unknown:
         raise ValueError(f"--live-logs {path} holds episodes of {unknown}, but this run's agents are "
                          f"{sorted(spec.name for spec in agents)}: give each live episode its agent's label as "
-                         "'policy'")
+                         "'policy' (its label@variant where two agents share a label)")
     return {(names[policy], epsilon): episodes for (policy, epsilon), episodes in points.items()}
 
 
@@ -332,7 +346,8 @@ class OffPolicyEvaluation:
         self.estimators = None if estimators is None else _checked_estimators(estimators)
         self._cell = dict(task=logs.task, name=name, epsilons=epsilons, limit=limit)
         self._live_asked = bool(live or live_logs)
-        self._live = check_live(logs.env, logs.task, live, live_logs, self.agents) if self._live_asked else None
+        self._live = check_live(logs.env, logs.task, live, live_logs, self.agents,
+                                epsilons or EPSILONS) if self._live_asked else None
         played = {"ground_truth.episodes": live} if live and live_logs is None else {}
         self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **played,
                            **(settings or {})}
@@ -410,7 +425,7 @@ class OffPolicyEvaluation:
             truth.update({(row["policy"], row["epsilon"]): row["mean_return"] for row in summary.to_pylist()})
         return truth
 
-    def select_best(self, epsilon: float | None = None, *, true_values: Mapping | None = None, top_k: int = 3,
+    def select_best(self, *, epsilon: float | None = None, true_values: Mapping | None = None, top_k: int = 3,
                     alpha: float = 0.05) -> Selection:
         """The agents ranked by ADWM's Ĵ at ``epsilon`` (None: the lowest ε, the agents themselves
         at ε = 0) over every seed's rollouts, with a verdict on every pair from the paired interval

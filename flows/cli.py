@@ -108,12 +108,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     settings = parse_assignments(args.overrides)
     logs = core.log_source(args)
-    if args.live and args.live_logs:
-        raise ValueError("give --live K (played here) or --live-logs FILE (played elsewhere), not both")
     live = None
     if args.live or args.live_logs:
         agents = [agent(model, base_url, backend=args.agent_backend) for model in models]
-        live = check_live(args.env, args.task, args.live, args.live_logs, agents)
+        live = check_live(args.env, args.task, args.live, args.live_logs, agents, epsilons)
         if args.live:
             settings.setdefault("ground_truth.episodes", args.live)
     print("\n".join(inspect_logs(logs, cell="import")[1].lines()) + "\n")  # bad logs are refused here, before Prefect
@@ -137,15 +135,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     epsilon = min(epsilons)
     print("\nwhat the log cannot tell\n" + "\n".join(cannot_tell_lines(curves.get("answers", {}), epsilon)))
+    config = evaluation_cell(logs, args.env, models, base_url=base_url, backend=args.agent_backend,
+                             tokenizer=args.agent_tokenizer, mode=mode or "completions", concurrency=args.concurrency,
+                             max_retries=args.max_retries, timeout=args.timeout, task=args.task, name=args.name,
+                             epsilons=epsilons, overrides=overrides, limit=args.limit)
     if len(models) > 1:
         rollouts = read_table(f"{folder}/{ROLLOUTS_FILE}", ROLLOUTS).to_pylist()
-        print("\n" + "\n".join(ranking_lines(*rank_agents(rollouts, epsilon=epsilon), RANKED_BY, epsilon)))
+        ranked = rank_agents(rollouts, epsilon=epsilon, confidence=config.adwm.confidence,
+                             n_resamples=config.adwm.n_bootstrap)
+        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon)))
     if args.live or args.live_logs:
-        config = evaluation_cell(logs, args.env, models, base_url=base_url, backend=args.agent_backend,
-                                 tokenizer=args.agent_tokenizer, mode=mode or "completions",
-                                 concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout,
-                                 task=args.task, name=args.name, epsilons=epsilons, overrides=overrides,
-                                 limit=args.limit)
         print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
     for what, path in (("results", args.output_path), ("samples", args.log_samples)):

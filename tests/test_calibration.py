@@ -98,6 +98,10 @@ def test_live_episodes_paired_by_start_decide_what_the_same_episodes_read_apart_
     apart = topped_up_verdicts([replace(t, episodes=()) for t in topped])[0]  # no shared starts: read apart
     assert apart.better is None and apart.high - apart.low > 10 * (paired.high - paired.low)
     assert paired_difference(a[:1], b, imagined, imagined) is None  # one pair: no interval
+    alike = top_up({("a", 0.0): imagined, ("b", 0.0): imagined},
+                   {("a", 0.0): [(s, 1.0) for s in starts[:2]], ("b", 0.0): [(s, 0.0) for s in starts[:2]]})
+    (said,) = topped_up_verdicts(alike)  # two pairs, both differing by exactly 1: no width to trust
+    assert said.better is None and "cannot tell" in said.line()
 
 
 def test_ppi_refuses_too_few_episodes_or_mismatched_starts():

@@ -108,8 +108,37 @@ def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(tmp_path, 
     assert main([*base, "--env", "textworld-express", "--task", "simonsays", "--live-logs", str(live)]) == 2
     error = capsys.readouterr().err
     assert "holds episodes of ['agent-c', 'agent-d'], but this run's agents are ['agent-a@p0', 'agent-b@p0']" in error
+    live.write_text("".join(json.dumps({"policy": who, "conversations": turns, "reward": 0.2, "success": True}) + "\n"
+                            for who in ("agent-a", "agent-b", "agent-b")))
+    assert main([*base, "--env", "textworld-express", "--live-logs", str(live)]) == 2
+    assert "fewer than 2 live episodes of ['agent-a@p0 at ε=0']" in capsys.readouterr().err
+    assert main([*base, "--env", "textworld-express", "--live-logs", str(live), "--epsilons", "0.5,1"]) == 2
+    assert "episodes at ε [0.0], which this run does not score" in capsys.readouterr().err
     assert main([*base, "--env", "textworld-express", "--live", "1"]) == 2
     assert "at least 2 live episodes" in capsys.readouterr().err
     assert main([*base, "--env", "textworld-express", "--live", "4", "--live-logs", str(live)]) == 2
     assert "not both" in capsys.readouterr().err
     assert not os.path.exists(home / "cells")
+
+
+def test_live_episodes_name_their_agent_by_label_unless_two_agents_share_it(tmp_path):
+    """Two prompt variants of one model share a label: an episode tagged with the bare label could be
+    either's, so only label@variant names them; a label of its own still names its agent."""
+    import json
+
+    from adwm_core.api import agent, live_file
+
+    agents = [agent("/models/smollm2", backend="transformers", label="smollm2", variant=v) for v in ("p0", "p1")]
+    agents.append(agent("/models/tiny", backend="transformers", label="tiny"))
+    turns = [{"from": "human", "value": "Simon says, 'hop'."}, {"from": "gpt", "value": "hop"}]
+
+    def episodes(*who):
+        path = tmp_path / f"{'-'.join(who)}.jsonl"
+        path.write_text("".join(json.dumps({"policy": w, "conversations": turns, "reward": 0.2, "success": True}) + "\n"
+                                for w in who))
+        return str(path)
+
+    found = live_file(episodes("smollm2@p1", "smollm2@p1", "tiny", "tiny"), agents)
+    assert sorted(found) == [("smollm2@p1", 0.0), ("tiny@p0", 0.0)] and len(found["smollm2@p1", 0.0]) == 2
+    with pytest.raises(ValueError, match=r"holds episodes of \['smollm2'\].*label@variant where two agents share"):
+        live_file(episodes("smollm2", "tiny"), agents)

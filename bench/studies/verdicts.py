@@ -12,7 +12,9 @@ each candidate interval (adwm_core/ope/statistics/bounds.py):
 Per cell: coverage (the share of (point, seed) rows whose interval holds J), width (the median
 over those rows, over the range of J), and the verdicts on every pair of points, over every
 seed's rollouts at once: decided (the share of distinguishable pairs given one) and precision
-(the share of decided pairs ordered as J orders them).
+(the share of decided pairs ordered as J orders them). Beside them ``ADWM+live``: ADWM topped up
+by 8 of each point's ground-truth episodes (``live_grades``, the same episode numbers at every
+point, 100 draws; verdicts paired by start), and ``live alone``: those episodes, verdicts read apart.
 → bench/results/verdicts.{md,json}.
 """
 
@@ -26,12 +28,14 @@ import pyarrow.parquet as pq
 
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, identified_bounds, interval, verdicts
-from adwm_core.ope.statistics.calibration import ToppedUp, top_up, topped_up_verdicts
+from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.ope.statistics.calibration import ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
 from adwm_core.ope.statistics.metrics import verdict_scores
 from bench.common import DEVELOPMENT, artifact, cell_config, write_grouped
 from flows.cells import cell_names
 
-CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges")
+CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges", "ADWM+live", "live alone")
+LIVE_EPISODES, LIVE_DRAWS = 8, 100  # K live episodes per point, drawn this many times from the ground truth
 
 
 def log_ranges(trajectories: str) -> ReturnRange:
@@ -118,18 +122,22 @@ def measure_rows(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig
 def measure(cell: str) -> dict | None:
     """One cell's grades (None: its ADWM or ground-truth stages are not finished under today's code)."""
     config = cell_config(cell)
-    rows, truth, stderr = [], {}, {}
+    rows, truth, stderr, imagined, episodes = [], {}, {}, {}, {}
     for policy in config.evaluation.policies:
         adwm, gt = artifact(config, "adwm", policy, required=False), artifact(config, "ground-truth", policy,
                                                                                 required=False)
         if adwm is None or gt is None:
             return None
         rows += pq.read_table(adwm.file("rollouts")).to_pylist()
+        imagined.update(read_imagined(adwm.file("samples")))
+        episodes.update(live_by_point(read_table(gt.file("episodes"), TRAJECTORIES)))
         for point in pq.read_table(gt.file("summary")).to_pylist():
             truth[point["policy"], float(point["epsilon"])] = point["mean_return"]
             stderr[point["policy"], float(point["epsilon"])] = point["stderr"]
     log = log_ranges(artifact(config, "behaviour").file("trajectories"))
-    return measure_rows([r for r in rows if r["estimator"] == "ADWM"], truth, stderr, config.adwm, log)
+    return {**measure_rows([r for r in rows if r["estimator"] == "ADWM"], truth, stderr, config.adwm, log),
+            **live_grades(imagined, episodes, truth, stderr, k=LIVE_EPISODES, draws=LIVE_DRAWS,
+                          confidence=config.adwm.confidence)}
 
 
 def table(title: str, results: dict[str, dict | None]) -> list[str]:

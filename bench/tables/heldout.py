@@ -206,7 +206,8 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
 
 def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict]) -> list[str]:
     lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals / decided / precision of the verdicts "
-             "on pairs of points)", "",
+             "on pairs of points: ADWM's paired over every seed's rollouts, every other estimator's from its first "
+             "seed's intervals read apart, so not like for like)", "",
              "| cell | measured | " + " | ".join(SHOWN) + " |", "|---|---|" + "---|" * len(SHOWN)]
     for cell, by_estimator in results.items():
         if by_estimator is None:

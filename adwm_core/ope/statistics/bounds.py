@@ -101,6 +101,7 @@ class Candidate:
     value: np.ndarray
     low: np.ndarray
     high: np.ndarray
+    units: tuple = ()  # (member, seed, unit) of each column where known: a paired difference needs the same
 
     @property
     def estimate(self) -> float:
@@ -108,14 +109,14 @@ class Candidate:
 
     def without_bounds(self) -> Candidate:
         """The same rollouts with L = U = the imagined return (the bootstrap interval)."""
-        return Candidate(self.value, self.value, self.value)
+        return Candidate(self.value, self.value, self.value, self.units)
 
     def minus(self, other: Candidate) -> Candidate:
         """The paired difference: D = x_p − x_q, D_L = L_p − U_q, D_U = U_p − L_q."""
-        if self.value.shape != other.value.shape:
+        if self.value.shape != other.value.shape or (self.units and other.units and self.units != other.units):
             raise ValueError(f"candidates over different rollouts ({self.value.shape} vs {other.value.shape}): a "
                              "paired difference needs the same members, seeds and rollouts")
-        return Candidate(self.value - other.value, self.low - other.high, self.high - other.low)
+        return Candidate(self.value - other.value, self.low - other.high, self.high - other.low, self.units)
 
 
 def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed: int) -> tuple[float, float]:
@@ -186,6 +187,6 @@ def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *,
         if len(by_unit) != len(members) * len(units):
             raise ValueError(f"{group}: rollouts missing for some member and unit (every member imagines every seed)")
         x = np.array([[by_unit[(m, s, u)] for s, u in units] for m in members], np.float64)
-        candidate = Candidate(x[..., 0], x[..., 1], x[..., 2])
+        candidate = Candidate(x[..., 0], x[..., 1], x[..., 2], (tuple(members), tuple(units)))
         found[group] = candidate if bounded else candidate.without_bounds()
     return found

@@ -199,7 +199,8 @@ def top_up(imagined: dict[Point, list[tuple[str, float]]], live: dict[Point, lis
 def topped_up_verdicts(topped: Sequence[ToppedUp], *, confidence: float = 0.95) -> list[Verdict]:
     """A verdict on every pair of ``topped`` (bounds.Verdict): from ``paired_difference`` where their
     live episodes share at least 2 starts, else from θ̂_a − θ̂_b ± t_{k−1} √(se_a² + se_b²), k the
-    fewer live episodes of the two (the points read apart)."""
+    fewer live episodes of the two (the points read apart). Where every live difference is alike the
+    interval has no width to trust, and the verdict is "cannot tell" (an interval of ±∞)."""
     found = []
     for a, b in combinations(topped, 2):
         paired = paired_difference(a.episodes, b.episodes, a.rollouts, b.rollouts, confidence=confidence)
@@ -210,6 +211,8 @@ def topped_up_verdicts(topped: Sequence[ToppedUp], *, confidence: float = 0.95) 
             half = float(stats.t.ppf((1 + confidence) / 2, min(a.topped.k, b.topped.k) - 1)
                          * np.hypot(a.topped.se, b.topped.se))
             low, high = difference - half, difference + half
+        if high == low:  # every live difference alike: no width to trust, so no verdict
+            low, high = -np.inf, np.inf
         found.append(Verdict(f"{a.point[0]} ε={a.point[1]:g}", f"{b.point[0]} ε={b.point[1]:g}", difference, low, high))
     return found
 
