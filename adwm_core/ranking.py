@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .ope.answers import ADWM
-from .ope.statistics.bounds import CANNOT_TELL, Verdict, candidates_from_rows, interval, verdicts
+from .ope.statistics.bounds import CANNOT_TELL, Candidate, Verdict, candidates_from_rows, interval, verdicts
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,18 @@ def rank_agents(rollouts: Iterable[Mapping], *, epsilon: float = 0.0, estimator:
         b_low, b_high = interval(candidate, n_resamples=n_resamples, confidence=confidence, seed=seed)
         ranked.append(AgentRank(name, candidate.estimate, low, high, b_low, b_high))
     ranked.sort(key=lambda a: -a.value)
-    order = [a.policy for a in ranked]
-    pairs = zip(verdicts({n: plain[n] for n in order}, n_resamples=n_resamples, confidence=confidence, seed=seed),
-                verdicts({n: bounded[n] for n in order}, n_resamples=n_resamples, confidence=confidence, seed=seed))
-    return ranked, [Comparison(v, alone) for v, alone in pairs]
+    return ranked, compare({a.policy: bounded[a.policy] for a in ranked}, n_resamples=n_resamples,
+                           confidence=confidence, seed=seed)
+
+
+def compare(bounded: Mapping[str, Candidate], *, n_resamples: int, confidence: float,
+            seed: int = 0) -> list[Comparison]:
+    """Every pair of ``bounded`` (in the mapping's order) compared twice: by the paired bootstrap
+    of the imagined returns, and by the identified bounds (the log alone)."""
+    settings = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
+    pairs = zip(verdicts({n: c.without_bounds() for n, c in bounded.items()}, **settings),
+                verdicts(dict(bounded), **settings))
+    return [Comparison(v, alone) for v, alone in pairs]
 
 
 def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -> str | None:

@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .ope.answers import ADWM, SOURCES
-from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows, verdicts as pair_verdicts
+from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
+from .ranking import compare
 from .ope.statistics.calibration import topped_up_verdicts
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
@@ -307,10 +308,8 @@ def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples
         return {}
     label = {key: f"{key[0]} ε={key[1]:g}" for key in {(r["policy"], r["epsilon"]) for r in rows}}
     bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, ("policy", "epsilon")).items())}
-    said = {}
-    for name, candidates in (("bootstrap", {k: c.without_bounds() for k, c in bounded.items()}),
-                             ("log_alone", bounded)):
-        said[name] = pair_verdicts(candidates, n_resamples=n_resamples, confidence=confidence, seed=0)
+    compared = compare(bounded, n_resamples=n_resamples, confidence=confidence)
+    said = {"bootstrap": [c.verdict for c in compared], "log_alone": [c.log_alone for c in compared]}
     found = {"pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
                         "better": v.better, "log_alone_low": w.low, "log_alone_high": w.high,
                         "log_alone_better": w.better} for v, w in zip(said["bootstrap"], said["log_alone"])]}

@@ -27,7 +27,7 @@ from ..answers import ADWM, KNN_WM, LOG, REWARD_SUM, SOURCES, row_name
 from ..classical.fqe import FittedQEvaluation
 from ..settings import VALUE_ESTIMATES, AdwmConfig
 from ..statistics.diagnostics import off_log_distance
-from ..statistics.bounds import PROTOCOL, Candidate, ReturnRange, interval, rollout_bounds
+from ..statistics.bounds import PROTOCOL, Candidate, ReturnRange, identified_bounds, interval
 from ..statistics.intervals import estimates_row, members_bootstrap
 from ..statistics.signed_log import SignedLog
 from .diffusion_transition import adwm_transition, reference_transition
@@ -71,20 +71,33 @@ def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell:
 
 def bounded_returns(rollouts: Rollouts, config: AdwmConfig, returns: ReturnRange) -> np.ndarray:
     """(3, R): each rollout's imagined return Σ_t γ^t r̂_t (``reward_sum``) and its identified
-    bounds L, U (``rollout_bounds``, ope/statistics/bounds.py) over the horizon ``config.horizon``."""
-    by_rollout = defaultdict(list)
-    for step in rollouts.steps:
-        by_rollout[step.rollout].append(step)
-    found = np.empty((3, len(rollouts.epsilons)))
-    for r in range(len(rollouts.epsilons)):
-        steps = sorted(by_rollout[r], key=lambda step: step.t)
-        found[:, r] = rollout_bounds([s.reward for s in steps], [s.source for s in steps], horizon=config.horizon,
-                                     gamma=config.gamma, returns=returns)
-    on_log = _leading_log_steps(rollouts)
-    identified = np.array([on_log[r] == rollouts.lengths[r] for r in range(len(rollouts.epsilons))], bool)
-    found[0] = rollouts.reward_sum  # exactly as the estimate sums it
-    found[1:, identified] = rollouts.reward_sum[identified]  # never left the log: known
+    bounds L, U (``identified_bounds``, ope/statistics/bounds.py) over the horizon ``config.horizon``."""
+    return _bounded(rollouts, config, returns, *identified_parts(rollouts, config.gamma))
+
+
+def _bounded(rollouts: Rollouts, config: AdwmConfig, returns: ReturnRange, log_steps: np.ndarray,
+             known: np.ndarray) -> np.ndarray:
+    found = np.tile(rollouts.reward_sum, (3, 1))  # a rollout that never left the log is known exactly
+    for r in np.flatnonzero(log_steps < rollouts.lengths):
+        found[1:, r] = identified_bounds(known[r], int(log_steps[r]), horizon=config.horizon, gamma=config.gamma,
+                                         returns=returns)
     return found
+
+
+def identified_parts(rollouts: Rollouts, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per rollout: how many of its first steps the log answered before one it did not, and their
+    return G_i = Σ γ^t r̂_t (the whole ``reward_sum`` where it never left the log)."""
+    log_steps = rollouts.lengths.copy()
+    for step in rollouts.steps:
+        if step.source != LOG:
+            log_steps[step.rollout] = min(log_steps[step.rollout], step.t)
+    known = np.zeros(len(log_steps))
+    for step in rollouts.steps:
+        if step.t < log_steps[step.rollout]:
+            known[step.rollout] += gamma ** step.t * step.reward
+    never_left = log_steps == rollouts.lengths
+    known[never_left] = rollouts.reward_sum[never_left]
+    return log_steps, known
 
 
 def rollout_rows(runs: Sequence[Sequence[Rollouts]], seeds: Sequence[int], config: AdwmConfig, returns: ReturnRange,
@@ -94,34 +107,14 @@ def rollout_rows(runs: Sequence[Sequence[Rollouts]], seeds: Sequence[int], confi
     rows = []
     for member, by_seed in enumerate(runs):
         for seed, run in zip(seeds, by_seed):
-            value, low, high = bounded_returns(run, config, returns)
-            on_log, known = _leading_log_steps(run), _known_returns(run, config.gamma)
+            log_steps, known = identified_parts(run, config.gamma)
+            value, low, high = _bounded(run, config, returns, log_steps, known)
             for r, epsilon in enumerate(run.epsilons):
                 rows.append({"estimator": estimator, "policy": policy, "epsilon": float(epsilon), "member": member,
                              "seed": seed, "unit": r % config.n_rollouts, "value": float(value[r]),
-                             "low": float(low[r]), "high": float(high[r]),
-                             "steps": int(run.lengths[r]), "log_steps": on_log[r], "known": known[r]})
+                             "low": float(low[r]), "high": float(high[r]), "steps": int(run.lengths[r]),
+                             "log_steps": int(log_steps[r]), "known": float(known[r])})
     return rows
-
-
-def _known_returns(rollouts: Rollouts, gamma: float) -> np.ndarray:
-    """Per rollout, Σ γ^t r̂_t over its steps before the first the log did not answer (G_i)."""
-    on_log, known = _leading_log_steps(rollouts), np.zeros(len(rollouts.epsilons))
-    for step in rollouts.steps:
-        if step.t < on_log[step.rollout]:
-            known[step.rollout] += gamma ** step.t * step.reward
-    identified = np.array([on_log[r] == rollouts.lengths[r] for r in range(len(known))], bool)
-    known[identified] = rollouts.reward_sum[identified]
-    return known
-
-
-def _leading_log_steps(rollouts: Rollouts) -> dict[int, int]:
-    """Per rollout, how many of its first steps the log answered before one it did not."""
-    first_off = {}
-    for step in rollouts.steps:
-        if step.source != LOG:
-            first_off[step.rollout] = min(first_off.get(step.rollout, step.t), step.t)
-    return {r: first_off.get(r, int(rollouts.lengths[r])) for r in range(len(rollouts.epsilons))}
 
 
 def answer_summary(runs: Sequence[Rollouts], top: int = 5) -> dict[str, dict]:
