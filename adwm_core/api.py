@@ -44,7 +44,7 @@ from .ope.settings import AdwmConfig
 from .ope.statistics.signed_log import SignedLog
 from .paths import artifact_path
 from .ope.answers import ADWM, KNN_WM
-from .ranking import best_agent, rank_agents
+from .ranking import best_agent, rank_agents, shared_error
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec
@@ -437,7 +437,8 @@ class OffPolicyEvaluation:
 
         epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
         ranked, comparisons = rank_agents(self._rollouts(), epsilon=epsilon, confidence=1 - alpha,
-                                          n_resamples=self.config.adwm.n_bootstrap)
+                                          n_resamples=self.config.adwm.n_bootstrap,
+                                          error_range=shared_error(self._answers()))
         ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
                                  "log_lower": a.bounds_low, "log_upper": a.bounds_high} for a in ranked])
         verdicts = pd.DataFrame([{"a": c.verdict.a, "b": c.verdict.b, "difference": c.verdict.difference,
@@ -455,11 +456,15 @@ class OffPolicyEvaluation:
         nearest) and the actions it took where the log never took them (``unseen_actions``, by
         share of steps)."""
         epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
-        found = {}
+        return {answers["policy"]: answers["by_epsilon"][f"{epsilon:g}"] for answers in self._answers()}
+
+    def _answers(self) -> list[dict]:
+        """Each agent's ADWM stage ``answers``: what answered its imagined steps, and the
+        calibrated interval's error range where it was sized."""
+        found = []
         for policy in self.config.evaluation.policies:
             with fsspec.open(pipeline.finished(self.config, "adwm", policy).file("answers")) as f:
-                answers = json.load(f)
-            found[answers["policy"]] = answers["by_epsilon"][f"{epsilon:g}"]
+                found.append(json.load(f))
         return found
 
     def _rollouts(self) -> list[dict]:

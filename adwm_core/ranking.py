@@ -5,8 +5,9 @@ The candidates' imagined rollouts (the ADWM stage's ``rollouts`` table) share th
 Rollout i of seed s starts from the same logged observation and draws the same ε flips and
 exploratory actions for every agent and ε level (common random numbers,
 ope/imagination/rollouts.py), and member k is the same world model. So the verdict on (a, b)
-is read from the paired bootstrap interval on Ĵ_a − Ĵ_b over every seed's rollouts
-(ope/statistics/bounds.py), not from two independent intervals. Beside it, the identified
+is read from the paired interval on Ĵ_a − Ĵ_b over every seed's rollouts (the bootstrap, or
+under ``interval: calibrated`` with the shared off-log error the held-out actions size;
+ope/statistics/bounds.py), not from two independent intervals. Beside it, the identified
 bounds on the same difference say whether the log alone decides the pair, whatever the steps
 it never answered do. No P(best) is computed: an agent is called the best only where its
 verdict beats every other agent.
@@ -46,39 +47,56 @@ class Comparison:
                 f"{f'{alone} better' if alone else CANNOT_TELL} [{self.log_alone.low:+.4g}, {self.log_alone.high:+.4g}]")
 
 
-def _candidates(rollouts: Iterable[Mapping], epsilon: float, estimator: str) -> dict:
+def _candidates(rollouts: Iterable[Mapping], epsilon: float, estimator: str,
+                error_range: tuple[float, float] | None) -> tuple[dict, dict]:
+    """The agents' candidates as printed (the bootstrap, or calibrated with ``error_range``) and
+    under the identified bounds."""
     rows = [r for r in rollouts if r["estimator"] == estimator and r["epsilon"] == epsilon]
     if not rows:
         raise ValueError(f"no {estimator} rollouts at ε={epsilon:g} to compare agents by")
-    return candidates_from_rows(rows, "policy")
+    return printed_candidates(rows, "policy", error_range), candidates_from_rows(rows, "policy")
+
+
+def printed_candidates(rows: Iterable[Mapping], key: str | Sequence[str],
+                       error_range: tuple[float, float] | None) -> dict:
+    """The candidates of ``rows`` under the interval ADWM prints: calibrated with ``error_range``
+    (the stage's ``answers``, ``interval: calibrated``), else the bootstrap of the imagined returns."""
+    if error_range is not None:
+        return candidates_from_rows(rows, key, error_range=error_range)
+    return candidates_from_rows(rows, key, bounded=False)
+
+
+def shared_error(answers: Iterable[Mapping]) -> tuple[float, float] | None:
+    """The calibrated interval's off-log error range from the ADWM stages' ``answers`` (one log
+    and world model: every agent's stage sizes the same one), None where none was sized."""
+    ranges = {tuple(a["held_out"]["error_range"]) for a in answers if "held_out" in a}
+    if len(ranges) > 1:
+        raise ValueError(f"the agents' ADWM stages sized different off-log error ranges {sorted(ranges)}: they read "
+                         "different logs or world models, and their rollouts cannot be compared")
+    return ranges.pop() if ranges else None
 
 
 def rank_agents(rollouts: Iterable[Mapping], *, epsilon: float = 0.0, estimator: str = ADWM,
-                confidence: float = 0.95, n_resamples: int = 1000,
-                seed: int = 0) -> tuple[list[AgentRank], list[Comparison]]:
+                confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0,
+                error_range: tuple[float, float] | None = None) -> tuple[list[AgentRank], list[Comparison]]:
     """The agents of ``rollouts`` (rows of the ``rollouts`` contract) at ``epsilon``, best Ĵ first,
-    and the comparison of every pair."""
-    rows = list(rollouts)
-    bounded = _candidates(rows, epsilon, estimator)
-    plain = {name: candidate.without_bounds() for name, candidate in bounded.items()}
-    ranked = []
-    for name, candidate in bounded.items():
-        low, high = interval(plain[name], n_resamples=n_resamples, confidence=confidence, seed=seed)
-        b_low, b_high = interval(candidate, n_resamples=n_resamples, confidence=confidence, seed=seed)
-        ranked.append(AgentRank(name, candidate.estimate, low, high, b_low, b_high))
-    ranked.sort(key=lambda a: -a.value)
-    return ranked, compare({a.policy: bounded[a.policy] for a in ranked}, n_resamples=n_resamples,
-                           confidence=confidence, seed=seed)
-
-
-def compare(bounded: Mapping[str, Candidate], *, n_resamples: int, confidence: float,
-            seed: int = 0) -> list[Comparison]:
-    """Every pair of ``bounded`` (in the mapping's order) compared twice: by the paired bootstrap
-    of the imagined returns, and by the identified bounds (the log alone)."""
+    and the comparison of every pair; ``error_range``: read calibrated (:func:`printed_candidates`)."""
+    printed, bounded = _candidates(list(rollouts), epsilon, estimator, error_range)
     settings = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
-    pairs = zip(verdicts({n: c.without_bounds() for n, c in bounded.items()}, **settings),
-                verdicts(dict(bounded), **settings))
-    return [Comparison(v, alone) for v, alone in pairs]
+    ranked = [AgentRank(name, candidate.estimate, *interval(printed[name], **settings),
+                        *interval(candidate, **settings)) for name, candidate in bounded.items()]
+    ranked.sort(key=lambda a: -a.value)
+    order = [a.policy for a in ranked]
+    return ranked, compare({n: printed[n] for n in order}, {n: bounded[n] for n in order}, **settings)
+
+
+def compare(printed: Mapping[str, Candidate], bounded: Mapping[str, Candidate], *, n_resamples: int,
+            confidence: float, seed: int = 0) -> list[Comparison]:
+    """Every pair (in the mappings' order) compared twice: under the printed interval (``printed``),
+    and by the identified bounds (``bounded``: the log alone)."""
+    settings = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return [Comparison(v, alone) for v, alone in zip(verdicts(dict(printed), **settings),
+                                                     verdicts(dict(bounded), **settings))]
 
 
 def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -> str | None:
@@ -92,9 +110,9 @@ def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -
 
 
 def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison], estimator: str,
-                  epsilon: float) -> list[str]:
+                  epsilon: float, interval_name: str = "bootstrap") -> list[str]:
     """The ranking and the verdicts as the command line prints them."""
-    lines = [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; [bootstrap interval], "
+    lines = [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; [{interval_name} interval], "
              "{bounds the log alone identifies})"]
     lines += [f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  [{a.ci_low:.4g}, {a.ci_high:.4g}]  "
               f"{{{a.bounds_low:.4g}, {a.bounds_high:.4g}}}" for i, a in enumerate(ranked, start=1)]

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
-from .ranking import compare
+from .ranking import compare, printed_candidates, shared_error
 from .ope.statistics.calibration import topped_up_verdicts
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
@@ -299,18 +299,21 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
 
 
 def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples: int = 1000,
-                      confidence: float = 0.95) -> dict:
+                      confidence: float = 0.95, error_range: tuple[float, float] | None = None) -> dict:
     """ADWM's verdict on every pair of the cell's points (ranking.py's reading: the paired
-    bootstrap, and the identified bounds for the log alone), with, where ``truth`` is known, the
-    share of distinguishable pairs decided and of decided pairs ordered as J orders them."""
+    bootstrap, or calibrated with ``error_range``, and the identified bounds for the log alone),
+    with, where ``truth`` is known, the share of distinguishable pairs decided and of decided
+    pairs ordered as J orders them."""
     rows = [r for r in rollouts.to_pylist() if r["estimator"] == ADWM]
     if not rows:
         return {}
     label = {key: f"{key[0]} ε={key[1]:g}" for key in {(r["policy"], r["epsilon"]) for r in rows}}
-    bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, ("policy", "epsilon")).items())}
-    compared = compare(bounded, n_resamples=n_resamples, confidence=confidence)
+    keys = ("policy", "epsilon")
+    printed = {label[k]: c for k, c in sorted(printed_candidates(rows, keys, error_range).items())}
+    bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, keys).items())}
+    compared = compare(printed, bounded, n_resamples=n_resamples, confidence=confidence)
     said = {"bootstrap": [c.verdict for c in compared], "log_alone": [c.log_alone for c in compared]}
-    found = {"pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
+    found = {"interval": "calibrated" if error_range else "bootstrap", "pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
                         "better": v.better, "log_alone_low": w.low, "log_alone_high": w.high,
                         "log_alone_better": w.better} for v, w in zip(said["bootstrap"], said["log_alone"])]}
     if truth is not None:
@@ -330,8 +333,9 @@ def comparison_lines(curves: dict) -> list[str]:
     if not found.get("pairs"):
         return []
     lines = ["## Which point is better", "",
-             "ADWM's verdict on each pair of points, from the paired bootstrap interval on the difference "
-             "(common random numbers), and what the log alone identifies whatever the steps it never answered do.",
+             f"ADWM's verdict on each pair of points, from the paired {found.get('interval', 'bootstrap')} interval "
+             "on the difference (common random numbers), and what the log alone identifies whatever the steps it "
+             "never answered do.",
              "", "| pair | Ĵ difference [95 %] | verdict | the log alone |", "|---|---|---|---|"]
     for p in found["pairs"]:
         lines.append(f"| {p['a']} vs {p['b']} | {p['difference']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}] | "
@@ -450,7 +454,8 @@ def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons
     curves["not_applicable"] = dict(reasons)
     curves["answers"] = dict(answers or {})
     if rollouts is not None:
-        curves["comparisons"] = point_comparisons(rollouts, truth, n_resamples=n_resamples, confidence=confidence)
+        curves["comparisons"] = point_comparisons(rollouts, truth, n_resamples=n_resamples, confidence=confidence,
+                                                  error_range=shared_error(curves["answers"].values()))
     with tempfile.TemporaryDirectory() as scratch:
         local = {role: os.path.join(scratch, os.path.basename(path)) for role, path in outputs.items()}
         for role, content in (("report", markdown(cell, rows, curves)), ("results", json.dumps(rows, indent=2)),

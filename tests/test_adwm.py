@@ -620,6 +620,40 @@ def room_2_east_relabelled(trajectories: str) -> pa.Table:
                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
 
 
+def test_held_out_actions_are_answered_as_never_logged_and_their_walks_size_the_calibrated_interval(corridor):
+    """The calibrated interval's evidence (ope/imagination/held_out.py): the corridor's distinct
+    actions split into groups; each group's logged episodes walked with those actions out of the
+    state bank and out of the behaviour's refitted Q̂. One error per episode that took a held-out
+    action, the same on a second run (the split, the fit and the walk are seeded), and the range
+    holds every group's mean error; a default that hands nothing over is refused."""
+    from adwm_core.data import LOGPROBS
+    from adwm_core.data.actions import normal_action
+    from adwm_core.ope.classical.logged_steps import logged_steps
+    from adwm_core.ope.classical.settings import BaselineConfig
+    from adwm_core.ope.imagination.held_out import held_out_errors
+
+    trajectories, model = corridor
+    log = BehaviourLog(read_table(trajectories, TRAJECTORIES))
+    rows = log.steps.select(["episode", "t"]).to_pylist()
+    scores = pa.Table.from_pylist([{**r, "policy": "eval", "epsilon": 0.0, "logprob": 0.0, "n_tokens": 1,
+                                    "n_admissible": 2, "greedy_action": "go east"} for r in rows], LOGPROBS.schema)
+    steps, bank = logged_steps(log, scores, model), StateBank.from_log(log, model)
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, off_log="carry_over_fqe")
+    found = held_out_errors(log, model, bank, steps, config, BaselineConfig(gamma=1.0), groups=20)
+    actions = [normal_action(a) for a in log.column("action")]
+    assert sorted(a for group in found.groups for a in group) == sorted(set(actions))  # each action held out once
+    episodes = log.column("episode")
+    for group, errors in zip(found.groups, found.errors):
+        assert len(errors) == len({e for e, a in zip(episodes, actions) if a in group})
+    again = held_out_errors(log, model, bank, steps, config, BaselineConfig(gamma=1.0), groups=20)
+    assert again == found
+    low, high = found.error_range(0.95)
+    assert low == found.group_means.min() and high == found.group_means.max()  # F + 1 < 40: the extremes
+    assert found.to_json(0.95)["holds_a_new_group"] == pytest.approx(1 - 2 / (len(found.group_means) + 1))
+    with pytest.raises(ValueError, match="interval='calibrated'.*carry_over_fqe"):
+        AdwmConfig(off_log="carry_over", interval="calibrated")
+
+
 def test_the_identified_bound_holds_the_truth_where_the_log_never_takes_the_winning_action(corridor):
     """The corridor's log without its winning episodes: "go east" from room 3, the only step that
     pays, is never logged, so always-east π_e (J = 1) leaves the log there. The identified bounds
@@ -723,7 +757,8 @@ def test_walking_the_ground_truth_puts_each_error_on_what_answered(corridor):
     carried-over outcomes room 2's; the log's answers are the environment's own (the corridor is
     deterministic). Handed over to an untrained Q̂, every walk ends at its first step with Q̂ there.
     With every source an oracle a walk returns the episode's return, so each point's J."""
-    from adwm_core.ope.instruments.source_errors import source_points, source_summary, walk_ground_truth, walked_value
+    from adwm_core.ope.instruments.source_errors import source_points, source_summary
+    from adwm_core.ope.imagination.walks import walk_ground_truth, walked_value
     from adwm_core.ope.imagination.value_handover import HandOverToValue
 
     trajectories, model = corridor

@@ -90,3 +90,28 @@ def test_rollout_rows_become_candidates_and_a_missing_unit_is_refused():
     assert (candidates_from_rows(rows, "policy", bounded=False)["a"].low == found.value).all()
     with pytest.raises(ValueError, match="rollouts missing"):
         candidates_from_rows(rows[:-1], "policy")
+
+
+def test_a_shared_off_log_error_widens_the_level_and_cancels_where_two_points_left_the_log_alike():
+    """Calibrated: every rollout that left the log is off by one error e ∈ [e_lo, e_hi]. A level
+    shifts by e × the share that left; a paired difference only by e × the difference of the
+    shares, so two points that left the log alike keep the plain paired interval."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(1.0, 0.3, (1, 60)), rng.normal(0.5, 0.3, (1, 60))
+    everywhere, half = np.ones((1, 60)), (np.arange(60) % 2 == 0)[None].astype(float)
+    settings = dict(n_resamples=500, confidence=0.95, seed=3)
+    plain = interval(Candidate(x, x, x), **settings)
+    level = interval(Candidate.calibrated(x, everywhere, (-0.2, 0.4)), **settings)
+    assert level == (pytest.approx(plain[0] - 0.4), pytest.approx(plain[1] + 0.2))
+    alike = Candidate.calibrated(x, everywhere, (-0.2, 0.4)).minus(Candidate.calibrated(y, everywhere, (-0.2, 0.4)))
+    assert interval(alike, **settings) == pytest.approx(interval(Candidate(x - y, x - y, x - y), **settings))
+    apart = Candidate.calibrated(x, everywhere, (-0.2, 0.4)).minus(Candidate.calibrated(y, half, (-0.2, 0.4)))
+    low, high = interval(apart, **settings)
+    assert low == pytest.approx(interval(Candidate(x - y, x - y, x - y), **settings)[0] - 0.4 * 0.5, abs=0.05)
+    assert high - low > interval(alike, **settings)[1] - interval(alike, **settings)[0] + 0.25
+    with pytest.raises(ValueError, match="different error ranges"):
+        Candidate.calibrated(x, everywhere, (-0.2, 0.4)).minus(Candidate.calibrated(y, everywhere, (0.0, 0.1)))
+    rows = [{"policy": "a", "member": 0, "seed": 0, "unit": u, "value": float(x[0, u]), "low": 0.0, "high": 2.0,
+             "steps": 4, "log_steps": 4 if u % 2 else 1} for u in range(60)]
+    (found,) = candidates_from_rows(rows, "policy", error_range=(-0.2, 0.4)).values()
+    assert found.shared_error == (-0.2, 0.4) and found.left.mean() == 0.5 and (found.low == found.value).all()

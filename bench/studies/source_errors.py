@@ -31,7 +31,8 @@ from adwm_core.data.behaviour_log import BehaviourLog
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.imagination.diffusion_transition import adwm_transition
 from adwm_core.ope.classical.settings import BaselineConfig
-from adwm_core.ope.instruments.source_errors import source_points, source_summary, walk_ground_truth
+from adwm_core.ope.imagination.walks import walk_ground_truth
+from adwm_core.ope.instruments.source_errors import source_points, source_summary
 from adwm_core.ope.answers import SOURCES
 from adwm_core.ope.imagination.encoded_log import EncodedLog
 from adwm_core.ope.imagination.driver import fqe_per_member

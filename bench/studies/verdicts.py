@@ -30,7 +30,7 @@ from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, identified_bounds, interval, verdicts
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.statistics.calibration import ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
-from adwm_core.ope.statistics.metrics import verdict_scores
+from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
 from bench.common import DEVELOPMENT, artifact, cell_config, write_grouped
 from flows.cells import cell_names
 
@@ -59,17 +59,19 @@ def rebounded(rows: list[dict], config: AdwmConfig, returns: ReturnRange) -> lis
     return out
 
 
-def grade(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig) -> dict:
+def grade(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig,
+          error_range: tuple[float, float] | None = None) -> dict:
     """Coverage, width, decided and precision of one candidate's rows: ``truth`` and ``stderr`` by
-    (policy, ε); the rows carry the candidate's bounds (``bootstrap``: L = U = the value)."""
+    (policy, ε); the rows carry the candidate's bounds (``bootstrap``: L = U = the value), or
+    ``error_range`` reads them calibrated."""
     spread = float(np.ptp(list(truth.values())))
     held, widths = [], []
-    by_seed = candidates_from_rows(rows, ("policy", "epsilon", "seed"))
+    by_seed = candidates_from_rows(rows, ("policy", "epsilon", "seed"), error_range=error_range)
     for (policy, epsilon, seed), candidate in by_seed.items():
         low, high = interval(candidate, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
         held.append(low <= truth[policy, epsilon] <= high)
         widths.append((high - low) / spread)
-    pooled = candidates_from_rows(rows, ("policy", "epsilon"))
+    pooled = candidates_from_rows(rows, ("policy", "epsilon"), error_range=error_range)
     found = verdicts(pooled, n_resamples=config.n_bootstrap, confidence=config.confidence, seed=0)
     scores = verdict_scores(found, truth, stderr)
     return {"coverage": float(np.mean(held)), "width": float(np.median(widths)), "decided": scores.decided,
@@ -87,6 +89,7 @@ def live_grades(imagined: dict, episodes: dict, truth: dict, stderr: dict, *, k:
     same draws give the live episodes alone (λ = 0) their own row."""
     rng = np.random.default_rng(seed)
     spread = float(np.ptp(list(truth.values())))
+    order = sorted(truth)
     graded = {name: defaultdict(list) for name in ("ADWM+live", "live alone")}
     n = min(len(episodes[point]) for point in truth)
     for _ in range(draws):  # the same episode numbers at every point: the ground truth's instances and seeds
@@ -105,7 +108,11 @@ def live_grades(imagined: dict, episodes: dict, truth: dict, stderr: dict, *, k:
                                     {f"{p} ε={e:g}": stderr[p, e] for p, e in truth})
             g["decided"].append(scores.decided)
             g["precision"].append(scores.precision)
-    return {name: {"coverage": float(np.mean(g["coverage"])), "width": float(np.median(g["width"])),
+            value = {t.point: t.topped.value for t in found}
+            g["rho"].append(spearman([value[p] for p in order], [truth[p] for p in order]))
+            g["nmae"].append(normalised_absolute_error([value[p] for p in order], [truth[p] for p in order]))
+    return {name: {"rho": float(np.nanmean(g["rho"])), "nmae": float(np.mean(g["nmae"])),
+                   "coverage": float(np.mean(g["coverage"])), "width": float(np.median(g["width"])),
                    "width_over_live": float(np.nanmedian(g["width_over_live"])),
                    "decided": float(np.nanmean(g["decided"])), "precision": float(np.nanmean(g["precision"]))}
             for name, g in graded.items()}
@@ -119,8 +126,9 @@ def measure_rows(rows: list[dict], truth: dict, stderr: dict, config: AdwmConfig
             "bounds, log ranges": grade(rebounded(rows, config, log), truth, stderr, config)}
 
 
-def measure(cell: str) -> dict | None:
-    """One cell's grades (None: its ADWM or ground-truth stages are not finished under today's code)."""
+def finished_points(cell: str) -> tuple[list, dict, dict, dict, dict] | None:
+    """The cell's ADWM rollout rows, imagined episodes, ground-truth episodes, J and its standard
+    error by point (None: its ADWM or ground-truth stages are not finished under today's code)."""
     config = cell_config(cell)
     rows, truth, stderr, imagined, episodes = [], {}, {}, {}, {}
     for policy in config.evaluation.policies:
@@ -134,6 +142,27 @@ def measure(cell: str) -> dict | None:
         for point in pq.read_table(gt.file("summary")).to_pylist():
             truth[point["policy"], float(point["epsilon"])] = point["mean_return"]
             stderr[point["policy"], float(point["epsilon"])] = point["stderr"]
+    return rows, imagined, episodes, truth, stderr
+
+
+def live_results(cell: str) -> dict | None:
+    """ADWM topped up by ``LIVE_EPISODES`` live episodes per point (``live_grades``) on a finished
+    cell: the held-out table's ``ADWM+live<K>`` row (None: not finished under today's code)."""
+    found = finished_points(cell)
+    if found is None:
+        return None
+    _, imagined, episodes, truth, stderr = found
+    return live_grades(imagined, episodes, truth, stderr, k=LIVE_EPISODES, draws=LIVE_DRAWS,
+                       confidence=cell_config(cell).adwm.confidence)["ADWM+live"]
+
+
+def measure(cell: str) -> dict | None:
+    """One cell's grades (None: its ADWM or ground-truth stages are not finished under today's code)."""
+    found = finished_points(cell)
+    if found is None:
+        return None
+    rows, imagined, episodes, truth, stderr = found
+    config = cell_config(cell)
     log = log_ranges(artifact(config, "behaviour").file("trajectories"))
     return {**measure_rows([r for r in rows if r["estimator"] == "ADWM"], truth, stderr, config.adwm, log),
             **live_grades(imagined, episodes, truth, stderr, k=LIVE_EPISODES, draws=LIVE_DRAWS,

@@ -19,7 +19,8 @@ NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, wi
 95 % intervals (every point and seed) that hold the true J, its verdicts on pairs of points
 (decided: the share of the pairs the ground truth tells apart given a verdict; precision: the
 share of decided pairs ordered as J orders them; ADWM's paired, every other estimator's from its
-intervals read apart), the mean ρ over each
+intervals read apart; beside ADWM, ADWM under the paper's recipe — the cell's ``adwm.preset:
+paper`` variant, where it ran — and ADWM topped up by 8 live episodes per point), the mean ρ over each
 group of cells with a percentile-bootstrap interval over cells, and the paired difference
 ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
 
@@ -53,13 +54,16 @@ from adwm_core.ope.statistics.metrics import verdict_scores
 from adwm_core.report import first_seed_rows
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
+from bench.studies.verdicts import LIVE_EPISODES, live_results
 from bench.common import (ADWM, DEVELOPMENT, FRESH, RESULTS, TEST, admitted_cells, artifact, cell_config,
                           ground_truth, machine, slug, world_model_histories)
 from flows.cells import cell_config_path, cell_names
 from tasks.common import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
-SHOWN = (ADWM, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
+PAPER = "ADWM (paper)"  # ADWM under adwm.preset: paper (the diffusion model answers every step), a variant run
+LIVE = f"ADWM+live{LIVE_EPISODES}"  # ADWM topped up by that many live episodes per point (bench.studies.verdicts)
+SHOWN = (ADWM, PAPER, LIVE, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
 
 
 def test_cells() -> list[str]:
@@ -166,6 +170,24 @@ def verdict_grades(report, cell: str) -> dict[str, dict]:
     return graded
 
 
+def paper_results(cell: str, run: bool) -> dict | None:
+    """ADWM's row under the paper's recipe: the cell run as its variant ``adwm.preset: paper`` (the
+    world model is the default's; ``run``: its flow first), None where that has not run."""
+    path = variant_path(cell, {"adwm.preset": "paper"})
+    found = report_results(finished_report(path, run), path)
+    return None if found is None else found.get(ADWM)
+
+
+def with_adwm_variants(results: dict[str, dict] | None, cell: str, run: bool) -> dict[str, dict] | None:
+    """A cell's rows with ADWM under the paper's recipe and ADWM topped up by live episodes, where measured."""
+    if results is None:
+        return None
+    for name, row in ((PAPER, paper_results(cell, run)), (LIVE, live_results(cell))):
+        if row is not None:
+            results[name] = row
+    return results
+
+
 def measured(cell: str, run: bool) -> dict[str, dict] | None:
     """:func:`report_results` of the cell's :func:`finished_report`."""
     return report_results(finished_report(cell, run), cell)
@@ -263,7 +285,7 @@ def write_table(run: bool) -> dict:
     admitted = admitted_cells()
     seen, test = [c for c in admitted if not c.startswith(FRESH)], [c for c in admitted if c.startswith(FRESH)]
     reports = {cell: finished_report(cell, run) for cell in development + seen + test}
-    results = {cell: report_results(report, cell) for cell, report in reports.items()}
+    results = {cell: with_adwm_variants(report_results(report, cell), cell, run) for cell, report in reports.items()}
     measured_at = fill_earlier_rows(development + seen + test, results)
     lines = ["# The held-out measuring stick", "",
              "`python -m bench.tables.heldout`: every development cell (`local-*`, tuned on) and every test cell "
@@ -271,7 +293,10 @@ def write_table(run: bool) -> dict:
              "today's code and config; a cell whose stages are not all finished under them keeps its row "
              "of the previous run, marked **earlier code** with the commit it was measured at, or shows "
              "`not measured`. ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; "
-             "NMAE: mean |Ĵ − J| / range of J.", ""]
+             "NMAE: mean |Ĵ − J| / range of J. `ADWM (paper)`: ADWM under the paper's recipe (`adwm.preset: paper`, "
+             "the diffusion model answering every step), run as the cell's variant on the same world model; "
+             f"`{LIVE}`: ADWM topped up by {LIVE_EPISODES} of each point's ground-truth episodes (PPI++, paired by "
+             "start; the mean over 100 draws, bench/studies/verdicts.py).", ""]
     lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development}, measured_at)
     lines += _cell_table("Seen cells (the first test batch, read under several defaults; no longer held out)",
                          {c: results[c] for c in seen}, measured_at)
@@ -280,7 +305,7 @@ def write_table(run: bool) -> dict:
               + _interval_table("Seen cells (today's code only)", [reports[c] for c in seen])
               + _interval_table("Test cells (today's code only)", [reports[c] for c in test]))
     measured_test = {c: r for c, r in results.items() if c in test and r is not None}
-    others = [e for e in SHOWN if e != ADWM]
+    others = [e for e in SHOWN if e not in (ADWM, PAPER, LIVE)]
     if measured_test:
         def test_mean(e: str) -> float:
             rhos = [r[e]["rho"] for r in measured_test.values() if e in r and np.isfinite(r[e]["rho"])]

@@ -235,14 +235,16 @@ def fitted_q(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Base
 
 
 def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: BaselineConfig, seed: int,
-            episodes: np.ndarray | None = None) -> FittedQEvaluation:
+            episodes: np.ndarray | None = None, fitted_on: np.ndarray | None = None) -> FittedQEvaluation:
     """FQE's Q-network for π_e^ε fitted on the logged ``episodes`` (default all): states z_t, actions
-    the world model's action embeddings."""
+    the world model's action embeddings; ``fitted_on`` (a boolean step grid) keeps only those steps'
+    transitions as training tuples (their successors are still valued wherever they lead)."""
     rows = np.arange(steps.grid.shape[0]) if episodes is None else np.asarray(episodes)
     mask, candidates, latents = steps.grid.mask[rows], steps.candidates[rows], steps.latents[rows]
     n, horizon = mask.shape
     probabilities = steps.candidate_probabilities(epsilon)[rows]
     done = np.arange(horizon)[None, :] == mask.sum(1)[:, None] - 1
+    fit = mask if fitted_on is None else mask & fitted_on[rows]
     k = candidates.shape[2]  # candidates of the step after (i, t), padded past the grid's end
     next_candidates = np.concatenate([candidates[:, 1:], np.full((n, 1, k), -1)], 1)
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
@@ -252,9 +254,9 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
                             gamma=config.gamma, seed=seed)
     rewards = np.where(mask, steps.rewards[rows], 0.0)
     fqe.fit(Transitions(
-        states=states[mask], actions=steps.actions[rows][mask], rewards=rewards[mask],
-        next_states=latents[:, 1:][mask], done=done[mask],
-        next_candidates=next_candidates[mask], next_probabilities=next_probabilities[mask],
+        states=states[fit], actions=steps.actions[rows][fit], rewards=rewards[fit],
+        next_states=latents[:, 1:][fit], done=done[fit],
+        next_candidates=next_candidates[fit], next_probabilities=next_probabilities[fit],
     ), target_range=returns_to_go_range(rewards, mask, config.gamma) if config.fqe.clip_targets else None)
     return fqe
 

@@ -26,6 +26,7 @@ from .encoded_log import EncodedLog
 from ...data.io import atomic_open
 from ..statistics.bounds import ReturnRange
 from .estimates import adwm_estimates, answer_summary, rollout_rows
+from .held_out import held_out_errors
 from .memo import MemoisedPolicy
 
 
@@ -64,7 +65,8 @@ def run_adwm(
     ``rollouts``: a Parquet file receiving one row per ADWM rollout with its identified bounds under
     the environment's declared ranges (the ``rollouts`` contract); ``answers``: a JSON file
     receiving, per ε level, what answered the imagined steps and the actions the log never took
-    (``answer_summary``), with the ranges the bounds assumed."""
+    (``answer_summary``), with the ranges the bounds assumed and, under ``interval='calibrated'``,
+    the held-out actions' errors that size its shared off-log error (held_out.py)."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -82,9 +84,18 @@ def run_adwm(
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
     returns = ReturnRange.declared(env_name)
+    held_out = None
+    if config.interval == "calibrated":
+        started, encoded = time.perf_counter(), EncodedLog(log, members[0])
+        held_out = held_out_errors(log, members[0], encoded.bank, encoded.steps(
+            read_table(logprobs, LOGPROBS), scores_name=logprobs, action_reading=fqe.action_reading), config,
+            BaselineConfig(gamma=config.gamma, fqe=fqe), groups=config.held_out_groups)
+        if timings is not None:
+            timings["held_out_seconds"] = time.perf_counter() - started
     estimates, runs = adwm_estimates(members, log, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                       config=config, progress=progress, fit_q=fit_q, units=units,
-                                      samples=samples, returns=returns)
+                                      samples=samples, returns=returns,
+                                      error_range=held_out.error_range(config.confidence) if held_out else None)
     by_member = [runs[k * len(config.seeds):(k + 1) * len(config.seeds)] for k in range(len(members))]
     if rollouts is not None:
         write_table(table_from_rows(rollout_rows(by_member, config.seeds, config, returns, policy=policy.name),
@@ -93,7 +104,9 @@ def run_adwm(
         with atomic_open(answers, "w") as f:
             json.dump({"policy": policy.name, "returns": {"reward": returns.reward, "episode": returns.episode,
                                                           "declared_by": returns.source},
-                       "by_epsilon": answer_summary(runs)}, f, indent=2, ensure_ascii=False)
+                       "by_epsilon": answer_summary(runs),
+                       **({"held_out": held_out.to_json(config.confidence)} if held_out else {})},
+                      f, indent=2, ensure_ascii=False)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))
         timings["world_models"] = float(len(members))

@@ -38,16 +38,23 @@ from .transitions import Policy
 
 
 def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,
-               config: AdwmConfig, estimator: str = ADWM, returns: ReturnRange = PROTOCOL) -> list[dict]:
+               config: AdwmConfig, estimator: str = ADWM, returns: ReturnRange = PROTOCOL,
+               error_range: tuple[float, float] | None = None) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``) from
     one seed's rollouts in each world-model member (and the member's state bank): the mean over
     every member's rollouts and its interval over members and rollouts — the bootstrap
-    (``members_bootstrap``, ope/statistics/intervals.py), or for ``reward_sum`` under
-    ``config.interval='bounds'`` the identified bounds with ``returns`` (ope/statistics/bounds.py) —,
-    with the share of the ε level's imagined steps the log answered and how far the others'
-    (state, action) pairs are from the log (ope/statistics/diagnostics.py)."""
+    (``members_bootstrap``, ope/statistics/intervals.py), or for ADWM's ``reward_sum`` the interval
+    ``config.interval`` names: the identified bounds with ``returns``, or calibrated with the shared
+    off-log error in ``error_range`` (ope/statistics/bounds.py) —, with the share of the ε level's
+    imagined steps the log answered and how far the others' (state, action) pairs are from the
+    log (ope/statistics/diagnostics.py)."""
+    if config.interval == "calibrated" and estimator == ADWM and error_range is None:
+        raise ValueError("interval='calibrated' needs the off-log error range the held-out actions give "
+                         "(ope/imagination/held_out.py): pass error_range")
     rows, pooled = [], [_steps_by_epsilon(run) for run in members]
     bounded = [bounded_returns(run, config, returns) for run in members] if config.interval == "bounds" else None
+    left = [identified_parts(run, config.gamma)[0] < run.lengths for run in members] if (
+        config.interval == "calibrated" and estimator == ADWM) else None
     for epsilon in np.unique(members[0].epsilons):
         diagnostics = _trust(banks, [steps[float(epsilon)] for steps in pooled])
         for name in VALUE_ESTIMATES:
@@ -56,9 +63,12 @@ def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell:
             if name == "success_similarity" and estimator == ADWM and config.hands_over_to_fqe:
                 continue  # rollouts handed over to Q̂ stop at their first off-log pair: no path to compare
             x = np.stack([run.values(name, epsilon) for run in members])
+            at = members[0].epsilons == epsilon
             if bounded is not None and name == REWARD_SUM:
-                at = members[0].epsilons == epsilon
                 low, high = interval(Candidate(x, *(np.stack([b[j][at] for b in bounded]) for j in (1, 2))),
+                                     n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+            elif left is not None and name == REWARD_SUM:
+                low, high = interval(Candidate.calibrated(x, np.stack([m[at] for m in left]), error_range),
                                      n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
             else:
                 low, high = members_bootstrap(x, n_resamples=config.n_bootstrap, confidence=config.confidence,
@@ -164,6 +174,7 @@ def adwm_estimates(
     units: str | None = None,
     samples: str | None = None,
     returns: ReturnRange = PROTOCOL,
+    error_range: tuple[float, float] | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
@@ -179,7 +190,8 @@ def adwm_estimates(
     each finished (estimator, member, seed) unit's rollouts, read back instead of imagined again
     (a killed stage resumes there);
     ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``);
-    ``returns``: what a return can be, for the identified bounds (``config.interval='bounds'``)."""
+    ``returns``: what a return can be, for the identified bounds (``config.interval='bounds'``);
+    ``error_range``: the shared off-log error of ``config.interval='calibrated'`` (held_out.py)."""
     check_epsilons(epsilons)
     if config.hands_over_to_fqe and fit_q is None:
         default = " (the default)" if config.off_log == AdwmConfig().off_log else ""
@@ -226,7 +238,7 @@ def adwm_estimates(
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
-                                  config=config, estimator=name, returns=returns)]
+                                  config=config, estimator=name, returns=returns, error_range=error_range)]
     return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ADWM] for run in seeds]
 
 

@@ -58,6 +58,14 @@ class LoggedTransitions:
             tasks=[r["task_description"] for r in rows],
         )
 
+    def without(self, actions: frozenset[str]) -> "LoggedTransitions":
+        """These transitions less every one of ``actions`` (normalised text): the log as if it had
+        never taken them."""
+        rows = np.flatnonzero([action not in actions for action in self.actions])
+        return LoggedTransitions(self.observations[rows], [self.actions[i] for i in rows], self.next_latents[rows],
+                                 self.rewards[rows], self.done[rows], self.steps[rows], self.episodes[rows],
+                                 [self.tasks[i] for i in rows])
+
     def draw(self, rows: np.ndarray, actions: list[str], t: int, uniforms: np.ndarray) -> np.ndarray:
         """One logged transition of each (bank row, action) pair at step ``t``, drawn uniformly
         by ``uniforms`` (in [0, 1)) among those the log holds at that step — an observation need

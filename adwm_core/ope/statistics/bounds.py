@@ -23,6 +23,15 @@ bootstrap replicate b draws a member k_b and N units u*, and the interval is
 
 With L = U = the imagined return this is ADWM's bootstrap interval (intervals.members_bootstrap).
 
+**Calibrated** (a shared error; ope/imagination/held_out.py sizes it inside the log). Every
+rollout that left the log is off by one error e common to all of a cell's candidates, within
+the range [e_lo, e_hi] the log's held-out actions give: J = mean(x) − e·mean(l), l_i = 1 where
+rollout i left the log. Each replicate b gives [m_b − max(e_lo·λ_b, e_hi·λ_b),
+m_b − min(e_lo·λ_b, e_hi·λ_b)] with m_b, λ_b the replicate's means of x and l, and the interval
+is the outer quantiles as above. On a paired difference l is l_p − l_q: the error cancels where
+both candidates left the log alike, and only the difference in how often they left it is
+uncertain.
+
 **Paired difference** of candidates p and q, over the same units and members: D_L = L_p − U_q
 and D_U = U_p − L_q, under the same interval. The verdict is "p better" where its low end
 is > 0, "q better" where its high end is < 0, and otherwise "cannot tell from these logs".
@@ -102,6 +111,15 @@ class Candidate:
     low: np.ndarray
     high: np.ndarray
     units: tuple = ()  # (member, seed, unit) of each column where known: a paired difference needs the same
+    left: np.ndarray | None = None  # l: 1 where the rollout left the log (calibrated; a difference's l_p − l_q)
+    shared_error: tuple[float, float] | None = None  # [e_lo, e_hi] of the calibrated interval
+
+    @classmethod
+    def calibrated(cls, value: np.ndarray, left: np.ndarray, error_range: tuple[float, float],
+                   units: tuple = ()) -> Candidate:
+        """Rollouts under the calibrated interval: each one that left the log (``left``) off by one
+        shared error within ``error_range`` (module docstring)."""
+        return cls(value, value, value, units, np.asarray(left, np.float64), tuple(error_range))
 
     @property
     def estimate(self) -> float:
@@ -112,21 +130,33 @@ class Candidate:
         return Candidate(self.value, self.value, self.value, self.units)
 
     def minus(self, other: Candidate) -> Candidate:
-        """The paired difference: D = x_p − x_q, D_L = L_p − U_q, D_U = U_p − L_q."""
+        """The paired difference: D = x_p − x_q, D_L = L_p − U_q, D_U = U_p − L_q (calibrated: l_p − l_q)."""
         if self.value.shape != other.value.shape or (self.units and other.units and self.units != other.units):
             raise ValueError(f"candidates over different rollouts ({self.value.shape} vs {other.value.shape}): a "
                              "paired difference needs the same members, seeds and rollouts")
+        if self.shared_error != other.shared_error:
+            raise ValueError(f"candidates under different error ranges ({self.shared_error} vs {other.shared_error}):"
+                             " a paired difference needs one reading of the log")
+        if self.shared_error is not None:
+            return Candidate.calibrated(self.value - other.value, self.left - other.left, self.shared_error,
+                                        self.units)
         return Candidate(self.value - other.value, self.low - other.high, self.high - other.low, self.units)
 
 
 def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed: int) -> tuple[float, float]:
-    """(low, high): the bootstrap over members and units of mean L and mean U (module docstring),
-    drawn as ``members_bootstrap`` draws (the same replicates, the same order statistics)."""
+    """(low, high): the bootstrap over members and units of mean L and mean U (or, calibrated, of the
+    shared error's ends; module docstring), drawn as ``members_bootstrap`` draws (the same
+    replicates, the same order statistics)."""
     k, n = candidate.value.shape
     units = np.random.default_rng(seed).integers(0, n, (n_resamples, n))
     members = np.random.default_rng((seed, 1)).integers(0, k, n_resamples)[:, None]
-    lows = np.sort(candidate.low[members, units].mean(1))
-    highs = np.sort(candidate.high[members, units].mean(1))
+    if candidate.shared_error is None:
+        lows = np.sort(candidate.low[members, units].mean(1))
+        highs = np.sort(candidate.high[members, units].mean(1))
+    else:
+        means, left = candidate.value[members, units].mean(1), candidate.left[members, units].mean(1)
+        shifts = np.outer(left, candidate.shared_error)  # e·λ_b at either end of the error range
+        lows, highs = np.sort(means - shifts.max(1)), np.sort(means - shifts.min(1))
     tail, last = (1 - confidence) / 2, n_resamples - 1
     return float(lows[int(np.floor(tail * last))]), float(highs[int(np.ceil((1 - tail) * last))])
 
@@ -170,16 +200,19 @@ def unpaired_verdicts(intervals: Mapping[str, tuple[float, float, float]]) -> li
                     intervals[a][2] - intervals[b][1]) for a, b in combinations(intervals, 2)]
 
 
-def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *,
-                         bounded: bool = True) -> dict:
+def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *, bounded: bool = True,
+                         error_range: tuple[float, float] | None = None) -> dict:
     """Candidates from per-rollout rows (the ADWM stage's ``rollouts`` table: estimator, member,
-    seed, unit, value, low, high, …) grouped by ``key`` (a column or several): K × N arrays, N
-    the units (seed, unit) in order. ``bounded=False``: L = U = the imagined return."""
+    seed, unit, value, low, high, steps, log_steps, …) grouped by ``key`` (a column or several):
+    K × N arrays, N the units (seed, unit) in order. ``bounded=False``: L = U = the imagined
+    return; ``error_range``: the calibrated reading, a rollout having left the log where
+    ``log_steps < steps``."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     cells: dict = defaultdict(dict)
     for row in rows:
         group = row[keys[0]] if len(keys) == 1 else tuple(row[k] for k in keys)
-        cells[group][(row["member"], row["seed"], row["unit"])] = (row["value"], row["low"], row["high"])
+        cells[group][(row["member"], row["seed"], row["unit"])] = (
+            row["value"], row["low"], row["high"], float(row["log_steps"] < row["steps"]) if error_range else 0.0)
     found = {}
     for group, by_unit in cells.items():
         members = sorted({m for m, _, _ in by_unit})
@@ -187,6 +220,10 @@ def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *,
         if len(by_unit) != len(members) * len(units):
             raise ValueError(f"{group}: rollouts missing for some member and unit (every member imagines every seed)")
         x = np.array([[by_unit[(m, s, u)] for s, u in units] for m in members], np.float64)
-        candidate = Candidate(x[..., 0], x[..., 1], x[..., 2], (tuple(members), tuple(units)))
+        named = (tuple(members), tuple(units))
+        if error_range is not None:
+            found[group] = Candidate.calibrated(x[..., 0], x[..., 3], error_range, named)
+            continue
+        candidate = Candidate(x[..., 0], x[..., 1], x[..., 2], named)
         found[group] = candidate if bounded else candidate.without_bounds()
     return found
