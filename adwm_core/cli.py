@@ -12,26 +12,26 @@ import argparse
 import json
 import sys
 
-import numpy as np
-import pyarrow.compute as pc
 from pydantic import ValidationError
 
-from .specs import EnvSpec, check_epsilons
-from .collection import run_epsilon_family
-from .data import TRAJECTORIES, check_output, read_table, write_table
-from .envs import EnvironmentUnavailable, check_env_task, env_names
-from .envs.agents import EpsilonGoldAgent
-from .envs.base import SPLITS
+# what the parser needs, and nothing heavier: each command imports its own tools, so `--help`
+# and a malformed argument are answered before numpy, pyarrow or torch load
+from .envs import SPLITS, EnvironmentUnavailable, check_env_task, env_names
 from .envs.registry import DEFAULT_LOCAL_ENV
-from .envs.episodes import EpisodeSpec
-from .envs.runner import EpisodeRunner
-from .ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
-from .paths import artifact_path
 from .specs import LOG_FIELDS, OPENING_FIELD, LogSource
-from .data.logs import export_jsonl, inspect_logs, read_logs
 
 
 def _collect(args: argparse.Namespace) -> int:
+    import pyarrow.compute as pc
+
+    from .collection import run_epsilon_family
+    from .data import TRAJECTORIES, check_output, write_table
+    from .envs.agents import EpsilonGoldAgent
+    from .envs.episodes import EpisodeSpec
+    from .envs.runner import EpisodeRunner
+    from .paths import artifact_path
+    from .specs import EnvSpec, check_epsilons
+
     epsilons = [float(e) for e in args.epsilons.split(",")]
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     out = args.out or artifact_path("collect", f"{args.env}-{args.task}", "trajectories.parquet")
@@ -65,6 +65,9 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from .data import TRAJECTORIES, read_table
+    from .data.logs import export_jsonl
+
     n = export_jsonl(read_table(args.trajectories, TRAJECTORIES), args.out, overwrite=args.overwrite)
     print(f"wrote {n} behaviour episodes to {args.out}")
     return 0
@@ -108,12 +111,19 @@ def log_source(args: argparse.Namespace) -> LogSource:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from .data.logs import inspect_logs
+
     _, summary = inspect_logs(log_source(args), cell="import")
     print("\n".join(summary.lines(args.show_steps)))
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .data.logs import read_logs
+    from .ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
+
     imagined = read_imagined(args.imagined)
     live = live_by_point(read_logs(LogSource(path=args.live), cell="live"), args.epsilon)
     missing = sorted(set(live) - set(imagined))

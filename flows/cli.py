@@ -4,21 +4,15 @@ which runs the evaluate-logs flow (Prefect and MLflow live here, not in adwm_cor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-import fsspec
-
 from adwm_core import cli as core
-from adwm_core.api import agent, check_live, endpoint, evaluation_cell, live_top_up, seed_overrides
-from adwm_core.cell import CellConfigError, parse_assignments
-from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
-from adwm_core.data.logs import inspect_logs
-from adwm_core.ope.answers import RANKED_BY
-from adwm_core.policies.openai_backend import MODES
-from adwm_core.ranking import rank_agents, ranking_lines
-from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, topped_up_lines, trust_lines
+
+# adwm_core/policies/openai_backend.py's MODES, written here so that `adwm --help` loads no numpy
+# (tests/test_cli.py holds the two equal); the evaluation's own imports load in _evaluate, after
+# the arguments are checked
+AGENT_MODES = ("completions", "chat")
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -57,7 +51,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           help="load --agent-model in this process instead of reaching an endpoint")
     evaluate.add_argument("--agent-tokenizer", help="tokenizer folder or cached hub name of an endpoint's model "
                           "(default: the model name)")
-    evaluate.add_argument("--agent-mode", choices=MODES,
+    evaluate.add_argument("--agent-mode", choices=AGENT_MODES,
                           help="completions (default; log-probs, so importance sampling runs) or chat")
     evaluate.add_argument("--concurrency", type=int, default=8, help="requests in flight to the endpoint (default 8)")
     evaluate.add_argument("--max-retries", type=int, default=5,
@@ -98,6 +92,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not base_url and not args.agent_backend:
         raise ValueError("say where the agent runs: --agent-base-url http://…/v1 (or $ADWM_AGENT_BASE_URL), or "
                          "--agent-backend transformers with --agent-model a model folder")
+
+    import json  # the evaluation's tools load once the agent and its endpoint are named
+
+    import fsspec
+
+    from adwm_core.api import agent, check_live, endpoint, evaluation_cell, live_top_up, seed_overrides
+    from adwm_core.cell import parse_assignments
+    from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
+    from adwm_core.data.logs import inspect_logs
+    from adwm_core.ope.answers import RANKED_BY
+    from adwm_core.ranking import rank_agents, ranking_lines, shared_error
+    from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, topped_up_lines, trust_lines
+
     if base_url:
         base_url, mode = endpoint(base_url, mode)
     for flag, path in (("--output-path", args.output_path), ("--log-samples", args.log_samples)):
@@ -130,7 +137,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     with fsspec.open(f"{folder}/{CURVES}") as f:
         curves = json.load(f)
     estimates = read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES)
-    print("\nĴ [95 % bootstrap interval] per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
+    calibrated = shared_error(curves.get("answers", {}).values()) is not None
+    print(f"\nĴ [95 % {'interval: ADWM calibrated, the others bootstrap' if calibrated else 'bootstrap interval'}] "
+          "per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
     print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     epsilon = min(epsilons)
@@ -141,9 +150,11 @@ def _evaluate(args: argparse.Namespace) -> int:
                              epsilons=epsilons, overrides=overrides, limit=args.limit)
     if len(models) > 1:
         rollouts = read_table(f"{folder}/{ROLLOUTS_FILE}", ROLLOUTS).to_pylist()
+        error_range = shared_error(curves.get("answers", {}).values())
         ranked = rank_agents(rollouts, epsilon=epsilon, confidence=config.adwm.confidence,
-                             n_resamples=config.adwm.n_bootstrap)
-        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon)))
+                             n_resamples=config.adwm.n_bootstrap, error_range=error_range)
+        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon,
+                                              "calibrated" if error_range else "bootstrap")))
     if args.live or args.live_logs:
         print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
     print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
@@ -161,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return core.run(args)
     try:
         return _evaluate(args)
-    except (ValueError, FileNotFoundError, ConnectionError, CellConfigError) as err:
+    except (ValueError, FileNotFoundError, ConnectionError) as err:  # a CellConfigError is a ValueError
         print(f"adwm evaluate: error: {err}", file=sys.stderr)
         return 2
 

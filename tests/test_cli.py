@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import pyarrow.compute as pc
@@ -50,6 +52,29 @@ def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agen
     assert f"--log-samples {nowhere}: no writable folder /no/such/folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["evaluate", "--help"], 0),
+                                        (["evaluate", "--logs", "x.jsonl", "--bogus"], 2), (["envs"], 0)])
+def test_help_and_a_malformed_argument_are_answered_before_prefect_or_numpy_load(argv, code):
+    """`adwm --help`, `adwm evaluate --help` and a refused flag need only the parser: no Prefect,
+    MLflow, torch, numpy or pyarrow is imported (issue 59: the command answers at once)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom flows.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    code = e.code\nheavy = [m for m in ('prefect', 'mlflow', 'torch', 'numpy', 'pyarrow', 'transformers') "
+             "if m in sys.modules]\nprint('PROBE', code, ','.join(heavy) or '-')")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert f"PROBE {code} -" in done.stdout.splitlines(), done.stdout + done.stderr
+
+
+def test_the_commands_agent_modes_are_the_endpoint_backends():
+    from adwm_core.policies.openai_backend import MODES
+    from flows.cli import AGENT_MODES
+
+    assert AGENT_MODES == MODES
+
+
 def test_agents_are_ranked_best_first_and_the_best_is_named_only_where_every_verdict_says_so():
     """Three agents over the same 2 seeds × 40 rollouts: "strong" pays 1 more than "twin" on one
     rollout in forty, "weak" 2 less everywhere. Paired, the verdicts part weak from the others and
@@ -77,6 +102,35 @@ def test_agents_are_ranked_best_first_and_the_best_is_named_only_where_every_ver
     assert best_agent(*rank_agents(without_twin, n_resamples=500)) == "strong"
     with pytest.raises(ValueError, match="no ADWM rollouts at ε=0.5"):
         rank_agents(table, epsilon=0.5)
+
+
+def test_calibrated_agents_keep_their_verdict_where_both_left_the_log_and_lose_it_where_only_one_did():
+    """Under ``interval: calibrated`` a shared off-log error e ∈ [−1, 1]: the agents' levels widen by
+    it, their paired verdict stands where both left the log on every rollout and falls where only
+    the weaker one did (e could make up its deficit); agents sized on different logs are refused."""
+    from adwm_core.ranking import rank_agents, shared_error
+
+    rng = np.random.default_rng(2)
+    shared = rng.normal(0, 1, 60)
+
+    def rows(policy, shift, left):
+        return [{"estimator": "ADWM", "policy": policy, "epsilon": 0.0, "member": 0, "seed": 0, "unit": i,
+                 "value": shared[i] + shift, "low": -9.0, "high": 9.0, "steps": 4, "log_steps": 1 if left else 4}
+                for i in range(60)]
+
+    answers = [{"policy": p, "held_out": {"error_range": [-1.0, 1.0]}} for p in ("good", "poor")]
+    error_range = shared_error(answers)
+    plain, _ = rank_agents(rows("good", 0.5, True) + rows("poor", 0.0, True), n_resamples=400)
+    ranked, said = rank_agents(rows("good", 0.5, True) + rows("poor", 0.0, True), n_resamples=400,
+                               error_range=error_range)
+    assert [a.ci_high - a.ci_low for a in ranked] == pytest.approx([a.ci_high - a.ci_low + 2 for a in plain])
+    assert said[0].verdict.better == "good"
+    _, apart = rank_agents(rows("good", 0.5, False) + rows("poor", 0.0, True), n_resamples=400,
+                           error_range=error_range)
+    assert apart[0].verdict.better is None
+    assert shared_error([{"policy": "x"}]) is None
+    with pytest.raises(ValueError, match="different off-log error ranges"):
+        shared_error(answers + [{"policy": "z", "held_out": {"error_range": [0.0, 0.1]}}])
 
 
 def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(tmp_path, monkeypatch, capsys):
