@@ -1,5 +1,6 @@
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -40,6 +41,23 @@ def folder_state(path: str) -> dict[str, tuple[int, int]]:
 
 
 HOME_BEFORE = {path: folder_state(path) for path in WATCHED}
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHES = ("__pycache__", ".pytest_cache", ".ruff_cache")  # Python's and the tools' own, expected anywhere
+
+
+def checkout_extras() -> set[str]:
+    """Every path git does not track in the checkout, untracked or ignored (a new folder as one
+    entry), the tools' caches left out; empty outside a git checkout."""
+    try:
+        found = subprocess.run(["git", "-C", CHECKOUT, "status", "--porcelain", "--ignored", "--untracked-files=normal"],
+                               capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    lines = found.stdout.splitlines() if found.returncode == 0 else []
+    return {line[3:] for line in lines if line[:2] in ("??", "!!") and not any(c in line for c in CACHES)}
+
+
+CHECKOUT_BEFORE = checkout_extras()
 
 
 def pytest_collection_modifyitems(config, items):
