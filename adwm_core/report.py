@@ -480,9 +480,10 @@ def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
         metrics.update({f"{name}.{k}": float(v) for k, v in row.items() if k not in ("estimator", "rho_seeds")})
     for estimator, diagnostics in curves["diagnostics"].items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
-    for name, graded in (curves.get("comparisons") or {}).items():
-        if name != "pairs":
-            metrics.update({f"{ADWM}_verdicts_{name}.{k}": float(v) for k, v in graded.items()})
+    comparisons = curves.get("comparisons") or {}
+    for name in ("bootstrap", "log_alone"):  # the verdicts graded on ground truth (point_comparisons)
+        if name in comparisons:
+            metrics.update({f"{ADWM}_verdicts_{name}.{k}": float(v) for k, v in comparisons[name].items()})
     for estimator, by_method in curves.get("intervals", {}).items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}_{method}": float(v)
                         for method, graded in by_method.items() for k, v in graded.items()})

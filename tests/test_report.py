@@ -105,12 +105,13 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     """ADWM's rollouts of the six points, paired by seed and unit, each rollout known to ±0.2 (it
     left the log): the imagined returns order the points as the truth does, so every pair the
     truth tells apart is decided and right; the bounds decide only pairs further apart than they are wide."""
-    from adwm_core.report import cannot_tell_lines, comparison_lines, point_comparisons
+    from adwm_core.report import cannot_tell_lines, comparison_lines, point_comparisons, report_metrics
 
     shared = np.random.default_rng(0).normal(0, 0.2, (2, 24))
     rollouts = pa.Table.from_pylist([
         {"estimator": "ADWM", "policy": p, "epsilon": e, "member": 0, "seed": s, "unit": u,
-         "value": j + shared[s, u], "low": j + shared[s, u] - 0.2, "high": j + shared[s, u] + 0.2}
+         "value": j + shared[s, u], "low": j + shared[s, u] - 0.2, "high": j + shared[s, u] + 0.2, "steps": 4,
+         "log_steps": 1}
         for (p, e), j in TRUTH.items() for s in (0, 1) for u in range(24)])
     truth = truth_table().append_column("stderr", pa.array([0.01] * len(TRUTH)))
     found = point_comparisons(rollouts, truth, n_resamples=300)
@@ -122,6 +123,11 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     assert alone["decided"] == pytest.approx(far / 15) and alone["precision"] == 1.0
     section = "\n".join(comparison_lines({"comparisons": found}))
     assert "dpo@p0 ε=0 vs prm@p0 ε=0" in section and "dpo@p0 ε=0 better" in section
+    assert found["interval"] == "bootstrap" and "paired bootstrap interval" in section
+    metrics = report_metrics([], {"diagnostics": {}, "comparisons": found})
+    assert metrics["ADWM_verdicts_bootstrap.decided"] == 1.0 and len(metrics) == 8  # 4 grades × 2 readings
+    calibrated = point_comparisons(rollouts, truth, n_resamples=300, error_range=(-0.05, 0.05))
+    assert calibrated["interval"] == "calibrated" and calibrated["bootstrap"]["decided"] == 1.0
 
     answers = {"dpo@p0": {"by_epsilon": {"0": {"steps": 40, "shares": {"log": 0.5, "carried": 0.25, "value": 0.25,
                                                                      "diffusion": 0.0, "nearest": 0.0},
