@@ -312,10 +312,12 @@ def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples
     printed = {label[k]: c for k, c in sorted(printed_candidates(rows, keys, error_range).items())}
     bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, keys).items())}
     compared = compare(printed, bounded, n_resamples=n_resamples, confidence=confidence)
-    said = {"bootstrap": [c.verdict for c in compared], "log_alone": [c.log_alone for c in compared]}
-    found = {"interval": "calibrated" if error_range else "bootstrap", "pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
-                        "better": v.better, "log_alone_low": w.low, "log_alone_high": w.high,
-                        "log_alone_better": w.better} for v, w in zip(said["bootstrap"], said["log_alone"])]}
+    reading = "calibrated" if error_range else "bootstrap"  # the printed interval names its graded verdicts
+    said = {reading: [c.verdict for c in compared], "log_alone": [c.log_alone for c in compared]}
+    found = {"interval": reading, "pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low,
+                                             "high": v.high, "better": v.better, "log_alone_low": w.low,
+                                             "log_alone_high": w.high, "log_alone_better": w.better}
+                                            for v, w in zip(said[reading], said["log_alone"])]}
     if truth is not None:
         points = {label[(r["policy"], r["epsilon"])]: r for r in truth.to_pylist()
                   if (r["policy"], r["epsilon"]) in label}
@@ -342,10 +344,16 @@ def comparison_lines(curves: dict) -> list[str]:
                      f"{(p['better'] + ' better') if p['better'] else CANNOT_TELL} | "
                      f"{(p['log_alone_better'] + ' better') if p['log_alone_better'] else CANNOT_TELL} "
                      f"[{p['log_alone_low']:+.3g}, {p['log_alone_high']:+.3g}] |")
-    for name, title in (("bootstrap", "verdicts"), ("log_alone", "the log alone")):
-        if name in found:
-            lines.append(f"\n{title}: {verdict_grades(found[name])}.")
+    for graded, title in ((printed_verdicts(found), "verdicts"), (found.get("log_alone"), "the log alone")):
+        if graded:
+            lines.append(f"\n{title}: {verdict_grades(graded)}.")
     return lines + [""]
+
+
+def printed_verdicts(comparisons: Mapping) -> Mapping[str, float] | None:
+    """The grades of the verdicts the report printed (``point_comparisons``: under the bootstrap,
+    or under the calibrated interval where the cell chose it); None where ungraded."""
+    return comparisons.get(comparisons.get("interval", "bootstrap"))
 
 
 def verdict_grades(graded: Mapping[str, float]) -> str:
@@ -481,7 +489,7 @@ def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
     for estimator, diagnostics in curves["diagnostics"].items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
     comparisons = curves.get("comparisons") or {}
-    for name in ("bootstrap", "log_alone"):  # the verdicts graded on ground truth (point_comparisons)
+    for name in ("bootstrap", "calibrated", "log_alone"):  # the verdicts graded on ground truth (point_comparisons)
         if name in comparisons:
             metrics.update({f"{ADWM}_verdicts_{name}.{k}": float(v) for k, v in comparisons[name].items()})
     for estimator, by_method in curves.get("intervals", {}).items():

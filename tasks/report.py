@@ -9,7 +9,7 @@ import mlflow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from adwm_core.pipeline import Artifact, stage
-from adwm_core.report import cannot_tell_lines, summary_lines, verdict_grades
+from adwm_core.report import cannot_tell_lines, printed_verdicts, summary_lines, verdict_grades
 
 from .common import use_tracking_store
 
@@ -39,7 +39,7 @@ def closing_screen(folder: str, flow_run_id: str | None) -> str:
              if graded else "No ground truth for this cell: each estimator's Ĵ per point", *summary_lines(rows, curves)]
     if curves.get("answers"):
         lines += ["", "what the log cannot tell", *cannot_tell_lines(curves["answers"], min(curves["epsilon"]))]
-    graded_verdicts = (curves.get("comparisons") or {}).get("bootstrap")
+    graded_verdicts = printed_verdicts(curves.get("comparisons") or {})
     if graded_verdicts:
         lines.append(f"ADWM's verdicts on pairs of points: {verdict_grades(graded_verdicts)}")
     lines += ["", f"report   {folder}/{REPORT}", f"plot     {folder}/{PLOT}"]

@@ -45,16 +45,18 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHES = ("__pycache__", ".pytest_cache", ".ruff_cache")  # Python's and the tools' own, expected anywhere
 
 
-def checkout_extras() -> set[str]:
+def checkout_extras() -> set[str] | None:
     """Every path git does not track in the checkout, untracked or ignored (a new folder as one
-    entry), the tools' caches left out; empty outside a git checkout."""
+    entry), the tools' caches left out; None where git cannot say (no checkout, no git)."""
     try:
         found = subprocess.run(["git", "-C", CHECKOUT, "status", "--porcelain", "--ignored", "--untracked-files=normal"],
                                capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
-        return set()
-    lines = found.stdout.splitlines() if found.returncode == 0 else []
-    return {line[3:] for line in lines if line[:2] in ("??", "!!") and not any(c in line for c in CACHES)}
+        return None
+    if found.returncode:
+        return None
+    return {line[3:] for line in found.stdout.splitlines() if line[:2] in ("??", "!!")
+            and not any(c in line for c in CACHES)}
 
 
 CHECKOUT_BEFORE = checkout_extras()

@@ -127,7 +127,10 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     metrics = report_metrics([], {"diagnostics": {}, "comparisons": found})
     assert metrics["ADWM_verdicts_bootstrap.decided"] == 1.0 and len(metrics) == 8  # 4 grades × 2 readings
     calibrated = point_comparisons(rollouts, truth, n_resamples=300, error_range=(-0.05, 0.05))
-    assert calibrated["interval"] == "calibrated" and calibrated["bootstrap"]["decided"] == 1.0
+    assert calibrated["interval"] == "calibrated" and calibrated["calibrated"]["decided"] == 1.0
+    assert "bootstrap" not in calibrated and "paired calibrated interval" in "\n".join(
+        comparison_lines({"comparisons": calibrated}))
+    assert report_metrics([], {"diagnostics": {}, "comparisons": calibrated})["ADWM_verdicts_calibrated.precision"] == 1
 
     answers = {"dpo@p0": {"by_epsilon": {"0": {"steps": 40, "shares": {"log": 0.5, "carried": 0.25, "value": 0.25,
                                                                      "diffusion": 0.0, "nearest": 0.0},

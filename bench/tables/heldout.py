@@ -51,7 +51,7 @@ from adwm_core.cell import CellConfig, assign
 from adwm_core.ope.statistics.bounds import unpaired_verdicts
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
 from adwm_core.ope.statistics.metrics import verdict_scores
-from adwm_core.report import first_seed_rows
+from adwm_core.report import first_seed_rows, printed_verdicts
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
 from bench.studies.verdicts import LIVE_EPISODES, live_results
@@ -157,7 +157,7 @@ def verdict_grades(report, cell: str) -> dict[str, dict]:
             label = f"{point['policy']} ε={point['epsilon']:g}"
             truth[label], stderr[label] = point["mean_return"], point["stderr"]
     with open(report.file("curves")) as f:
-        paired = (json.load(f).get("comparisons") or {}).get("bootstrap")
+        paired = printed_verdicts(json.load(f).get("comparisons") or {})
     graded = {ADWM: {"decided": paired["decided"], "precision": paired["precision"]}} if paired else {}
     by_estimator: dict[str, dict] = {}
     for row in first_seed_rows(pq.read_table(report.file("estimates"))):

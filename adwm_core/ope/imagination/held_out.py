@@ -19,8 +19,8 @@ with it where π_e's unlogged actions are like a random group of the logged ones
 π_e may choose its unlogged actions better than chance).
 
 The error range is the conformal one over the groups: with the ē_f sorted,
-[ē_(k), ē_(F+1−k)], k = ⌊(F + 1)·α/2⌋ (the extremes at k = 1), which holds a new draw with
-probability ≥ 1 − 2k/(F + 1).
+[ē_(k), ē_(F+1−k)], k = max(1, ⌊(F + 1)·α/2⌋) (the extremes while F + 1 < 4/α), which holds a
+new draw with probability ≥ 1 − 2k/(F + 1).
 """
 
 from __future__ import annotations
