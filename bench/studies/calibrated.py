@@ -30,7 +30,7 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.classical.settings import BaselineConfig
 from adwm_core.ope.imagination.encoded_log import EncodedLog
 from adwm_core.ope.imagination.estimates import rollout_rows
-from adwm_core.ope.imagination.held_out import held_out_errors
+from adwm_core.ope.imagination.held_out import conformal_range, held_out_errors
 from adwm_core.ope.imagination.rollouts import ImaginedStep, Rollouts
 from adwm_core.ope.statistics.bounds import ReturnRange
 from bench.common import DEVELOPMENT, cell_config, write_grouped
@@ -70,12 +70,6 @@ def rollouts_from_samples(samples: str, gamma: float) -> tuple[str, list[Rollout
     return episodes[0]["policy"], runs, seeds
 
 
-def conformal_quantiles(errors: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The ((1 − c)/2, (1 + c)/2) conformal quantiles of single errors."""
-    errors, k = np.sort(errors), max(1, int(np.floor((len(errors) + 1) * (1 - confidence) / 2)))
-    return float(errors[k - 1]), float(errors[len(errors) - k])
-
-
 def measure(root: str, cell: str) -> dict:
     import pyarrow.parquet as pq
 
@@ -96,7 +90,7 @@ def measure(root: str, cell: str) -> dict:
         truth[point["policy"], float(point["epsilon"])] = point["mean_return"]
         stderr[point["policy"], float(point["epsilon"])] = point["stderr"]
     ranges = {"calibrated": held.error_range(adwm.confidence),
-              "calibrated, episodes": conformal_quantiles(np.concatenate(held.errors), adwm.confidence)}
+              "calibrated, episodes": conformal_range(np.concatenate(held.errors), adwm.confidence)}
     plain = [{**row, "low": row["value"], "high": row["value"]} for row in rows]
     return {"bootstrap": grade(plain, truth, stderr, adwm),
             **{name: grade(rows, truth, stderr, adwm, error_range) for name, error_range in ranges.items()},

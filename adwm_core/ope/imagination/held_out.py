@@ -56,23 +56,30 @@ class HeldOutErrors:
 
     def error_range(self, confidence: float) -> tuple[float, float]:
         """[ē_(k), ē_(F+1−k)]: the conformal range of a new group's mean error (module docstring)."""
-        means, k = np.sort(self.group_means), self._rank(confidence)
-        return float(means[k - 1]), float(means[len(means) - k])
-
-    def _rank(self, confidence: float) -> int:
-        """k = max(1, ⌊(F + 1)(1 − confidence)/2⌋) over the F groups walked."""
-        n = len(self.group_means)
-        if n < 2:
-            raise ValueError(f"{n} group(s) of held-out actions walked: too few to size an error range (the log "
-                             "takes too few distinct actions); choose another interval")
-        return max(1, int(np.floor((n + 1) * (1 - confidence) / 2)))
+        return conformal_range(self.group_means, confidence)
 
     def to_json(self, confidence: float) -> dict:
         """The error range, the chance it holds a new group's mean (1 − 2k/(F + 1)) and every group's mean."""
         n = len(self.group_means)
         return {"error_range": list(self.error_range(confidence)),
-                "holds_a_new_group": 1 - 2 * self._rank(confidence) / (n + 1),
+                "holds_a_new_group": 1 - 2 * conformal_rank(n, confidence) / (n + 1),
                 "group_means": self.group_means.tolist(), "walked_episodes": sum(map(len, self.errors))}
+
+
+def conformal_rank(n: int, confidence: float) -> int:
+    """k = max(1, ⌊(n + 1)(1 − confidence)/2⌋): the order statistic that bounds a new draw on each side."""
+    if n < 2:
+        raise ValueError(f"{n} error(s) walked: too few to size an error range (the log takes too few distinct "
+                         "actions); choose another interval")
+    return max(1, int(np.floor((n + 1) * (1 - confidence) / 2)))
+
+
+def conformal_range(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """[v_(k), v_(n+1−k)] of ``values`` (:func:`conformal_rank`): holds a new exchangeable draw with
+    probability ≥ 1 − 2k/(n + 1)."""
+    ordered = np.sort(np.asarray(values, float))
+    k = conformal_rank(len(ordered), confidence)
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k])
 
 
 def held_out_errors(log: BehaviourLog, model: WorldModel, bank: StateBank, steps: LoggedSteps, config: AdwmConfig,
