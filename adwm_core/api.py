@@ -43,8 +43,9 @@ from .ope.classical.settings import BaselineConfig, EstimatorName
 from .ope.settings import AdwmConfig
 from .ope.statistics.signed_log import SignedLog
 from .paths import artifact_path
+from .provenance import write_results
 from .ope.answers import ADWM, KNN_WM
-from .ranking import best_agent, rank_agents, shared_error
+from .ranking import PrintedInterval, best_agent, rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec
@@ -195,6 +196,23 @@ def first_episodes(source: LogSource, limit: int, name: str) -> LogSource:
     out = artifact_path("limited", f"{name}-first{limit}.parquet")
     write_table(table, out, TRAJECTORIES, overwrite=True)
     return LogSource(out, "parquet")
+
+
+def evaluation_line(config: CellConfig, logs: str, limit: int | None, overrides: Mapping | None) -> str:
+    """What an ``adwm evaluate`` run scores, in one line: the cell, the logs, the agents and the settings changed."""
+    agents = ", ".join(f"{a.model} ({a.backend})" for a in config.evaluation.policies)
+    return (f"cell {config.name}: logs {logs}{f' (first {limit} episodes)' if limit else ''}, environment "
+            f"{config.env.name}, agents {agents}; settings overridden: {overrides or 'none'}")
+
+
+def write_outputs(config: CellConfig, folder: str, output_path: str | None, log_samples: str | None) -> None:
+    """After an ``adwm evaluate`` run: the results JSON at ``output_path`` (provenance.write_results)
+    and the imagined episodes at ``log_samples``, where asked for, each named on the terminal."""
+    if output_path:
+        write_results(output_path, config, folder)
+        print(f"results  {output_path}")
+    if log_samples:
+        print(f"samples  {log_samples}: {write_samples(config, log_samples)} imagined episodes")
 
 
 def write_samples(config: CellConfig, path: str) -> int:
@@ -438,7 +456,7 @@ class OffPolicyEvaluation:
         epsilon = min(self.config.evaluation.epsilons) if epsilon is None else epsilon
         ranked, comparisons = rank_agents(self._rollouts(), epsilon=epsilon, confidence=1 - alpha,
                                           n_resamples=self.config.adwm.n_bootstrap,
-                                          error_range=shared_error(self._answers()))
+                                          printed=PrintedInterval.of(self._answers()))
         ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
                                  "log_lower": a.bounds_low, "log_upper": a.bounds_high} for a in ranked])
         verdicts = pd.DataFrame([{"a": c.verdict.a, "b": c.verdict.b, "difference": c.verdict.difference,
@@ -460,7 +478,7 @@ class OffPolicyEvaluation:
 
     def _answers(self) -> list[dict]:
         """Each agent's ADWM stage ``answers``: what answered its imagined steps, and the
-        calibrated interval's error range where it was sized."""
+        calibrated interval's error range or the refits where they were made."""
         found = []
         for policy in self.config.evaluation.policies:
             with fsspec.open(pipeline.finished(self.config, "adwm", policy).file("answers")) as f:

@@ -5,9 +5,10 @@ The candidates' imagined rollouts (the ADWM stage's ``rollouts`` table) share th
 Rollout i of seed s starts from the same logged observation and draws the same ε flips and
 exploratory actions for every agent and ε level (common random numbers,
 ope/imagination/rollouts.py), and member k is the same world model. So the verdict on (a, b)
-is read from the paired interval on Ĵ_a − Ĵ_b over every seed's rollouts (the bootstrap, or
-under ``interval: calibrated`` with the shared off-log error the held-out actions size;
-ope/statistics/bounds.py), not from two independent intervals. Beside it, the identified
+is read from the paired interval on Ĵ_a − Ĵ_b over every seed's rollouts (the bootstrap; under
+``interval: calibrated`` with the shared off-log error the held-out actions size; under
+``interval: refits`` from the refits' paired Ĵ_b; ope/statistics/bounds.py), not from two
+independent intervals. Beside it, the identified
 bounds on the same difference say whether the log alone decides the pair, whatever the steps
 it never answered do. No P(best) is computed: an agent is called the best only where its
 verdict beats every other agent.
@@ -16,10 +17,19 @@ verdict beats every other agent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .ope.answers import ADWM
-from .ope.statistics.bounds import CANNOT_TELL, Candidate, Verdict, candidates_from_rows, interval, verdicts
+from .ope.statistics.bounds import (
+    CANNOT_TELL,
+    Candidate,
+    Verdict,
+    candidates_from_rows,
+    interval,
+    verdicts,
+)
 
 
 @dataclass(frozen=True)
@@ -47,46 +57,62 @@ class Comparison:
                 f"{f'{alone} better' if alone else CANNOT_TELL} [{self.log_alone.low:+.4g}, {self.log_alone.high:+.4g}]")
 
 
-def _candidates(rollouts: Iterable[Mapping], epsilon: float, estimator: str,
-                error_range: tuple[float, float] | None) -> tuple[dict, dict]:
-    """The agents' candidates as printed (the bootstrap, or calibrated with ``error_range``) and
-    under the identified bounds."""
-    rows = [r for r in rollouts if r["estimator"] == estimator and r["epsilon"] == epsilon]
-    if not rows:
-        raise ValueError(f"no {estimator} rollouts at ε={epsilon:g} to compare agents by")
-    return printed_candidates(rows, "policy", error_range), candidates_from_rows(rows, "policy")
+@dataclass(frozen=True)
+class PrintedInterval:
+    """The interval ADWM printed, read back from its stages' ``answers``: the bootstrap of the
+    imagined returns; ``calibrated``, with the shared off-log error the held-out actions size
+    (``error_range``); or ``refits``, with each (agent, ε)'s Ĵ_b over resampled logs."""
 
+    name: str = "bootstrap"
+    error_range: tuple[float, float] | None = None
+    refits: Mapping[tuple[str, float], tuple[float, ...]] = field(default_factory=dict)
 
-def printed_candidates(rows: Iterable[Mapping], key: str | Sequence[str],
-                       error_range: tuple[float, float] | None) -> dict:
-    """The candidates of ``rows`` under the interval ADWM prints: calibrated with ``error_range``
-    (the stage's ``answers``, ``interval: calibrated``), else the bootstrap of the imagined returns."""
-    if error_range is not None:
-        return candidates_from_rows(rows, key, error_range=error_range)
-    return candidates_from_rows(rows, key, bounded=False)
+    @classmethod
+    def of(cls, answers: Iterable[Mapping]) -> PrintedInterval:
+        """From the ADWM stages' ``answers``. Every agent's stage sizes the calibrated error range on
+        the same log and world model, so the ranges agree up to the float noise of stages run on
+        other workers or devices; their hull, the widest, is taken."""
+        answers = list(answers)
+        ranges = [a["held_out"]["error_range"] for a in answers if "held_out" in a]
+        if ranges:
+            return cls("calibrated", (min(low for low, _ in ranges), max(high for _, high in ranges)))
+        refits = {(a["policy"], float(epsilon)): tuple(values) for a in answers if "refits" in a
+                  for epsilon, values in a["refits"]["by_epsilon"].items()}
+        return cls("refits", refits=refits) if refits else cls()
 
-
-def shared_error(answers: Iterable[Mapping]) -> tuple[float, float] | None:
-    """The calibrated interval's off-log error range from the ADWM stages' ``answers``: every
-    agent's stage sizes it on the same log and world model, so the ranges agree up to the float
-    noise of stages run on other workers or devices; their hull, the widest, is taken. None where
-    none was sized."""
-    ranges = [a["held_out"]["error_range"] for a in answers if "held_out" in a]
-    return (min(low for low, _ in ranges), max(high for _, high in ranges)) if ranges else None
+    def candidates(self, rows: Iterable[Mapping], key: str | Sequence[str]) -> dict:
+        """The candidates of ``rows`` (the ``rollouts`` contract) grouped by ``key``, under this interval."""
+        rows = list(rows)
+        if self.error_range is not None:
+            return candidates_from_rows(rows, key, error_range=self.error_range)
+        found = candidates_from_rows(rows, key, bounded=False)
+        if not self.refits:
+            return found
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        point = {row[keys[0]] if len(keys) == 1 else tuple(row[k] for k in keys): (row["policy"], float(row["epsilon"]))
+                 for row in rows}
+        missing = sorted({point[group] for group in found} - set(self.refits))
+        if missing:
+            raise ValueError(f"no refits of {missing}: every agent's ADWM stage refits under interval='refits'")
+        return {group: Candidate.refitted(c.value, np.array(self.refits[point[group]]), c.units)
+                for group, c in found.items()}
 
 
 def rank_agents(rollouts: Iterable[Mapping], *, epsilon: float = 0.0, estimator: str = ADWM,
                 confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0,
-                error_range: tuple[float, float] | None = None) -> tuple[list[AgentRank], list[Comparison]]:
+                printed: PrintedInterval = PrintedInterval()) -> tuple[list[AgentRank], list[Comparison]]:
     """The agents of ``rollouts`` (rows of the ``rollouts`` contract) at ``epsilon``, best Ĵ first,
-    and the comparison of every pair; ``error_range``: read calibrated (:func:`printed_candidates`)."""
-    printed, bounded = _candidates(list(rollouts), epsilon, estimator, error_range)
+    and the comparison of every pair, each under the ``printed`` interval and the identified bounds."""
+    rows = [r for r in rollouts if r["estimator"] == estimator and r["epsilon"] == epsilon]
+    if not rows:
+        raise ValueError(f"no {estimator} rollouts at ε={epsilon:g} to compare agents by")
+    shown, bounded = printed.candidates(rows, "policy"), candidates_from_rows(rows, "policy")
     settings = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
-    ranked = [AgentRank(name, candidate.estimate, *interval(printed[name], **settings),
+    ranked = [AgentRank(name, candidate.estimate, *interval(shown[name], **settings),
                         *interval(candidate, **settings)) for name, candidate in bounded.items()]
     ranked.sort(key=lambda a: -a.value)
     order = [a.policy for a in ranked]
-    return ranked, compare({n: printed[n] for n in order}, {n: bounded[n] for n in order}, **settings)
+    return ranked, compare({n: shown[n] for n in order}, {n: bounded[n] for n in order}, **settings)
 
 
 def compare(printed: Mapping[str, Candidate], bounded: Mapping[str, Candidate], *, n_resamples: int,

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
-from .ranking import compare, printed_candidates, shared_error
+from .ranking import PrintedInterval, compare
 from .ope.statistics.calibration import topped_up_verdicts
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
@@ -299,9 +299,9 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
 
 
 def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples: int = 1000,
-                      confidence: float = 0.95, error_range: tuple[float, float] | None = None) -> dict:
+                      confidence: float = 0.95, printed: PrintedInterval = PrintedInterval()) -> dict:
     """ADWM's verdict on every pair of the cell's points (ranking.py's reading: the paired
-    bootstrap, or calibrated with ``error_range``, and the identified bounds for the log alone),
+    ``printed`` interval, and the identified bounds for the log alone),
     with, where ``truth`` is known, the share of distinguishable pairs decided and of decided
     pairs ordered as J orders them."""
     rows = [r for r in rollouts.to_pylist() if r["estimator"] == ADWM]
@@ -309,10 +309,10 @@ def point_comparisons(rollouts: pa.Table, truth: pa.Table | None, *, n_resamples
         return {}
     label = {key: f"{key[0]} ε={key[1]:g}" for key in {(r["policy"], r["epsilon"]) for r in rows}}
     keys = ("policy", "epsilon")
-    printed = {label[k]: c for k, c in sorted(printed_candidates(rows, keys, error_range).items())}
+    shown = {label[k]: c for k, c in sorted(printed.candidates(rows, keys).items())}
     bounded = {label[k]: c for k, c in sorted(candidates_from_rows(rows, keys).items())}
-    compared = compare(printed, bounded, n_resamples=n_resamples, confidence=confidence)
-    reading = "calibrated" if error_range else "bootstrap"  # the printed interval names its graded verdicts
+    compared = compare(shown, bounded, n_resamples=n_resamples, confidence=confidence)
+    reading = printed.name  # the printed interval names its graded verdicts
     said = {reading: [c.verdict for c in compared], "log_alone": [c.log_alone for c in compared]}
     found = {"interval": reading, "pairs": [{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low,
                                              "high": v.high, "better": v.better, "log_alone_low": w.low,
@@ -352,7 +352,7 @@ def comparison_lines(curves: dict) -> list[str]:
 
 def printed_verdicts(comparisons: Mapping) -> Mapping[str, float] | None:
     """The grades of the verdicts the report printed (``point_comparisons``: under the bootstrap,
-    or under the calibrated interval where the cell chose it); None where ungraded."""
+    or under the interval the cell chose); None where ungraded."""
     return comparisons.get(comparisons.get("interval", "bootstrap"))
 
 
@@ -463,7 +463,7 @@ def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons
     curves["answers"] = dict(answers or {})
     if rollouts is not None:
         curves["comparisons"] = point_comparisons(rollouts, truth, n_resamples=n_resamples, confidence=confidence,
-                                                  error_range=shared_error(curves["answers"].values()))
+                                                  printed=PrintedInterval.of(curves["answers"].values()))
     with tempfile.TemporaryDirectory() as scratch:
         local = {role: os.path.join(scratch, os.path.basename(path)) for role, path in outputs.items()}
         for role, content in (("report", markdown(cell, rows, curves)), ("results", json.dumps(rows, indent=2)),

@@ -9,6 +9,7 @@ so a bench runs its ``--help`` at once and ``bench.costs.gpu_smoke`` imports it 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
@@ -126,6 +127,26 @@ def evaluated(cell: CellConfig, label: str | None = None) -> PolicySpec:
     if not found:
         raise SystemExit(f"{cell.name} evaluates no policy labelled {label!r}: {[p.label for p in policies]}")
     return found[0]
+
+
+def stage_file(root: str, cell: str, stage: str, name: str) -> str:
+    """The one ``name`` of ``cell``'s ``stage`` under the artifact root ``root`` (stage folders found
+    by name, whatever their key: artifacts of an earlier commit whose rows today's code reproduces
+    serve as they are)."""
+    found = glob.glob(f"{root}/cells/{cell}/{stage}/*/{name}")
+    if len(found) != 1:
+        raise SystemExit(f"{cell}: {len(found)} finished {stage} stages hold {name} under {root}/cells (one needed)")
+    return found[0]
+
+
+def evaluated_in_root(root: str, cell: str) -> PolicySpec:
+    """The cell's first π_e, a ``local:`` checkpoint read from the policies stage under ``root``."""
+    from adwm_core.cell import LOCAL_PREFIX
+
+    spec = evaluated(cell_config(cell))
+    if not spec.model.startswith(LOCAL_PREFIX):
+        return spec
+    return spec.replace(model=f"{stage_file(root, cell, 'policies', 'family')}/{spec.model[len(LOCAL_PREFIX):]}")
 
 
 def artifact(cell: CellConfig | str, stage: str, policy: PolicySpec | str | None = None, *,

@@ -76,6 +76,9 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--live-logs", metavar="FILE", help="live episodes of the agents played elsewhere (any "
                           "format --logs reads, each episode's 'policy' the agent's label; ε 0 unless they say), "
                           "instead of --live")
+    evaluate.add_argument("--tracked", action="store_true",
+                          help="run as the tracked Prefect flow evaluate-logs (in the Prefect UI, logged to MLflow); "
+                          "the default where $PREFECT_API_URL names a server, else the stages run in this process")
     evaluate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
 
@@ -102,7 +105,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
     from adwm_core.data.logs import inspect_logs
     from adwm_core.ope.answers import RANKED_BY
-    from adwm_core.ranking import rank_agents, ranking_lines, shared_error
+    from adwm_core.pipeline import stage
+    from adwm_core.ranking import PrintedInterval, rank_agents, ranking_lines
     from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, topped_up_lines, trust_lines
 
     if base_url:
@@ -122,46 +126,62 @@ def _evaluate(args: argparse.Namespace) -> int:
         if args.live:
             settings.setdefault("ground_truth.episodes", args.live)
     print("\n".join(inspect_logs(logs, cell="import")[1].lines()) + "\n")  # bad logs are refused here, before Prefect
-    from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
-    from tasks.report import CURVES, ESTIMATES_FILE, PLOT, REPORT, ROLLOUTS_FILE
-
     overrides = {**seed_overrides(args.seed, settings), **settings}
-    state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
-                          agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
-                          read_as=logs.model_dump(exclude={"path"}), task=args.task,
-                          name=args.name, epsilons=epsilons,
-                          overrides=overrides, limit=args.limit, agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
-                          agent_timeout=args.timeout, output_path=args.output_path, log_samples=args.log_samples,
-                          return_state=True)
-    folder = state.result()  # raises the failed stage's own error
-    with fsspec.open(f"{folder}/{CURVES}") as f:
+    config = evaluation_cell(logs, args.env, models, base_url=base_url, backend=args.agent_backend,
+                             tokenizer=args.agent_tokenizer, mode=mode or "completions", concurrency=args.concurrency,
+                             max_retries=args.max_retries, timeout=args.timeout, task=args.task, name=args.name,
+                             epsilons=epsilons, overrides=overrides, limit=args.limit)
+    folder = _run(args, config, logs, base_url, mode, epsilons, overrides, models)
+    files = stage("report").outputs
+    with fsspec.open(f"{folder}/{files['curves']}") as f:
         curves = json.load(f)
-    estimates = read_table(f"{folder}/{ESTIMATES_FILE}", ESTIMATES)
-    calibrated = shared_error(curves.get("answers", {}).values()) is not None
-    print(f"\nĴ [95 % {'interval: ADWM calibrated, the others bootstrap' if calibrated else 'bootstrap interval'}] "
+    estimates = read_table(f"{folder}/{files['estimates']}", ESTIMATES)
+    printed = PrintedInterval.of(curves.get("answers", {}).values())
+    print(f"\nĴ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
     print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     epsilon = min(epsilons)
     print("\nwhat the log cannot tell\n" + "\n".join(cannot_tell_lines(curves.get("answers", {}), epsilon)))
-    config = evaluation_cell(logs, args.env, models, base_url=base_url, backend=args.agent_backend,
-                             tokenizer=args.agent_tokenizer, mode=mode or "completions", concurrency=args.concurrency,
-                             max_retries=args.max_retries, timeout=args.timeout, task=args.task, name=args.name,
-                             epsilons=epsilons, overrides=overrides, limit=args.limit)
     if len(models) > 1:
-        rollouts = read_table(f"{folder}/{ROLLOUTS_FILE}", ROLLOUTS).to_pylist()
-        error_range = shared_error(curves.get("answers", {}).values())
+        rollouts = read_table(f"{folder}/{files['rollouts']}", ROLLOUTS).to_pylist()
         ranked = rank_agents(rollouts, epsilon=epsilon, confidence=config.adwm.confidence,
-                             n_resamples=config.adwm.n_bootstrap, error_range=error_range)
-        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon,
-                                              "calibrated" if error_range else "bootstrap")))
+                             n_resamples=config.adwm.n_bootstrap, printed=printed)
+        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon, printed.name)))
     if args.live or args.live_logs:
         print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
-    print(f"\nreport   {folder}/{REPORT}\nplot     {folder}/{PLOT}")
+    print(f"\nreport   {folder}/{files['report']}\nplot     {folder}/{files['plot']}")
     for what, path in (("results", args.output_path), ("samples", args.log_samples)):
         if path:
             print(f"{what:<8} {path}")
     return 0
+
+
+def _run(args: argparse.Namespace, config, logs, base_url: str | None, mode: str | None, epsilons: list[float],
+         overrides: dict, models: list[str]) -> str:
+    """The run's report folder: the tracked flow evaluate-logs where a Prefect server is configured
+    ($PREFECT_API_URL) or ``--tracked`` asks for it, else every stage in this process
+    (``pipeline.run_all``, as the Python API runs them: the same keys, no Prefect or MLflow)."""
+    if args.tracked or os.environ.get("PREFECT_API_URL"):
+        from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
+
+        state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
+                              agent_tokenizer=args.agent_tokenizer, agent_mode=mode or "completions",
+                              read_as=logs.model_dump(exclude={"path"}), task=args.task, name=args.name,
+                              epsilons=epsilons, overrides=overrides, limit=args.limit,
+                              agent_concurrency=args.concurrency, agent_max_retries=args.max_retries,
+                              agent_timeout=args.timeout, output_path=args.output_path, log_samples=args.log_samples,
+                              return_state=True)
+        return state.result()  # raises the failed stage's own error
+    from adwm_core import pipeline
+    from adwm_core.api import evaluation_line, write_outputs
+
+    print(evaluation_line(config, args.logs, args.limit, overrides)
+          + "\nstages run in this process (no Prefect server configured: set $PREFECT_API_URL or pass --tracked "
+            "for the tracked flow)")
+    folder = pipeline.run_all(config, log=print).path
+    write_outputs(config, folder, args.output_path, args.log_samples)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:

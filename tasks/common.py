@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from tqdm import tqdm
 
 from adwm_core.paths import artifact_path
+from adwm_core.provenance import source_version
 
 
 @contextlib.contextmanager
@@ -67,22 +67,6 @@ def use_tracking_store() -> str | None:
 
 
 SOURCE_TAG = "adwm.source"  # the code a flow ran: MLflow's own commit tag cannot say the tree was ahead of it
-
-
-def source_version() -> str | None:
-    """The checkout this code runs from: its short commit, ``+changes`` where tracked files differ
-    from it; None outside a git checkout (an installed package, a worker's pulled copy without git)."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=30)
-    try:
-        head, status = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if head.returncode or status.returncode:
-        return None
-    return head.stdout.strip() + ("+changes" if status.stdout.strip() else "")
 
 
 def _is_server(uri: str | None) -> bool:

@@ -620,13 +620,69 @@ def room_2_east_relabelled(trajectories: str) -> pa.Table:
                             pc.if_else(room_2_east, pa.scalar("go eastward"), table["action"]))
 
 
+def east_scores(log: BehaviourLog, epsilons=(0.0,)) -> pa.Table:
+    """A log-prob table of always-east π_e at every logged step: what the hand-over's FQE reads."""
+    from adwm_core.data import LOGPROBS
+
+    return pa.Table.from_pylist([{**r, "policy": "eval", "epsilon": e, "logprob": 0.0, "n_tokens": 1,
+                                  "n_admissible": 2, "greedy_action": "go east"}
+                                 for e in epsilons for r in log.steps.select(["episode", "t"]).to_pylist()],
+                                LOGPROBS.schema)
+
+
+def test_refits_redraw_the_logs_episodes_and_refit_what_the_default_fits_on_them(corridor):
+    """Refits over resampled logs (ope/imagination/refits.py): a draw of episodes is the log's rows
+    of those episodes, repeats renumbered as new episodes; every refit reads its own draw, the same
+    on a second run (seeded by the refit alone); under uniform play the refits' Ĵ_b differ, and a
+    default that hands nothing over is refused."""
+    from adwm_core.ope.classical.logged_steps import fit_fqe
+    from adwm_core.ope.classical.settings import BaselineConfig, FQEConfig
+    from adwm_core.ope.imagination.refits import _redrawn, _rows_by_episode, refit_values
+
+    trajectories, model = corridor
+    log = BehaviourLog(read_table(trajectories, TRAJECTORIES))
+    ids = log.steps["episode"].to_numpy()[log.bounds[:-1]]
+    drawn = BehaviourLog(_redrawn(log.steps, _rows_by_episode(log.steps["episode"].to_numpy()), ids[[2, 0, 2]]))
+    assert drawn.lengths.tolist() == log.lengths[[2, 0, 2]].tolist()
+    assert drawn.column("episode") == [j for j, n in enumerate(drawn.lengths) for _ in range(n)]
+    originals = list(log.episodes(["observation"]))
+    assert list(drawn.episodes(["observation"])) == [originals[2], originals[0], originals[2]]
+    config = AdwmConfig(reading="retrieval", horizon=HORIZON, n_rollouts=8, off_log="carry_over_fqe")
+    quick = BaselineConfig(gamma=1.0, fqe=FQEConfig(epochs=5))  # the claims are the draws', not Q̂'s accuracy
+    settings = dict(scores_name="east", epsilons=(0.0, 1.0), config=config, settings=quick, refits=3)
+    done = []
+    found = refit_values([model], log, east_scores(log, (0.0, 1.0)), East(), progress=lambda b, n: done.append(b),
+                         **settings)
+    assert found.values.shape == (3, 2) and np.isfinite(found.values).all() and done == [1, 2, 3]
+    assert np.ptp(found.at(1.0)) > 0  # ε = 1 plays uniformly: each draw of the log imagines another value
+    again = refit_values([model], log, east_scores(log, (0.0, 1.0)), East(), **settings)
+    np.testing.assert_array_equal(again.values, found.values)
+    assert found.to_json()["by_epsilon"]["1"] == found.at(1.0).tolist()
+    with pytest.raises(ValueError, match="hands over to FQE"):
+        refit_values([model], log, east_scores(log), East(), **{**settings, "config": AdwmConfig(preset="carry_over")})
+    with pytest.raises(ValueError, match="interval='refits'.*carry_over_fqe"):
+        AdwmConfig(off_log="carry_over", interval="refits")
+
+    def fit_q(encoded):
+        steps = encoded.steps(east_scores(log, (0.0, 1.0)), scores_name="east", action_reading="vocabulary")
+        return {e: fit_fqe(steps, model, e, quick, seed=0) for e in (0.0, 1.0)}
+
+    refitted = config.replace(interval="refits", seeds=(0,), n_bootstrap=50)
+    with pytest.raises(ValueError, match="pass refits"):
+        adwm_estimates(model, log, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=refitted, fit_q=fit_q)
+    rows = adwm_estimates(model, log, East(), cell="c", label="east", epsilons=(0.0, 1.0), config=refitted,
+                          fit_q=fit_q, refits=found)[0].to_pylist()
+    for row in (r for r in rows if r["estimator"] == "ADWM:reward_sum"):
+        drawn = found.at(row["epsilon"])  # the printed interval: the refits' extremes (B = 3)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((drawn.min(), drawn.max()))
+
+
 def test_held_out_actions_are_answered_as_never_logged_and_their_walks_size_the_calibrated_interval(corridor):
     """The calibrated interval's evidence (ope/imagination/held_out.py): the corridor's distinct
     actions split into groups; each group's logged episodes walked with those actions out of the
     state bank and out of the behaviour's refitted Q̂. One error per episode that took a held-out
     action, the same on a second run (the split, the fit and the walk are seeded), and the range
     holds every group's mean error; a default that hands nothing over is refused."""
-    from adwm_core.data import LOGPROBS
     from adwm_core.data.actions import normal_action
     from adwm_core.ope.classical.logged_steps import logged_steps
     from adwm_core.ope.classical.settings import BaselineConfig
@@ -634,9 +690,7 @@ def test_held_out_actions_are_answered_as_never_logged_and_their_walks_size_the_
 
     trajectories, model = corridor
     log = BehaviourLog(read_table(trajectories, TRAJECTORIES))
-    rows = log.steps.select(["episode", "t"]).to_pylist()
-    scores = pa.Table.from_pylist([{**r, "policy": "eval", "epsilon": 0.0, "logprob": 0.0, "n_tokens": 1,
-                                    "n_admissible": 2, "greedy_action": "go east"} for r in rows], LOGPROBS.schema)
+    scores = east_scores(log)
     steps, bank = logged_steps(log, scores, model), StateBank.from_log(log, model)
     config = AdwmConfig(reading="retrieval", horizon=HORIZON, off_log="carry_over_fqe")
     found = held_out_errors(log, model, bank, steps, config, BaselineConfig(gamma=1.0), groups=20)

@@ -115,3 +115,24 @@ def test_a_shared_off_log_error_widens_the_level_and_cancels_where_two_points_le
              "steps": 4, "log_steps": 4 if u % 2 else 1} for u in range(60)]
     (found,) = candidates_from_rows(rows, "policy", error_range=(-0.2, 0.4)).values()
     assert found.shared_error == (-0.2, 0.4) and found.left.mean() == 0.5 and (found.low == found.value).all()
+
+
+def test_refits_give_their_order_statistics_and_a_pair_is_read_refit_by_refit():
+    """Under the refits interval a candidate's ends are the refits' Ĵ_b at the order statistics
+    (with B = 20 at 95 %: the smallest and the largest), and a pair's verdict reads
+    D_b = Ĵ_b(p) − Ĵ_b(q): two levels that overlap are told apart where every refit orders them
+    alike (each refit reads one draw of the log for both)."""
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0, 1, 20)  # what each refit's draw of the log shifts both candidates by
+    value = rng.normal(0, 1, (1, 30))
+    better, worse = Candidate.refitted(value + 0.3, draws + 0.3), Candidate.refitted(value, draws)
+    settings = dict(n_resamples=1, confidence=0.95, seed=0)
+    assert interval(worse, **settings) == (draws.min(), draws.max())
+    assert interval(better, **settings)[0] < interval(worse, **settings)[1]  # the levels overlap
+    (verdict,) = verdicts({"better": better, "worse": worse}, **settings)
+    assert verdict.better == "better" and verdict.low == pytest.approx(0.3) == verdict.high
+    crossing = Candidate.refitted(value, draws + np.where(np.arange(20) % 2, 1.0, -1.0))
+    (undecided,) = verdicts({"better": better, "crossing": crossing}, **settings)
+    assert undecided.better is None  # refits disagree on the order: cannot tell
+    with pytest.raises(ValueError, match="one reading"):
+        worse.minus(Candidate(value, value, value))

@@ -108,7 +108,7 @@ def test_calibrated_agents_keep_their_verdict_where_both_left_the_log_and_lose_i
     """Under ``interval: calibrated`` a shared off-log error e ∈ [−1, 1]: the agents' levels widen by
     it, their paired verdict stands where both left the log on every rollout and falls where only
     the weaker one did (e could make up its deficit); ranges that differ by float noise give their hull."""
-    from adwm_core.ranking import rank_agents, shared_error
+    from adwm_core.ranking import PrintedInterval, rank_agents
 
     rng = np.random.default_rng(2)
     shared = rng.normal(0, 1, 60)
@@ -119,17 +119,17 @@ def test_calibrated_agents_keep_their_verdict_where_both_left_the_log_and_lose_i
                 for i in range(60)]
 
     answers = [{"policy": p, "held_out": {"error_range": [-1.0, 1.0]}} for p in ("good", "poor")]
-    error_range = shared_error(answers)
+    printed = PrintedInterval.of(answers)
     plain, _ = rank_agents(rows("good", 0.5, True) + rows("poor", 0.0, True), n_resamples=400)
     ranked, said = rank_agents(rows("good", 0.5, True) + rows("poor", 0.0, True), n_resamples=400,
-                               error_range=error_range)
+                               printed=printed)
     assert [a.ci_high - a.ci_low for a in ranked] == pytest.approx([a.ci_high - a.ci_low + 2 for a in plain])
     assert said[0].verdict.better == "good"
     _, apart = rank_agents(rows("good", 0.5, False) + rows("poor", 0.0, True), n_resamples=400,
-                           error_range=error_range)
+                           printed=printed)
     assert apart[0].verdict.better is None
-    assert shared_error([{"policy": "x"}]) is None
-    assert shared_error(answers + [{"policy": "z", "held_out": {"error_range": [-1.0 + 1e-9, 1.0 + 1e-9]}}]) == \
+    assert PrintedInterval.of([{"policy": "x"}]) == PrintedInterval()
+    assert PrintedInterval.of(answers + [{"policy": "z", "held_out": {"error_range": [-1.0 + 1e-9, 1.0 + 1e-9]}}]).error_range == \
         (-1.0, 1.0 + 1e-9)  # another worker's float noise: the hull
 
 

@@ -294,14 +294,16 @@ def evaluate_argv(first_run, logs, *options: str) -> list[str]:
 def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_model(first_run, tiny_policies,
                                                                                      harness, capsys):
     """The command line on the tiny cell's behaviour exported to JSONL (no log-probs in it, no
-    pool): Ĵ with intervals per estimator and ε, the importance-sampling family not applicable;
-    run again, every stage is reused; malformed logs stop it before any stage, with file and line."""
+    pool), its stages in this process where no Prefect server is configured: Ĵ with intervals per
+    estimator and ε, the importance-sampling family not applicable; run again as the tracked flow
+    (--tracked), every stage is reused; malformed logs stop it before any stage, with file and line."""
     from flows.cli import main
 
     argv = evaluate_argv(first_run, harness / "tiny-logs.jsonl", "--agent-model", tiny_policies["late"])
     logs = argv[argv.index("--logs") + 1]
     assert main(argv) == 0
     out = capsys.readouterr().out
+    assert "stages run in this process" in out  # no $PREFECT_API_URL: no flow, no Prefect server to start
     assert "Ĵ [95 % bootstrap interval]" in out
     for estimator in ("ADWM:reward_sum", "DM", "FQE"):
         assert sum(line.startswith(estimator + " ") and "Ĵ = " in line for line in out.splitlines()) == 2, out
@@ -309,8 +311,9 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
     cell = os.path.join(os.environ["ADWM_HOME"], "cells", "logs-tiny-logs")
     (model,) = glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))
     trained = os.path.getmtime(model)
-    assert main(argv) == 0
-    assert capsys.readouterr().out.count("Ĵ = ") == out.count("Ĵ = ")
+    assert main([*argv, "--tracked"]) == 0  # the tracked flow reuses what the in-process run computed
+    tracked = capsys.readouterr().out
+    assert tracked.count("Ĵ = ") == out.count("Ĵ = ") and "stages run in this process" not in tracked
     assert glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE")) == [model] and os.path.getmtime(model) == trained
 
     broken = harness / "broken.jsonl"

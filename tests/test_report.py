@@ -105,6 +105,7 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     """ADWM's rollouts of the six points, paired by seed and unit, each rollout known to ±0.2 (it
     left the log): the imagined returns order the points as the truth does, so every pair the
     truth tells apart is decided and right; the bounds decide only pairs further apart than they are wide."""
+    from adwm_core.ranking import PrintedInterval
     from adwm_core.report import cannot_tell_lines, comparison_lines, point_comparisons, report_metrics
 
     shared = np.random.default_rng(0).normal(0, 0.2, (2, 24))
@@ -126,11 +127,18 @@ def test_the_report_gives_a_verdict_on_every_pair_of_points_and_says_what_the_lo
     assert found["interval"] == "bootstrap" and "paired bootstrap interval" in section
     metrics = report_metrics([], {"diagnostics": {}, "comparisons": found})
     assert metrics["ADWM_verdicts_bootstrap.decided"] == 1.0 and len(metrics) == 8  # 4 grades × 2 readings
-    calibrated = point_comparisons(rollouts, truth, n_resamples=300, error_range=(-0.05, 0.05))
+    calibrated = point_comparisons(rollouts, truth, n_resamples=300, printed=PrintedInterval("calibrated", (-0.05, 0.05)))
     assert calibrated["interval"] == "calibrated" and calibrated["calibrated"]["decided"] == 1.0
     assert "bootstrap" not in calibrated and "paired calibrated interval" in "\n".join(
         comparison_lines({"comparisons": calibrated}))
     assert report_metrics([], {"diagnostics": {}, "comparisons": calibrated})["ADWM_verdicts_calibrated.precision"] == 1
+    draws = np.random.default_rng(1).normal(0, 1, 20)  # each refit's draw of the log moves every point alike
+    answers = [{"policy": p, "refits": {"by_epsilon": {f"{e:g}": list(j + draws) for (q, e), j in TRUTH.items()
+                                                       if q == p}}} for p in {p for p, _ in TRUTH}]
+    refitted = point_comparisons(rollouts, truth, n_resamples=300, printed=PrintedInterval.of(answers))
+    assert refitted["interval"] == "refits" and refitted["refits"]["decided"] == 1.0  # D_b is the truth's difference
+    with pytest.raises(ValueError, match="no refits of"):
+        point_comparisons(rollouts, truth, printed=PrintedInterval.of(answers[:1]))
 
     answers = {"dpo@p0": {"by_epsilon": {"0": {"steps": 40, "shares": {"log": 0.5, "carried": 0.25, "value": 0.25,
                                                                      "diffusion": 0.0, "nearest": 0.0},

@@ -25,8 +25,9 @@ CarryOverLevel = Literal["signature", "template"]  # ope/imagination/carry_over.
 Sampler = Literal["ancestral", "ddim"]  # ope/imagination/diffusion_transition.py: DiffusionTransition.sample
 UnknownActions = Literal["null", "unk"]  # see WorldModel.action_ids
 # the interval of reward_sum (ope/statistics/bounds.py): the imagined returns' spread, the identified bounds,
-# or the spread widened by a shared off-log error sized inside the log (ope/imagination/held_out.py)
-Interval = Literal["bootstrap", "bounds", "calibrated"]
+# the spread widened by a shared off-log error sized inside the log (ope/imagination/held_out.py), or the
+# spread of the default refitted over resampled logs (ope/imagination/refits.py)
+Interval = Literal["bootstrap", "bounds", "calibrated", "refits"]
 
 
 # paper: app:ope-rollout as written; diffusion: the default of 2026-11-24 to -26 (logged pairs from
@@ -106,6 +107,7 @@ class AdwmConfig(Settings):
     confidence: float = Field(default=0.95, gt=0, lt=1)
     interval: Interval = "bootstrap"
     held_out_groups: int = Field(default=20, ge=2)  # groups of held-out actions sizing the calibrated interval
+    refits: int = Field(default=20, ge=2)  # refits over resampled logs of the interval 'refits'
 
     @model_validator(mode="before")
     @classmethod
@@ -122,10 +124,11 @@ class AdwmConfig(Settings):
             raise ValueError(f"ADWM config: guidance='likelihood' with reading={self.reading!r} (the gradient of "
                              "log π_e flows through ψ's soft tokens: use reading='soft_tokens' or "
                              "guidance='success_bank')")
-        if self.interval == "calibrated" and not self.hands_over_to_fqe:
-            raise ValueError(f"ADWM config: interval='calibrated' grades the hand-over's answers inside the log, "
-                             f"and off_log={self.off_log!r} hands nothing over: use off_log='carry_over_fqe' "
-                             "(the default) or another interval")
+        if self.interval in ("calibrated", "refits") and not self.hands_over_to_fqe:
+            what = {"calibrated": "grades the hand-over's answers inside the log",
+                    "refits": "refits the hand-over's Q̂ on each resampled log"}[self.interval]
+            raise ValueError(f"ADWM config: interval={self.interval!r} {what}, and off_log={self.off_log!r} hands "
+                             "nothing over: use off_log='carry_over_fqe' (the default) or another interval")
         if self.off_log != "diffusion" and not self.logged_successors:
             raise ValueError(f"ADWM config: off_log={self.off_log!r} with logged_successors=False (answering the pairs "
                              "the log never took from the log or from FQE answers the logged ones from the log too: "

@@ -18,7 +18,6 @@ width over the range of J / decided / precision of each interval.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 from collections import defaultdict
 
@@ -33,19 +32,11 @@ from adwm_core.ope.imagination.estimates import rollout_rows
 from adwm_core.ope.imagination.held_out import conformal_range, held_out_errors
 from adwm_core.ope.imagination.rollouts import ImaginedStep, Rollouts
 from adwm_core.ope.statistics.bounds import ReturnRange
-from bench.common import DEVELOPMENT, cell_config, write_grouped
+from bench.common import DEVELOPMENT, cell_config, stage_file, write_grouped
 from bench.studies.verdicts import grade
 
 INTERVALS = ("bootstrap", "calibrated", "calibrated, episodes")
 GROUPS = 20
-
-
-def stage_file(root: str, cell: str, stage: str, name: str) -> str:
-    """The one ``name`` of ``cell``'s ``stage`` under the artifact root."""
-    found = glob.glob(f"{root}/cells/{cell}/{stage}/*/{name}")
-    if len(found) != 1:
-        raise SystemExit(f"{cell}: {len(found)} finished {stage} stages hold {name} under {root}/cells (one needed)")
-    return found[0]
 
 
 def rollouts_from_samples(samples: str, gamma: float) -> tuple[str, list[Rollouts], list[int]]:

@@ -58,7 +58,7 @@ from bench.studies.verdicts import LIVE_EPISODES, live_results
 from bench.common import (ADWM, DEVELOPMENT, FRESH, RESULTS, TEST, admitted_cells, artifact, cell_config,
                           ground_truth, machine, slug, world_model_histories)
 from flows.cells import cell_config_path, cell_names
-from tasks.common import source_version
+from adwm_core.provenance import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 PAPER = "ADWM (paper)"  # ADWM under adwm.preset: paper (the diffusion model answers every step), a variant run

@@ -45,7 +45,8 @@ import yaml
 from adwm_core.paths import local_cache_dir
 from bench.common import DEVELOPMENT, REPO, RESULTS, TEST, artifact, cell_config, machine
 from flows.cells import cell_config_path, cell_names
-from tasks.common import SOURCE_TAG, source_version
+from adwm_core.provenance import source_version
+from tasks.common import SOURCE_TAG
 
 ADWM = ("ADWM:reward_sum", "ADWM:success_similarity")
 REFERENCE = ("kNN-WM:reward_sum",)  # the logged-successor world model through ADWM's rollouts

@@ -28,6 +28,7 @@ from ..statistics.bounds import ReturnRange
 from .estimates import adwm_estimates, answer_summary, rollout_rows
 from .held_out import held_out_errors
 from .memo import MemoisedPolicy
+from .refits import refit_values
 
 
 def run_adwm(
@@ -66,7 +67,8 @@ def run_adwm(
     the environment's declared ranges (the ``rollouts`` contract); ``answers``: a JSON file
     receiving, per ε level, what answered the imagined steps and the actions the log never took
     (``answer_summary``), with the ranges the bounds assumed and, under ``interval='calibrated'``,
-    the held-out actions' errors that size its shared off-log error (held_out.py)."""
+    the held-out actions' errors that size its shared off-log error (held_out.py), under
+    ``interval='refits'`` each refit's Ĵ_b (refits.py)."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     if config.reading == "soft_tokens" and psi is None:
@@ -77,9 +79,9 @@ def run_adwm(
                          "logprobs=<the log-prob or greedy-action stage's file>, or choose another off_log")
     members = WorldModel.load_ensemble(world_model)  # missing checkpoints fail before the LLM loads
     log, fit_q = BehaviourLog(read_table(trajectories, TRAJECTORIES), trajectories), None
+    scores, settings = read_table(logprobs, LOGPROBS) if logprobs else None, BaselineConfig(gamma=config.gamma, fqe=fqe)
     if config.hands_over_to_fqe:
-        fit_q = fqe_per_member(read_table(logprobs, LOGPROBS), logprobs, epsilons,
-                               BaselineConfig(gamma=config.gamma, fqe=fqe), timings)
+        fit_q = fqe_per_member(scores, logprobs, epsilons, settings, timings)
     adapter = PsiAdapter.load(psi) if config.reading == "soft_tokens" else None
     llm = ModelCache().policy(policy, env_name)
     reader = SoftPromptPolicy(llm, adapter) if adapter is not None else MemoisedPolicy(llm)
@@ -88,14 +90,22 @@ def run_adwm(
     if config.interval == "calibrated":
         started, encoded = time.perf_counter(), EncodedLog(log, members[0])
         held_out = held_out_errors(log, members[0], encoded.bank, encoded.steps(
-            read_table(logprobs, LOGPROBS), scores_name=logprobs, action_reading=fqe.action_reading), config,
-            BaselineConfig(gamma=config.gamma, fqe=fqe), groups=config.held_out_groups)
+            scores, scores_name=logprobs, action_reading=fqe.action_reading), config, settings,
+            groups=config.held_out_groups)
         if timings is not None:
             timings["held_out_seconds"] = time.perf_counter() - started
+    refits = None
+    if config.interval == "refits":
+        started = time.perf_counter()
+        refits = refit_values(members, log, scores, reader, scores_name=logprobs, epsilons=epsilons, config=config,
+                              settings=settings, refits=config.refits)
+        if timings is not None:
+            timings["refits_seconds"] = time.perf_counter() - started
     estimates, runs = adwm_estimates(members, log, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                       config=config, progress=progress, fit_q=fit_q, units=units,
                                       samples=samples, returns=returns,
-                                      error_range=held_out.error_range(config.confidence) if held_out else None)
+                                      error_range=held_out.error_range(config.confidence) if held_out else None,
+                                      refits=refits)
     by_member = [runs[k * len(config.seeds):(k + 1) * len(config.seeds)] for k in range(len(members))]
     if rollouts is not None:
         write_table(table_from_rows(rollout_rows(by_member, config.seeds, config, returns, policy=policy.name),
@@ -105,7 +115,8 @@ def run_adwm(
             json.dump({"policy": policy.name, "returns": {"reward": returns.reward, "episode": returns.episode,
                                                           "declared_by": returns.source},
                        "by_epsilon": answer_summary(runs),
-                       **({"held_out": held_out.to_json(config.confidence)} if held_out else {})},
+                       **({"held_out": held_out.to_json(config.confidence)} if held_out else {}),
+                       **({"refits": refits.to_json()} if refits else {})},
                       f, indent=2, ensure_ascii=False)
     if timings is not None:
         timings["imagined_steps"] = float(sum(run.lengths.sum() for run in runs))

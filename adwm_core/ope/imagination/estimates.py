@@ -32,6 +32,7 @@ from ..statistics.intervals import estimates_row, members_bootstrap
 from ..statistics.signed_log import SignedLog
 from .diffusion_transition import adwm_transition, reference_transition
 from .encoded_log import EncodedLog
+from .refits import Refits
 from .rollouts import ImaginedRollouts, ImaginedStep, Rollouts
 from .state_bank import StateBank
 from .transitions import Policy
@@ -39,18 +40,21 @@ from .transitions import Policy
 
 def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,
                config: AdwmConfig, estimator: str = ADWM, returns: ReturnRange = PROTOCOL,
-               error_range: tuple[float, float] | None = None) -> list[dict]:
+               error_range: tuple[float, float] | None = None, refits: Refits | None = None) -> list[dict]:
     """One estimates row per value estimate and ε level (``<estimator>:<value estimate>``) from
     one seed's rollouts in each world-model member (and the member's state bank): the mean over
     every member's rollouts and its interval over members and rollouts — the bootstrap
     (``members_bootstrap``, ope/statistics/intervals.py), or for ADWM's ``reward_sum`` the interval
-    ``config.interval`` names: the identified bounds with ``returns``, or calibrated with the shared
-    off-log error in ``error_range`` (ope/statistics/bounds.py) —, with the share of the ε level's
+    ``config.interval`` names: the identified bounds with ``returns``, calibrated with the shared
+    off-log error in ``error_range``, or the ``refits``' Ĵ_b (ope/statistics/bounds.py) —, with the share of the ε level's
     imagined steps the log answered and how far the others' (state, action) pairs are from the
     log (ope/statistics/diagnostics.py)."""
     if config.interval == "calibrated" and estimator == ADWM and error_range is None:
         raise ValueError("interval='calibrated' needs the off-log error range the held-out actions give "
                          "(ope/imagination/held_out.py): pass error_range")
+    if config.interval == "refits" and estimator == ADWM and refits is None:
+        raise ValueError("interval='refits' needs the refits over resampled logs (ope/imagination/refits.py): "
+                         "pass refits")
     rows, pooled = [], [_steps_by_epsilon(run) for run in members]
     bounded = [bounded_returns(run, config, returns) for run in members] if config.interval == "bounds" else None
     left = [identified_parts(run, config.gamma)[0] < run.lengths for run in members] if (
@@ -67,6 +71,9 @@ def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell:
             if bounded is not None and name == REWARD_SUM:
                 low, high = interval(Candidate(x, *(np.stack([b[j][at] for b in bounded]) for j in (1, 2))),
                                      n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
+            elif config.interval == "refits" and estimator == ADWM and name == REWARD_SUM:
+                low, high = interval(Candidate.refitted(x, refits.at(epsilon)), n_resamples=config.n_bootstrap,
+                                     confidence=config.confidence, seed=seed)
             elif left is not None and name == REWARD_SUM:
                 low, high = interval(Candidate.calibrated(x, np.stack([m[at] for m in left]), error_range),
                                      n_resamples=config.n_bootstrap, confidence=config.confidence, seed=seed)
@@ -175,6 +182,7 @@ def adwm_estimates(
     samples: str | None = None,
     returns: ReturnRange = PROTOCOL,
     error_range: tuple[float, float] | None = None,
+    refits: Refits | None = None,
 ) -> tuple[pa.Table, list[Rollouts]]:
     """Score one policy against an already trained world model: the estimates table (every
     estimator × value estimate × ε × seed) and ADWM's rollouts of every member and seed.
@@ -191,7 +199,8 @@ def adwm_estimates(
     (a killed stage resumes there);
     ``samples``: a JSONL file receiving ADWM's imagined episodes (``imagined_episodes``);
     ``returns``: what a return can be, for the identified bounds (``config.interval='bounds'``);
-    ``error_range``: the shared off-log error of ``config.interval='calibrated'`` (held_out.py)."""
+    ``error_range``: the shared off-log error of ``config.interval='calibrated'`` (held_out.py);
+    ``refits``: the refits' Ĵ_b of ``config.interval='refits'`` (refits.py)."""
     check_epsilons(epsilons)
     if config.hands_over_to_fqe and fit_q is None:
         default = " (the default)" if config.off_log == AdwmConfig().off_log else ""
@@ -238,7 +247,8 @@ def adwm_estimates(
                         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     rows = [row for name, by_member in runs.items() for i, seed in enumerate(config.seeds)
             for row in value_rows([seeds[i] for seeds in by_member], banks, cell=cell, policy=label, seed=seed,
-                                  config=config, estimator=name, returns=returns, error_range=error_range)]
+                                  config=config, estimator=name, returns=returns, error_range=error_range,
+                                  refits=refits)]
     return table_from_rows(rows, ESTIMATES), [run for seeds in runs[ADWM] for run in seeds]
 
 

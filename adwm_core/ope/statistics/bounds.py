@@ -32,6 +32,11 @@ is the outer quantiles as above. On a paired difference l is l_p − l_q: the er
 both candidates left the log alike, and only the difference in how often they left it is
 uncertain.
 
+**Refits** (the log resampled; ope/imagination/refits.py). B refits of the default over
+bootstrap draws of the log's episodes give Ĵ_b; the interval is their order statistics
+[Ĵ_(⌊(1−c)/2·(B−1)⌋), Ĵ_(⌈(1+c)/2·(B−1)⌉)], and a paired difference reads D_b = Ĵ_b(p) − Ĵ_b(q)
+(every candidate's refit b reads the same draw of the log).
+
 **Paired difference** of candidates p and q, over the same units and members: D_L = L_p − U_q
 and D_U = U_p − L_q, under the same interval. The verdict is "p better" where its low end
 is > 0, "q better" where its high end is < 0, and otherwise "cannot tell from these logs".
@@ -113,6 +118,7 @@ class Candidate:
     units: tuple = ()  # (member, seed, unit) of each column where known: a paired difference needs the same
     left: np.ndarray | None = None  # l: 1 where the rollout left the log (calibrated; a difference's l_p − l_q)
     shared_error: tuple[float, float] | None = None  # [e_lo, e_hi] of the calibrated interval
+    refits: np.ndarray | None = None  # (B,) Ĵ_b of the refits over resampled logs (a difference's D_b)
 
     @classmethod
     def calibrated(cls, value: np.ndarray, left: np.ndarray, error_range: tuple[float, float],
@@ -120,6 +126,11 @@ class Candidate:
         """Rollouts under the calibrated interval: each one that left the log (``left``) off by one
         shared error within ``error_range`` (module docstring)."""
         return cls(value, value, value, units, np.asarray(left, np.float64), tuple(error_range))
+
+    @classmethod
+    def refitted(cls, value: np.ndarray, refits: np.ndarray, units: tuple = ()) -> Candidate:
+        """Rollouts under the refits interval: its ends are the refits' Ĵ_b (module docstring)."""
+        return cls(value, value, value, units, refits=np.asarray(refits, np.float64))
 
     @property
     def estimate(self) -> float:
@@ -137,6 +148,10 @@ class Candidate:
         if self.shared_error != other.shared_error:
             raise ValueError(f"candidates under different error ranges ({self.shared_error} vs {other.shared_error}):"
                              " a paired difference needs one reading of the log")
+        if (self.refits is None) != (other.refits is None):
+            raise ValueError("a refitted candidate against one that is not: a paired difference needs one reading")
+        if self.refits is not None:
+            return Candidate.refitted(self.value - other.value, self.refits - other.refits, self.units)
         if self.shared_error is not None:
             return Candidate.calibrated(self.value - other.value, self.left - other.left, self.shared_error,
                                         self.units)
@@ -146,7 +161,11 @@ class Candidate:
 def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed: int) -> tuple[float, float]:
     """(low, high): the bootstrap over members and units of mean L and mean U (or, calibrated, of the
     shared error's ends; module docstring), drawn as ``members_bootstrap`` draws (the same
-    replicates, the same order statistics)."""
+    replicates, the same order statistics); refitted, the same order statistics of the refits' Ĵ_b."""
+    tail = (1 - confidence) / 2
+    if candidate.refits is not None:
+        ordered, last = np.sort(candidate.refits), len(candidate.refits) - 1
+        return float(ordered[int(np.floor(tail * last))]), float(ordered[int(np.ceil((1 - tail) * last))])
     k, n = candidate.value.shape
     units = np.random.default_rng(seed).integers(0, n, (n_resamples, n))
     members = np.random.default_rng((seed, 1)).integers(0, k, n_resamples)[:, None]
@@ -157,7 +176,7 @@ def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed:
         means, left = candidate.value[members, units].mean(1), candidate.left[members, units].mean(1)
         shifts = np.outer(left, candidate.shared_error)  # e·λ_b at either end of the error range
         lows, highs = np.sort(means - shifts.max(1)), np.sort(means - shifts.min(1))
-    tail, last = (1 - confidence) / 2, n_resamples - 1
+    last = n_resamples - 1
     return float(lows[int(np.floor(tail * last))]), float(highs[int(np.ceil((1 - tail) * last))])
 
 
