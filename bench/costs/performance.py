@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 
 from adwm_core.paths import artifact_path
 from bench.common import REPO, RESULTS, artifact, cell_config, evaluated, machine, world_model_histories
+from bench.costs.decisions import section as decisions_section
 from flows.cells import cell_names
 
 LLM_SAMPLE = 128  # logged steps whose prompts π_e's LLM generates for and scores
@@ -398,6 +399,8 @@ def write_report(host: dict, rows: list[dict]) -> None:
                      f"{r['imagined_steps_per_s'] or float('nan'):.1f} | {r['llm']['new_tokens_per_s']:.0f} | "
                      f"{r['llm']['scored_tokens_per_s']:.0f} |")
     lines += before_after_lines(rows) + profile_lines(rows) + uncertainty_lines()
+    if (RESULTS / "decisions.json").exists():  # bench.costs.decisions' section, kept across runs of this bench
+        lines += ["", *decisions_section(json.loads((RESULTS / "decisions.json").read_text())["cells"])]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "performance.json").write_text(json.dumps({"machine": host, "cells": rows}, indent=2))
