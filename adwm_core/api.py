@@ -369,8 +369,7 @@ class OffPolicyEvaluation:
         played = {"ground_truth.episodes": live} if live and live_logs is None else {}
         self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **played,
                            **(settings or {})}
-        self.config = self._config()
-        prepared(self.config)  # the agents' weights, the GPU, a graded environment: checked before any stage
+        self.config = prepared(self._config())  # the agents' weights, the GPU, a graded environment: checked first
         self._reports: dict[float, str] = {}
         self._tables: dict[str, pa.Table] = {}
 

@@ -504,10 +504,16 @@ def _reused(artifact: Artifact, name: str, log: Callable[[str], None],
     return artifact
 
 
-def run_all(cell: CellConfig, targets: Sequence[str] | None = None, *, log: Callable[[str], None] = print) -> Artifact:
+def run_all(cell: CellConfig, targets: Sequence[str] | None = None, *, log: Callable[[str], None] = print,
+            tracker: Tracker = Tracker()) -> Artifact:
     """Every step of :func:`plan` (``targets``, default the report), one after another in this
-    process, without an orchestrator (the Python API; the flow ope-cell runs the same plan, its
-    independent branches concurrently): the last step's artifact."""
+    process, without an orchestrator (the Python API, ``adwm evaluate`` without a Prefect server;
+    the flow ope-cell runs the same plan, its independent branches concurrently): the last step's
+    artifact. Each step is logged as it is reused or computed; ``tracker`` sees the stages' work."""
     for step in plan(cell, targets):
-        artifact = run(cell, step.name, step.policy, log=log)
+        def started(artifact: Artifact, reused: bool, name: str = step.name) -> None:
+            if not reused:
+                log(f"{name}: computing {artifact.path}")
+
+        artifact = run(cell, step.name, step.policy, tracker=tracker, log=log, on_start=started)
     return artifact

@@ -489,7 +489,7 @@ def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
     for estimator, diagnostics in curves["diagnostics"].items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}": v for k, v in diagnostics.items()})
     comparisons = curves.get("comparisons") or {}
-    for name in ("bootstrap", "calibrated", "log_alone"):  # the verdicts graded on ground truth (point_comparisons)
+    for name in (comparisons.get("interval"), "log_alone"):  # the verdicts graded on ground truth (point_comparisons)
         if name in comparisons:
             metrics.update({f"{ADWM}_verdicts_{name}.{k}": float(v) for k, v in comparisons[name].items()})
     for estimator, by_method in curves.get("intervals", {}).items():

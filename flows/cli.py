@@ -1,5 +1,6 @@
 """The ``adwm`` command: the library's subcommands (adwm_core/cli.py) and ``adwm evaluate``,
-which runs the evaluate-logs flow (Prefect and MLflow live here, not in adwm_core)."""
+which runs its stages in this process, or the tracked evaluate-logs flow where a Prefect server
+is configured (Prefect and MLflow live here, not in adwm_core)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ around a list), text transcripts, each maybe .gz —, a Hugging Face dataset sav
 save_to_disk or in the local cache, or Parquet (trajectories or a table of steps); check how
 they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model
 behind an OpenAI-compatible endpoint (vLLM's server and most others), or with --agent-backend
-a Hugging Face folder loaded in this process. Artifacts
-go to $ADWM_HOME/cells/<name>/, tracking to MLflow, the run to Prefect, as for any cell."""
+a Hugging Face folder loaded in this process. Artifacts go to $ADWM_HOME/cells/<name>/. The
+stages run in this process; where $PREFECT_API_URL names a server (or with --tracked) they run
+as the tracked flow evaluate-logs instead, in the Prefect UI and logged to MLflow."""
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
@@ -151,9 +153,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.live or args.live_logs:
         print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
     print(f"\nreport   {folder}/{files['report']}\nplot     {folder}/{files['plot']}")
-    for what, path in (("results", args.output_path), ("samples", args.log_samples)):
-        if path:
-            print(f"{what:<8} {path}")
     return 0
 
 
@@ -175,11 +174,14 @@ def _run(args: argparse.Namespace, config, logs, base_url: str | None, mode: str
         return state.result()  # raises the failed stage's own error
     from adwm_core import pipeline
     from adwm_core.api import evaluation_line, write_outputs
+    from adwm_core.progress import TerminalTracker
+    from adwm_core.runnable import prepared
 
     print(evaluation_line(config, args.logs, args.limit, overrides)
-          + "\nstages run in this process (no Prefect server configured: set $PREFECT_API_URL or pass --tracked "
-            "for the tracked flow)")
-    folder = pipeline.run_all(config, log=print).path
+          + "\nstages run in this process ($PREFECT_API_URL unset: set it to a server, or pass --tracked, for the "
+            "tracked flow)")
+    config = prepared(config)  # the agents' weights, the GPU: checked before any stage, as the flow does
+    folder = pipeline.run_all(config, log=print, tracker=TerminalTracker(config.name)).path
     write_outputs(config, folder, args.output_path, args.log_samples)
     return folder
 

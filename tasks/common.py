@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
-import time
 from collections.abc import Callable, Iterator
 
 import mlflow
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from tqdm import tqdm
 
 from adwm_core.paths import artifact_path
+from adwm_core.progress import progress_bar
 from adwm_core.provenance import source_version
 
 
@@ -31,29 +29,20 @@ def stage_run(parent_run: str | None, stage: str) -> Iterator[object]:
 @contextlib.contextmanager
 def stage_progress(cell: str, what: str) -> Iterator[Callable[..., None]]:
     """``update(done, total, **counts)`` for a long stage: a Prefect progress artifact (updated per
-    whole percent) and a progress bar on the CLI (stderr); each count (``imagined_steps``: a running
-    total) is shown on both as a rate per second since the stage started."""
+    whole percent, with the counts' rates) beside the terminal's progress bar (adwm_core/progress.py)."""
     artifact = create_progress_artifact(0.0, description=f"{cell}: {what}")
-    bar = tqdm(desc=f"{cell}: {what}", file=sys.stderr, leave=False, dynamic_ncols=True)
-    shown, started = -1, time.perf_counter()
+    shown = -1
+    with progress_bar(f"{cell}: {what}") as bar:
+        def update(done: int, total: int, **counts: int) -> None:
+            nonlocal shown
+            rates = bar(done, total, **counts)
+            percent = int(100 * done / total)
+            if percent > shown:
+                rated = "".join(f", {name} {rate}" for name, rate in rates.items())
+                update_progress_artifact(artifact, float(percent), description=f"{cell}: {what}{rated}" if rated else None)
+                shown = percent
 
-    def update(done: int, total: int, **counts: int) -> None:
-        nonlocal shown
-        elapsed = max(time.perf_counter() - started, 1e-9)
-        rates = {name.replace("_", " "): f"{count / elapsed:.1f}/s" for name, count in counts.items()}
-        bar.total, bar.n = total, done
-        bar.set_postfix(rates, refresh=False)
-        bar.refresh()
-        percent = int(100 * done / total)
-        if percent > shown:
-            rated = "".join(f", {name} {rate}" for name, rate in rates.items())
-            update_progress_artifact(artifact, float(percent), description=f"{cell}: {what}{rated}" if rated else None)
-            shown = percent
-
-    try:
         yield update
-    finally:
-        bar.close()
 
 
 def use_tracking_store() -> str | None:

@@ -657,7 +657,7 @@ def test_refits_redraw_the_logs_episodes_and_refit_what_the_default_fits_on_them
     assert np.ptp(found.at(1.0)) > 0  # ε = 1 plays uniformly: each draw of the log imagines another value
     again = refit_values([model], log, east_scores(log, (0.0, 1.0)), East(), **settings)
     np.testing.assert_array_equal(again.values, found.values)
-    assert found.to_json()["by_epsilon"]["1"] == found.at(1.0).tolist()
+    assert found.to_json()["by_epsilon"]["1.0"] == found.at(1.0).tolist()
     with pytest.raises(ValueError, match="hands over to FQE"):
         refit_values([model], log, east_scores(log), East(), **{**settings, "config": AdwmConfig(preset="carry_over")})
     with pytest.raises(ValueError, match="interval='refits'.*carry_over_fqe"):

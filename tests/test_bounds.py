@@ -136,3 +136,20 @@ def test_refits_give_their_order_statistics_and_a_pair_is_read_refit_by_refit():
     assert undecided.better is None  # refits disagree on the order: cannot tell
     with pytest.raises(ValueError, match="one reading"):
         worse.minus(Candidate(value, value, value))
+
+
+def test_refits_read_back_from_the_stages_answers_match_every_epsilon_exactly():
+    """An agent's refits go to its ADWM stage's answers and come back as the printed interval's, at
+    any ε (a third is written with every digit, not six), and a point without refits is named."""
+    from adwm_core.ope.imagination.refits import Refits
+    from adwm_core.ranking import PrintedInterval
+
+    epsilon = 1 / 3
+    refits = Refits((0.0, epsilon), np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]))
+    printed = PrintedInterval.of([{"policy": "a", "refits": refits.to_json()}])
+    rows = [{"estimator": "ADWM", "policy": "a", "epsilon": e, "member": 0, "seed": 0, "unit": u, "value": 1.0,
+             "low": 1.0, "high": 1.0, "steps": 2, "log_steps": 2} for e in (0.0, epsilon) for u in range(4)]
+    found = printed.candidates(rows, ("policy", "epsilon"))
+    assert printed.name == "refits" and found["a", epsilon].refits.tolist() == [1.0, 3.0, 5.0]
+    with pytest.raises(ValueError, match="no refits of"):
+        printed.candidates([{**r, "policy": "b"} for r in rows], "policy")

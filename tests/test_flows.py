@@ -302,8 +302,10 @@ def test_adwm_evaluate_scores_an_agent_from_exported_logs_and_reuses_its_world_m
     argv = evaluate_argv(first_run, harness / "tiny-logs.jsonl", "--agent-model", tiny_policies["late"])
     logs = argv[argv.index("--logs") + 1]
     assert main(argv) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "stages run in this process" in out  # no $PREFECT_API_URL: no flow, no Prefect server to start
+    assert "world-model: computing " in out and "imagined rollouts" in captured.err  # each stage said, bars shown
     assert "Ĵ [95 % bootstrap interval]" in out
     for estimator in ("ADWM:reward_sum", "DM", "FQE"):
         assert sum(line.startswith(estimator + " ") and "Ĵ = " in line for line in out.splitlines()) == 2, out

@@ -96,7 +96,7 @@ def earlier_results(kept: set[str]) -> tuple[list[dict], dict[str, dict]]:
 
 def finished_cell(cell: str) -> dict:
     """The cell's latest finished flow run as it stands, nothing rerun: its report's rows and
-    curves, its wall time and stages' times, and the code it ran (``tasks.common.source_version``;
+    curves, its wall time and stages' times, and the code it ran (``adwm_core.provenance.source_version``;
     MLflow's commit tag for runs from before that tag)."""
     folder, run = artifact(cell_config(cell), "report").path, latest_flow_run(cell)
     return {"cell": cell, "report": folder, "wall_s": (run.info.end_time - run.info.start_time) / 1000,

@@ -97,10 +97,15 @@ def run_adwm(
     refits = None
     if config.interval == "refits":
         started = time.perf_counter()
-        refits = refit_values(members, log, scores, reader, scores_name=logprobs, epsilons=epsilons, config=config,
-                              settings=settings, refits=config.refits)
+        # the refits ask π_e through a memo of their own: the stage's decision counts stay the estimate's
+        refit_reader = MemoisedPolicy(llm) if isinstance(reader, MemoisedPolicy) else reader
+        refits = refit_values(members, log, scores, refit_reader, scores_name=logprobs, epsilons=epsilons,
+                              config=config, settings=settings, refits=config.refits)
         if timings is not None:
             timings["refits_seconds"] = time.perf_counter() - started
+            if isinstance(refit_reader, MemoisedPolicy):
+                timings["refit_decisions"], timings["refit_memo_hit_rate"] = (float(refit_reader.asked),
+                                                                              refit_reader.hit_rate)
     estimates, runs = adwm_estimates(members, log, reader, cell=cell, label=policy.name, epsilons=epsilons,
                                       config=config, progress=progress, fit_q=fit_q, units=units,
                                       samples=samples, returns=returns,

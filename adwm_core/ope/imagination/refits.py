@@ -45,7 +45,8 @@ class Refits:
         return self.values[:, self.epsilons.index(float(epsilon))]
 
     def to_json(self) -> dict:
-        return {"refits": len(self.values), "by_epsilon": {f"{e:g}": self.at(e).tolist() for e in self.epsilons}}
+        """The refits' Ĵ_b by ε, each key the ε's exact repr (read back with float())."""
+        return {"refits": len(self.values), "by_epsilon": {repr(e): self.at(e).tolist() for e in self.epsilons}}
 
 
 def refit_values(members: Sequence[WorldModel], log: BehaviourLog, scores: pa.Table, policy: Policy, *,
