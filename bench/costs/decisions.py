@@ -11,7 +11,9 @@ tokens and environment steps, against evaluating the same points live (issue 59)
   calls, one per step that did not explore, expected as Σ (1 − ε) over the steps (the episodes
   do not record which steps explored), with their prompt tokens weighted alike.
 
-The ratio of calls is the figure that transfers: at the scale users run (7–8B agents on a GPU),
+Ratio: π_e calls of ADWM's estimate over live's for the points as each side runs them
+(ADWM: every seed's rollouts; live: the cell's ground-truth episodes); per episode: the same at
+equal episode counts. The ratio of calls is the figure that transfers: at the scale users run (7–8B agents on a GPU),
 π_e's decisions dominate both sides (the paper's appendix puts ~70 % of its budget LLM-side).
 The projection column scales the paper's live ground-truth time, 10–40 min per ε level
 (app. "Hardware and compute budget"), by that ratio: a projection, not a measurement; the
@@ -122,15 +124,16 @@ def section(results: dict) -> list[str]:
     """The cells' costs as a markdown section (also in performance.md)."""
     lines = [SECTION, "", __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), "",
              "| cell | measured | episodes per point (ADWM / live) | environment steps (live) | ADWM decisions asked "
-             "(memo share) | π_e calls ADWM / live | ratio | prompt tokens ADWM / live | ratio | "
-             "projected ADWM π_e min per ε at 8B |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "(memo share) | π_e calls ADWM / live | ratio | per episode | prompt tokens ADWM / live | ratio | "
+             "projected ADWM π_e min per ε at 8B |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cell, r in results.items():
         a, b = r["adwm"], r["live"]
         low, high = r["projected_minutes_per_epsilon"]
+        per_episode = r["calls_ratio"] * b["episodes_per_point"] / a["episodes_per_point"]
         lines.append(f"| {cell} | {r['date']} | {a['episodes_per_point']} / {b['episodes_per_point']} | "
                      f"{b['environment_steps']} | {a['decisions']} ({a['memo_share']:.0%}) | {a['calls']} / "
-                     f"{b['calls']:.0f} | {r['calls_ratio']:.2f} | {a['prompt_tokens']} / {b['prompt_tokens']:.0f} | "
-                     f"{r['tokens_ratio']:.2f} | {low:.1f}–{high:.1f} |")
+                     f"{b['calls']:.0f} | {r['calls_ratio']:.2f} | {per_episode:.2f} | {a['prompt_tokens']} / "
+                     f"{b['prompt_tokens']:.0f} | {r['tokens_ratio']:.2f} | {low:.1f}–{high:.1f} |")
     return lines
 
 

@@ -90,6 +90,31 @@ def measure(root: str, cell: str) -> dict:
                              for e in sorted({r["epsilon"] for r in rows})}}
 
 
+GRADES = ("coverage", "width", "decided", "precision")
+
+
+def graded(result: dict, intervals: tuple[str, ...]) -> str:
+    """One cell's grades under each of ``intervals``, as markdown table cells."""
+    return " | ".join(" / ".join(f"{result[name][m]:.2f}" for m in GRADES) for name in intervals)
+
+
+def mean_grades(results: dict[str, dict], intervals: tuple[str, ...]) -> str:
+    """The cells' mean grades under each of ``intervals``, as markdown table cells."""
+    return " | ".join(" / ".join(f"{np.nanmean([r[name][m] for r in results.values()]):.2f}" for m in GRADES)
+                      for name in intervals)
+
+
+def development_arguments(doc: str) -> argparse.Namespace:
+    """``--root DIR CELL ...`` of a study that chooses an interval on development cells only."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--root", required=True, help="the artifact root holding cells/<cell>/<stage>/<key>/")
+    parser.add_argument("cells", nargs="+")
+    args = parser.parse_args()
+    if any(not cell.startswith(DEVELOPMENT) for cell in args.cells):
+        parser.error("an interval is chosen on development cells (local-*) only: test cells are never tuned on")
+    return args
+
+
 def table(title: str, results: dict[str, dict]) -> list[str]:
     lines = [f"**{title}** (coverage / median width over the range of J / decided / precision)", "",
              "| cell | error range (groups) | left the log, ε = 0…1 | " + " | ".join(INTERVALS) + " |",
@@ -97,23 +122,13 @@ def table(title: str, results: dict[str, dict]) -> list[str]:
     for cell, r in results.items():
         low, high = r["error_ranges"]["calibrated"]
         left = " ".join(f"{v:.2f}" for v in r["left_the_log"].values())
-        lines.append(f"| {cell} | [{low:+.2f}, {high:+.2f}] | {left} | " + " | ".join(
-            " / ".join(f"{r[name][m]:.2f}" for m in ("coverage", "width", "decided", "precision"))
-            for name in INTERVALS) + " |")
-    means = {name: " / ".join(f"{np.nanmean([r[name][m] for r in results.values()]):.2f}"
-                              for m in ("coverage", "width", "decided", "precision")) for name in INTERVALS}
-    lines.append(f"| **mean of {len(results)}** | | | " + " | ".join(means[name] for name in INTERVALS) + " |")
+        lines.append(f"| {cell} | [{low:+.2f}, {high:+.2f}] | {left} | {graded(r, INTERVALS)} |")
+    lines.append(f"| **mean of {len(results)}** | | | {mean_grades(results, INTERVALS)} |")
     return lines + [""]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", required=True, help="the artifact root holding cells/<cell>/<stage>/<key>/")
-    parser.add_argument("cells", nargs="+")
-    args = parser.parse_args()
-    if any(not cell.startswith(DEVELOPMENT) for cell in args.cells):
-        parser.error("the calibrated interval is chosen on development cells (local-*) only: test cells are never "
-                     "tuned on")
+    args = development_arguments(__doc__)
     results = {"Development cells (tuned on)": {cell: measure(args.root, cell) for cell in args.cells}}
     write_grouped("calibrated", "ADWM's interval calibrated inside the log, against ground truth", __doc__, results,
                   table)

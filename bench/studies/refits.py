@@ -16,7 +16,6 @@ the refits took; cells measured earlier keep their rows. → bench/results/refit
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -34,14 +33,18 @@ from adwm_core.ope.statistics.bounds import Candidate, ReturnRange, interval, ve
 from adwm_core.ope.statistics.metrics import verdict_scores
 from adwm_core.policies.loading import ModelCache
 from bench.common import (
-    DEVELOPMENT,
     RESULTS,
     cell_config,
     evaluated_in_root,
     stage_file,
     write_grouped,
 )
-from bench.studies.calibrated import rollouts_from_samples
+from bench.studies.calibrated import (
+    development_arguments,
+    graded,
+    mean_grades,
+    rollouts_from_samples,
+)
 from bench.studies.verdicts import grade
 
 INTERVALS = ("bootstrap", "refits")
@@ -94,22 +97,13 @@ def table(title: str, results: dict[str, dict]) -> list[str]:
     lines = [f"**{title}** (coverage / median width over the range of J / decided / precision)", "",
              "| cell | refits s | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 2) + "|"]
     for cell, r in results.items():
-        lines.append(f"| {cell} | {r['seconds']} | " + " | ".join(
-            " / ".join(f"{r[name][m]:.2f}" for m in ("coverage", "width", "decided", "precision"))
-            for name in INTERVALS) + " |")
-    means = {name: " / ".join(f"{np.nanmean([r[name][m] for r in results.values()]):.2f}"
-                              for m in ("coverage", "width", "decided", "precision")) for name in INTERVALS}
-    lines.append(f"| **mean of {len(results)}** | | " + " | ".join(means[name] for name in INTERVALS) + " |")
+        lines.append(f"| {cell} | {r['seconds']} | {graded(r, INTERVALS)} |")
+    lines.append(f"| **mean of {len(results)}** | | {mean_grades(results, INTERVALS)} |")
     return lines + [""]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", required=True, help="the artifact root holding cells/<cell>/<stage>/<key>/")
-    parser.add_argument("cells", nargs="+")
-    args = parser.parse_args()
-    if any(not cell.startswith(DEVELOPMENT) for cell in args.cells):
-        parser.error("the interval is chosen on development cells (local-*) only: test cells are never tuned on")
+    args = development_arguments(__doc__)
     group, path = "Development cells (tuned on)", RESULTS / "refits.json"
     results = json.loads(path.read_text())["cells"] if path.exists() else {group: {}}
     for cell in args.cells:  # each cell's result kept as it finishes (a killed run keeps the cells it reached)
