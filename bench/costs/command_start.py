@@ -49,16 +49,18 @@ def reused_run(checkout: str, home: str, tracked: bool) -> dict[str, float]:
     """Seconds of a fresh interpreter's ``adwm evaluate`` (``EVALUATE``) over the finished stages
     under ``home``: until its first "<stage>: reusing" line, and until it ends."""
     env = {**os.environ, "PYTHONPATH": checkout, "ADWM_HOME": home, "PREFECT_HOME": f"{home}/prefect",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home}/mlflow.db"}
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home}/mlflow.db",
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}  # a loaded machine starts it slowly
     env.pop("PREFECT_API_URL", None)
-    started, first = time.perf_counter(), None
+    started, first, said = time.perf_counter(), None, []
     with subprocess.Popen([sys.executable, "-c", PROBE, *EVALUATE, *(["--tracked"] if tracked else [])], cwd=checkout,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         for line in process.stdout:
+            said = [*said[-20:], line]
             if first is None and ": reusing " in line:
                 first = time.perf_counter() - started
     if process.returncode:
-        raise SystemExit(f"adwm evaluate failed in {checkout} (exit {process.returncode})")
+        raise SystemExit(f"adwm evaluate failed in {checkout} (exit {process.returncode}):\n{''.join(said)}")
     return {"first_stage": first, "total": time.perf_counter() - started}
 
 
