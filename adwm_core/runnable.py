@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from .cell import LOCAL_PREFIX, CellConfig
 from .policies.local_models import OFFLINE_PREFIX, check_offline_model
-from .policies.vllm_backend import share_gpu_memory
 from .specs import REMOTE_BACKENDS
 
 
@@ -17,16 +14,25 @@ def prepared(cell: CellConfig, environment: bool = True) -> CellConfig:
     """The cell, checked (:func:`check_runnable`), with each vLLM engine's share of the GPU
     where CUDA is present (not part of any stage key)."""
     check_runnable(cell, environment=environment)
-    if torch.cuda.is_available():
+    if any(spec.backend == "vllm" for _, spec in cell.policies()) and _has_cuda():
+        from .policies.vllm_backend import share_gpu_memory  # imports transformers: only where a GPU is shared
+
         cell = cell.with_policies(share_gpu_memory(cell.policies()))
     return cell
+
+
+def _has_cuda() -> bool:
+    """A CUDA device is visible (torch imported here, not when the command starts)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check_runnable(cell: CellConfig, environment: bool = True) -> None:
     """Fail the first stage, naming what is missing, when this machine cannot run the cell: its GPU,
     its models' weights, its environment (the engine's own error: Java, a package, a data
     folder's missing file, an unknown task; skipped with ``environment=False``)."""
-    if cell.needs_gpu and not torch.cuda.is_available():
+    if cell.needs_gpu and not _has_cuda():
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see docs/operations.md, 'Running it as a service')")
     for where, spec in cell.policies():
