@@ -17,12 +17,15 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 import os
+import tempfile
 import threading
 from collections.abc import Iterable
 
 PACKAGE = "adwm_core"
 _ROOT = os.path.dirname(os.path.abspath(__file__))
+_DIGESTS = os.path.join(_ROOT, "__pycache__", "code-digests")  # see _parsed
 _SAMPLE = 1 << 20  # bytes hashed at each end of a large file
 # Stage keys are computed on the task runner's threads, and CPython 3.11's AST construction
 # keeps its recursion depth in state shared between threads: two parses at once can fail with
@@ -51,8 +54,9 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imported(module: str, tree: ast.Module) -> set[str]:
-    """The ``adwm_core`` modules ``module`` imports (each with the packages above it)."""
+def _import_candidates(module: str, tree: ast.Module) -> set[str]:
+    """Every name ``module`` imports, or imports from, as an absolute dotted name (a candidate
+    module: :func:`_package_modules` keeps those of ``adwm_core``)."""
     package = module if _is_package(module) else module.rpartition(".")[0]
     found: set[str] = set()
 
@@ -74,8 +78,13 @@ def _imported(module: str, tree: ast.Module) -> set[str]:
             visit(ast.iter_child_nodes(node))
 
     visit(tree.body)
-    modules = {name for name in found if module_file(name) is not None}
-    return modules | {".".join(name.split(".")[:i]) for name in modules for i in range(1, name.count(".") + 1)}
+    return found
+
+
+def _package_modules(candidates: Iterable[str]) -> frozenset[str]:
+    """The ``adwm_core`` modules among ``candidates``, each with the packages above it."""
+    modules = {name for name in candidates if module_file(name) is not None}
+    return frozenset(modules | {".".join(name.split(".")[:i]) for name in modules for i in range(1, name.count(".") + 1)})
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:
@@ -90,12 +99,47 @@ def _without_docstrings(tree: ast.Module) -> ast.Module:
 
 @functools.lru_cache(maxsize=None)
 def _parsed(module: str) -> tuple[str, frozenset[str]]:
-    """(digest of the module's code, the ``adwm_core`` modules it imports)."""
-    with open(module_file(module), encoding="utf-8") as f, _PARSING:
-        tree = ast.parse(f.read())
-    imports = frozenset(_imported(module, tree))
-    digest = hashlib.sha256(ast.dump(_without_docstrings(tree)).encode()).hexdigest()
-    return digest, imports
+    """(digest of the module's code, the ``adwm_core`` modules it imports). Both are kept per
+    module in ``__pycache__/code-digests/`` beside the package, under the SHA-256 of the source
+    they were read from, so a process parses only the files that changed since (as Python keeps
+    its bytecode); where that folder cannot be written, every process parses."""
+    with open(module_file(module), "rb") as f:
+        source = f.read()
+    source_hash = hashlib.sha256(source).hexdigest()
+    kept = _kept_digest(module, source_hash)
+    if kept is None:
+        with _PARSING:
+            tree = ast.parse(source)
+        kept = (hashlib.sha256(ast.dump(_without_docstrings(tree)).encode()).hexdigest(),
+                sorted(_import_candidates(module, tree)))
+        _keep_digest(module, source_hash, kept)
+    return kept[0], _package_modules(kept[1])
+
+
+def _digest_file(module: str) -> str:
+    return os.path.join(_DIGESTS, f"{module}.json")
+
+
+def _kept_digest(module: str, source_hash: str) -> tuple[str, list[str]] | None:
+    try:
+        with open(_digest_file(module), encoding="utf-8") as f:
+            kept = json.load(f)
+        return (kept["digest"], kept["imports"]) if kept["source"] == source_hash else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep_digest(module: str, source_hash: str, kept: tuple[str, list[str]]) -> None:
+    try:
+        os.makedirs(_DIGESTS, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=_DIGESTS, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            json.dump({"source": source_hash, "digest": kept[0], "imports": kept[1]}, f)
+    except OSError:
+        return  # a read-only install: parse every time
+    try:
+        os.replace(f.name, _digest_file(module))  # whole or not at all, whoever writes last
+    except OSError:
+        os.remove(f.name)
 
 
 def code_closure(*modules: str) -> list[str]:

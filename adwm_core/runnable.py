@@ -15,7 +15,8 @@ def prepared(cell: CellConfig, environment: bool = True) -> CellConfig:
     where CUDA is present (not part of any stage key)."""
     check_runnable(cell, environment=environment)
     if any(spec.backend == "vllm" for _, spec in cell.policies()) and _has_cuda():
-        from .policies.vllm_backend import share_gpu_memory  # imports transformers: only where a GPU is shared
+        # the vLLM backend imports transformers: loaded only where a GPU is shared
+        from .policies.vllm_backend import share_gpu_memory
 
         cell = cell.with_policies(share_gpu_memory(cell.policies()))
     return cell

@@ -1,6 +1,8 @@
 """The stage registry (adwm_core/pipeline.py): every stage declared once, keys that say what
 computed an artifact — settings, inputs, code — and never where it lay."""
 
+import hashlib
+import json
 import os
 import shutil
 
@@ -105,6 +107,33 @@ def test_the_code_of_a_stage_is_what_its_module_imports():
     assert code_fingerprint("adwm_core.stages.adwm") != code_fingerprint("adwm_core.stages.baselines")
     with pytest.raises(ValueError, match="no module"):
         code_fingerprint("adwm_core.stages.nowhere")
+
+
+def test_kept_code_digests_give_the_fingerprints_a_fresh_parse_gives_and_go_stale_with_their_source(tmp_path,
+                                                                                                     monkeypatch):
+    """A process reads each module's digest and imports from ``__pycache__/code-digests`` where
+    they were kept for the same source bytes, and parses it again where the source differs."""
+    from adwm_core import fingerprints
+
+    monkeypatch.setattr(fingerprints, "_DIGESTS", str(tmp_path))
+    module = "adwm_core.stages.baselines"
+    try:
+        fingerprints._parsed.cache_clear()
+        parsed = code_fingerprint(module)
+        kept_file = tmp_path / "adwm_core.stages.baselines.json"
+        kept = json.loads(kept_file.read_text())
+        with open(fingerprints.module_file(module), "rb") as source:
+            assert kept["source"] == hashlib.sha256(source.read()).hexdigest()
+        fingerprints._parsed.cache_clear()
+        assert code_fingerprint(module) == parsed  # read back from what was kept
+        kept_file.write_text(json.dumps({**kept, "digest": "0" * 64}))
+        fingerprints._parsed.cache_clear()
+        assert code_fingerprint(module) != parsed  # the kept digest is what is used…
+        kept_file.write_text(json.dumps({**kept, "digest": "0" * 64, "source": "another source"}))
+        fingerprints._parsed.cache_clear()
+        assert code_fingerprint(module) == parsed  # …only for the source it was read from
+    finally:
+        fingerprints._parsed.cache_clear()
 
 
 def test_an_estimator_only_change_retrains_no_world_model():
