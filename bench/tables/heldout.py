@@ -45,6 +45,8 @@ import sys
 import time
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from adwm_core.cell import CellConfig, assign
@@ -172,10 +174,25 @@ def verdict_grades(report, cell: str) -> dict[str, dict]:
 
 def paper_results(cell: str, run: bool) -> dict | None:
     """ADWM's row under the paper's recipe: the cell run as its variant ``adwm.preset: paper`` (the
-    world model is the default's; ``run``: its flow first), None where that has not run."""
+    world model is the default's; ``run``: its flow first), None where that has not run, and
+    ``{"not_applicable": why}`` where the recipe cannot run on the cell's log (never run then)."""
+    why = paper_not_applicable(cell)
+    if why is not None:
+        return {"not_applicable": why}
     path = variant_path(cell, {"adwm.preset": "paper"})
     found = report_results(finished_report(path, run), path)
     return None if found is None else found.get(ADWM)
+
+
+def paper_not_applicable(cell: str) -> str | None:
+    """Why the paper's recipe cannot run on the cell's finished behaviour log, or None (also where
+    the log is not finished): its success-bank guidance steers toward the last observations of
+    successful logged episodes, and refuses a log without one."""
+    behaviour = artifact(cell, "behaviour", required=False)
+    if behaviour is None:
+        return None
+    steps = pq.read_table(behaviour.file("trajectories"), columns=["success"]).column("success")
+    return None if pc.any(steps).as_py() else "no logged episode succeeds: the success-bank guidance needs one"
 
 
 def with_adwm_variants(results: dict[str, dict] | None, cell: str, run: bool) -> dict[str, dict] | None:
@@ -237,13 +254,14 @@ def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[s
             continue
         cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g} / {by_estimator[e]['coverage']:.2f}"
                  f" / {_share(by_estimator[e].get('decided'))} / {_share(by_estimator[e].get('precision'))}"
-                 if e in by_estimator and "rho" in by_estimator[e] else "–" for e in SHOWN]
+                 if e in by_estimator and "rho" in by_estimator[e]
+                 else f"n/a: {by_estimator[e]['not_applicable']}" if e in by_estimator else "–" for e in SHOWN]
         lines.append(f"| {cell} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
     done = [r for r in results.values() if r is not None]
     if done:
         row = []
         for e in SHOWN:
-            rhos = [r[e]["rho"] for r in done if e in r and np.isfinite(r[e]["rho"])]
+            rhos = [r[e]["rho"] for r in done if "rho" in r.get(e, {}) and np.isfinite(r[e]["rho"])]
             row.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
         earlier = sum(not measured_at[c]["current"] for c, r in results.items() if r is not None)
         counted = f"{len(done)} cells, {earlier} under earlier code" if earlier else f"{len(done)} cells"
