@@ -19,7 +19,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Iterable
 
@@ -130,16 +129,13 @@ def _kept_digest(module: str, source_hash: str) -> tuple[str, list[str]] | None:
 
 
 def _keep_digest(module: str, source_hash: str, kept: tuple[str, list[str]]) -> None:
+    from .data.io import atomic_open  # pyarrow and fsspec load only when a digest is written
+
     try:
-        os.makedirs(_DIGESTS, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=_DIGESTS, suffix=".tmp", delete=False, encoding="utf-8") as f:
+        with atomic_open(_digest_file(module), "w") as f:
             json.dump({"source": source_hash, "digest": kept[0], "imports": kept[1]}, f)
     except OSError:
-        return  # a read-only install: parse every time
-    try:
-        os.replace(f.name, _digest_file(module))  # whole or not at all, whoever writes last
-    except OSError:
-        os.remove(f.name)
+        pass  # a read-only install: parse every time
 
 
 def code_closure(*modules: str) -> list[str]:

@@ -252,10 +252,7 @@ def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[s
         if by_estimator is None:
             lines.append(f"| {cell} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
             continue
-        cells = [f"{by_estimator[e]['rho']:+.2f} / {by_estimator[e]['nmae']:.2g} / {by_estimator[e]['coverage']:.2f}"
-                 f" / {_share(by_estimator[e].get('decided'))} / {_share(by_estimator[e].get('precision'))}"
-                 if e in by_estimator and "rho" in by_estimator[e]
-                 else f"n/a: {by_estimator[e]['not_applicable']}" if e in by_estimator else "–" for e in SHOWN]
+        cells = [_grades(by_estimator.get(e)) for e in SHOWN]
         lines.append(f"| {cell} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
     done = [r for r in results.values() if r is not None]
     if done:
@@ -267,6 +264,17 @@ def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[s
         counted = f"{len(done)} cells, {earlier} under earlier code" if earlier else f"{len(done)} cells"
         lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | " + " | ".join(row) + " |")
     return lines + [""]
+
+
+def _grades(row: dict | None) -> str:
+    """One estimator's grades on one cell as the tables print them: – where not measured, n/a and
+    why where it cannot run there."""
+    if row is None:
+        return "–"
+    if "not_applicable" in row:
+        return f"n/a: {row['not_applicable']}"
+    return (f"{row['rho']:+.2f} / {row['nmae']:.2g} / {row['coverage']:.2f} / {_share(row.get('decided'))} / "
+            f"{_share(row.get('precision'))}")
 
 
 def _share(value: float | None) -> str:
