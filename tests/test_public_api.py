@@ -47,9 +47,10 @@ def test_the_stage_registry_locates_artifacts_without_torch_prefect_or_mlflow():
 def test_the_python_api_and_its_checks_load_without_torch_transformers_prefect_or_mlflow():
     """`import adwm_core.api` and checking a cell before its first stage (weights, environment
     skipped) import none of the heavy packages: the in-process path reaches its first stage
-    sooner (issue 59); torch loads only to ask for a GPU a cell needs or a vLLM engine shares."""
+    sooner (issue 59); torch loads only to ask for a GPU a cell needs or a vLLM engine shares.
+    The report's lines, which `adwm evaluate` imports before its stages, need none either."""
     code = ("import sys; from adwm_core.api import OffPolicyEvaluation; from adwm_core.cell import CellConfig; "
-            "from adwm_core.runnable import prepared; "
+            "from adwm_core.runnable import prepared; import adwm_core.report; "
             "prepared(CellConfig.load('deployments/local-simonsays.yaml'), environment=False); "
             "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'prefect', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -26,7 +26,6 @@ from ...specs import check_epsilons
 from ..answers import ADWM, KNN_WM, LOG, REWARD_SUM, SOURCES, row_name
 from ..classical.fqe import FittedQEvaluation
 from ..settings import VALUE_ESTIMATES, AdwmConfig
-from ..statistics.diagnostics import off_log_distance
 from ..statistics.bounds import PROTOCOL, Candidate, ReturnRange, identified_bounds, interval
 from ..statistics.intervals import estimates_row, members_bootstrap
 from ..statistics.signed_log import SignedLog
@@ -35,7 +34,7 @@ from .encoded_log import EncodedLog
 from .refits import Refits
 from .rollouts import ImaginedRollouts, ImaginedStep, Rollouts
 from .state_bank import StateBank
-from .transitions import Policy
+from .transitions import Policy, off_log_distance
 
 
 def value_rows(members: Sequence[Rollouts], banks: Sequence[StateBank], *, cell: str, policy: str, seed: int,

@@ -16,6 +16,7 @@ environment's scale, whether the episode ends, and what answered: ``answers.SOUR
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -155,3 +156,16 @@ class NearestLogged:
             best = torch.nonzero(score >= score.max() - 1e-6).flatten().numpy()
             chosen[j] = best[min(int(draws[j] * len(best)), len(best) - 1)]
         return Outcome.answered_by(NEAREST, logged.next_latents[chosen], logged.rewards[chosen], logged.done[chosen])
+
+
+def off_log_distance(bank: StateBank, observations: Sequence[int], actions: Sequence[str]) -> float:
+    """How far imagined (bank row, action) pairs are from the log: the mean over pairs of
+    1 − ½ max over logged transitions of kNN-WM's score (``NearestLogged.scores``), in [0, 1]
+    (0: the pair itself, 1: nothing alike); NaN for no pairs. A trust diagnostic of the
+    estimates (ope/statistics/diagnostics.py)."""
+    counts = Counter(zip(map(int, observations), actions))
+    if not counts:
+        return float("nan")
+    rows, chosen = zip(*counts)
+    distance = 1 - NearestLogged(bank).scores(rows, chosen).max(1).values.numpy() / 2
+    return float(np.average(distance, weights=list(counts.values())))

@@ -7,20 +7,15 @@ contract) and the plain verdicts the report and the closing screen print from th
   top trajectory, max_i w_i / Σ_i w_i; both in log space, exact however large the ratios.
 - ADWM and kNN-WM: the share of imagined steps answered by a logged transition of the very
   (state, action) pair (``log_share``; transitions.SOURCES), and how far the other steps' pairs
-  are from the log: 1 − the best kNN-WM score of a logged pair, halved to [0, 1] (0: the pair
-  itself, 1: nothing alike; ``NearestLogged``'s score = state cosine + action match).
+  are from the log (``off_log_distance``, imagination/transitions.py).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 from scipy.special import logsumexp
-
-from ..imagination.state_bank import StateBank
-from ..imagination.transitions import NearestLogged
 
 IMPORTANCE_WEIGHTED = ("IS", "PDIS", "WIS", "WPDIS", "DR", "WDR")
 EXTRAPOLATION_SHARE = 0.5  # a model estimate is "mostly extrapolation" when this share of its steps was never logged
@@ -32,17 +27,6 @@ def weight_diagnostics(log_weights: np.ndarray) -> dict[str, float]:
     total = logsumexp(log_weights)
     return {"ess": float(np.exp(2 * total - logsumexp(2 * log_weights))),
             "top_weight_share": float(np.exp(log_weights.max() - total))}
-
-
-def off_log_distance(bank: StateBank, observations: Sequence[int], actions: Sequence[str]) -> float:
-    """Mean over the (bank row, action) pairs of 1 − ½ max over logged transitions of kNN-WM's
-    score (``NearestLogged.scores``); NaN for no pairs."""
-    counts = Counter(zip(map(int, observations), actions))
-    if not counts:
-        return float("nan")
-    rows, chosen = zip(*counts)
-    distance = 1 - NearestLogged(bank).scores(rows, chosen).max(1).values.numpy() / 2
-    return float(np.average(distance, weights=list(counts.values())))
 
 
 def verdicts(rows: Sequence[dict]) -> list[str]:

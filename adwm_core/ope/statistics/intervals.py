@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
 from .signed_log import SignedLog
 
@@ -79,7 +79,7 @@ def concentration_interval(log_abs: np.ndarray, signs: np.ndarray, method: str, 
     elif method == "bernstein":
         half = np.sqrt(2 * variance * np.log(4 / delta) / n) + 7 * spread * np.log(4 / delta) / (3 * (n - 1))
     else:
-        half = float(stats.t.ppf(1 - delta / 2, n - 1)) * np.sqrt(variance / n)
+        half = float(stdtrit(n - 1, 1 - delta / 2)) * np.sqrt(variance / n)  # Student's t quantile
     return _rescaled(mean - half, scale), _rescaled(mean + half, scale)
 
 
