@@ -49,7 +49,7 @@ WORLD_MODEL_PRESETS = {
     "paper": {"prediction": "eps", "action_input": "ids", "outcome_input": "next_latent", "window": 8,
               "epochs": 50, "steps": None, "transitions": None, "selection": "heads_on_true", "word_match": False},
     "default": {"prediction": "z0", "action_input": "text", "outcome_input": "action", "window": 32,
-                "epochs": None, "steps": None, "transitions": 250_000, "selection": "fidelity", "word_match": True},
+                "epochs": None, "steps": None, "transitions": 50_000, "selection": "fidelity", "word_match": True},
 }
 BUDGETS = ("epochs", "steps", "transitions")  # one of them bounds world-model training
 EVALUATION_ROUNDS = 50  # held-out evaluations over a budget in optimiser steps or transitions

@@ -14,10 +14,12 @@ Two presets (``TrainConfig.preset``); a field set explicitly overrides its prese
   windows of 8, a budget of 50 epochs (a round = an epoch; a few hundred optimiser steps
   on a local cell), and selection on the heads read on the *encoded true* next latent;
 - ``default`` (beyond the paper): z_0-prediction, actions read as text, outcome heads on
-  (e(a_t), h̄_t), windows of whole episodes (up to 32 steps), a budget of 250 000 drawn
+  (e(a_t), h̄_t), windows of whole episodes (up to 32 steps), a budget of 50 000 drawn
   transitions (50 evaluation rounds; training time follows the transitions drawn, not the
-  number of optimiser steps, so long-episode cells cost what short ones do), and selection on what imagination reads — the outcome heads and
-  the denoised next latent, each relative to a trivial predictor (``fidelity_key``).
+  number of optimiser steps, so long-episode cells cost what short ones do; 250 000 gave the
+  development cells the same ρ at five times the time, docs/notebook.md), and selection on what
+  imagination reads — the outcome heads and the denoised next latent, each relative to a
+  trivial predictor (``selection_key``).
 """
 
 from __future__ import annotations
