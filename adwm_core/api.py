@@ -370,6 +370,7 @@ class OffPolicyEvaluation:
         self._overrides = {**seed_overrides(seed, settings), **_estimator_settings(self.estimators), **played,
                            **(settings or {})}
         self.config = prepared(self._config())  # the agents' weights, the GPU, a graded environment: checked first
+        self.config.adwm.check_behaviour(self.logs.steps)  # the paper's guidance needs a logged success
         self._reports: dict[float, str] = {}
         self._tables: dict[str, pa.Table] = {}
 

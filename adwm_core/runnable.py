@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
+from . import pipeline
 from .cell import LOCAL_PREFIX, CellConfig
+from .data import TRAJECTORIES, read_table
 from .policies.local_models import OFFLINE_PREFIX, check_offline_model
 from .specs import REMOTE_BACKENDS
 
@@ -32,7 +34,10 @@ def _has_cuda() -> bool:
 def check_runnable(cell: CellConfig, environment: bool = True) -> None:
     """Fail the first stage, naming what is missing, when this machine cannot run the cell: its GPU,
     its models' weights, its environment (the engine's own error: Java, a package, a data
-    folder's missing file, an unknown task; skipped with ``environment=False``)."""
+    folder's missing file, an unknown task; skipped with ``environment=False``); and ADWM's settings
+    against a behaviour log already finished (the paper's success-bank guidance refuses a log
+    without a success: said now, not after the world model and ψ)."""
+    _check_finished_behaviour(cell)
     if cell.needs_gpu and not _has_cuda():
         raise RuntimeError(f"cell {cell.name} needs a GPU (needs_gpu: true) and this worker has none: run it on "
                            "a worker of work pool 'gpu' (see docs/operations.md, 'Running it as a service')")
@@ -71,3 +76,13 @@ def _on_hub(name: str) -> bool:
     except Exception:  # offline, unknown, gated: the loader would fail the same way, later
         return False
     return True
+
+
+def _check_finished_behaviour(cell: CellConfig) -> None:
+    """``AdwmConfig.check_behaviour`` on the cell's finished behaviour log, where its settings ask
+    for success-bank guidance (a variant reuses the log and the world model, whose stage asks it)."""
+    if cell.adwm.guidance != "success_bank":
+        return
+    behaviour = pipeline.locate(cell, "behaviour")
+    if pipeline.is_finished(behaviour):
+        cell.adwm.check_behaviour(read_table(behaviour.file("trajectories"), TRAJECTORIES))

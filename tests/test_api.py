@@ -8,7 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from adwm_core.api import LoggedEpisodes, _ranking_metrics, agent, seed_overrides
+from adwm_core import pipeline
+from adwm_core.api import LoggedEpisodes, OffPolicyEvaluation, _ranking_metrics, agent, logs_cell, seed_overrides
+from adwm_core.data import TRAJECTORIES, write_table
+from adwm_core.runnable import prepared
 from adwm_core.ope.statistics.metrics import regret_at_1, regret_at_k
 from adwm_core.data.logs import LogFormatError
 
@@ -61,6 +64,26 @@ def test_bad_episodes_are_refused_by_name_before_any_stage(adwm_home):
         LoggedEpisodes.from_records([broken], ENV, name="mine")
     with pytest.raises(ValueError, match="non-empty list of episode records"):
         LoggedEpisodes.from_records(episode(1, ["look"], True), ENV)
+
+
+def test_the_papers_guidance_refuses_logs_without_a_success_before_any_stage(adwm_home):
+    """Its success bank is the last observations of successful logged episodes: a log without one is
+    refused when the evaluation is set up, before the world model and ψ are trained."""
+    failures = LoggedEpisodes.from_records([episode(1, ["look"], False), episode(2, ["go north"], False)], ENV, TASK,
+                                           name="failures")
+    smollm2 = agent("offline:smollm2-135m-instruct", backend="transformers")
+    with pytest.raises(ValueError, match="none of the 2 behaviour episodes succeeded"):
+        OffPolicyEvaluation(failures, smollm2, settings={"adwm.preset": "paper"}, log=lambda _: None)
+    OffPolicyEvaluation(failures, smollm2, log=lambda _: None)  # the default's guidance does without
+    assert not (adwm_home / "cells" / "failures").exists()  # no stage ran
+    # a variant of a cell whose behaviour stage is finished (and its world model reused) is refused too
+    cell = logs_cell(failures.source, ENV, [smollm2], task=TASK, overrides={"adwm.preset": "paper"})
+    behaviour = pipeline.locate(cell, "behaviour")
+    write_table(failures.steps, behaviour.file("trajectories"), TRAJECTORIES)
+    open(f"{behaviour.path}/{pipeline.MARKER}", "w").close()
+    with pytest.raises(ValueError, match="none of the 2 behaviour episodes succeeded"):
+        prepared(cell)
+    prepared(logs_cell(failures.source, ENV, [smollm2], task=TASK))
 
 
 def test_an_endpoint_agent_takes_the_routes_lm_evaluation_harness_users_give():

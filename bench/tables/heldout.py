@@ -45,11 +45,12 @@ import sys
 import time
 
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 from adwm_core.cell import CellConfig, assign
+from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.statistics.bounds import unpaired_verdicts
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
 from adwm_core.ope.statistics.metrics import verdict_scores
@@ -147,8 +148,6 @@ def verdict_grades(report, cell: str) -> dict[str, dict]:
     """Per estimator, how its verdicts on the cell's pairs of points fare against ground truth
     (``verdict_scores``): ADWM's from the report's paired reading, every other estimator's from
     its first seed's intervals read apart (``unpaired_verdicts``)."""
-    import pyarrow.parquet as pq
-
     config = cell_config(cell)
     truth, stderr = {}, {}
     for policy in config.evaluation.policies:
@@ -191,8 +190,11 @@ def paper_not_applicable(cell: str) -> str | None:
     behaviour = artifact(cell, "behaviour", required=False)
     if behaviour is None:
         return None
-    steps = pq.read_table(behaviour.file("trajectories"), columns=["success"]).column("success")
-    return None if pc.any(steps).as_py() else "no logged episode succeeds: the success-bank guidance needs one"
+    try:
+        AdwmConfig(preset="paper").check_behaviour(read_table(behaviour.file("trajectories"), TRAJECTORIES))
+    except ValueError:  # the product's own refusal (it says what to do; the table says why)
+        return "no logged episode succeeds: the success-bank guidance needs one"
+    return None
 
 
 def with_adwm_variants(results: dict[str, dict] | None, cell: str, run: bool) -> dict[str, dict] | None:
