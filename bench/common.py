@@ -129,18 +129,22 @@ def evaluated(cell: CellConfig, label: str | None = None) -> PolicySpec:
     return found[0]
 
 
-def stage_file(root: str, cell: str, stage: str, name: str) -> str:
+def stage_file(root: str | None, cell: str, stage: str, name: str) -> str:
     """The one ``name`` of ``cell``'s ``stage`` under the artifact root ``root`` (stage folders found
     by name, whatever their key: artifacts of an earlier commit whose rows today's code reproduces
-    serve as they are)."""
+    serve as they are); ``root`` None: of the stage finished under today's code in $ADWM_HOME
+    (``cell`` a name or a variant's YAML)."""
+    if root is None:
+        return f"{artifact(cell, stage).path}/{name}"
     found = glob.glob(f"{root}/cells/{cell}/{stage}/*/{name}")
     if len(found) != 1:
         raise SystemExit(f"{cell}: {len(found)} finished {stage} stages hold {name} under {root}/cells (one needed)")
     return found[0]
 
 
-def evaluated_in_root(root: str, cell: str) -> PolicySpec:
-    """The cell's first π_e, a ``local:`` checkpoint read from the policies stage under ``root``."""
+def evaluated_in_root(root: str | None, cell: str) -> PolicySpec:
+    """The cell's first π_e, a ``local:`` checkpoint read from the policies stage under ``root``
+    (None: today's in $ADWM_HOME)."""
     from adwm_core.cell import LOCAL_PREFIX
 
     spec = evaluated(cell_config(cell))

@@ -1,8 +1,10 @@
 """What ADWM's estimate costs in units that hold on any machine: π_e's decisions, their prompt
 tokens and environment steps, against evaluating the same points live (issue 59).
 
-`python -m bench.costs.decisions --root DIR CELL ...`: for each cell whose stages lie under
-``DIR/cells/<cell>/<stage>/<key>/`` (an artifact root, stage folders found by name):
+`python -m bench.costs.decisions [--root DIR] [--set KEY=VALUE ...] CELL ...`: for each cell, its
+stages finished under today's code in $ADWM_HOME, or those under ``DIR/cells/<cell>/<stage>/<key>/``
+(another artifact root, stage folders found by name); ``--set`` (``adwm.*`` keys of the cell
+YAML) measures a variant of ADWM's settings on the same stages (a row of its own):
 - **ADWM**: its imagination under the cell's default is run again (ADWM alone, without the
   kNN-WM reference, every seed) with π_e behind the stage's memo and a counter: the decisions
   imagination asked, the share the memo answered, the calls that reached π_e's LLM and their
@@ -40,6 +42,7 @@ from adwm_core.ope.imagination.memo import MemoisedPolicy
 from adwm_core.policies.loading import ModelCache
 from adwm_core.policies.prompts import History, episode_histories
 from bench.common import RESULTS, cell_config, evaluated_in_root, machine, stage_file
+from bench.tables.heldout import parse_settings, slug, variant_path
 
 PAPER_LIVE_MINUTES = (10, 40)  # the paper's ground-truth collection per cell and ε level, vLLM-served 8B π_e
 
@@ -66,8 +69,8 @@ def prompt_tokens(policy, histories: Sequence[History]) -> list[int]:
     return [len(ids) for ids in policy.lm.tokenizer(policy.prompts(histories))["input_ids"]]
 
 
-def imagined(root: str, cell: str, policy) -> dict:
-    """ADWM's decisions under the cell's default, ADWM alone (module docstring)."""
+def imagined(root: str | None, cell: str, policy) -> dict:
+    """ADWM's decisions under the cell's ADWM settings, ADWM alone (module docstring)."""
     config = cell_config(cell)
     adwm = config.adwm.replace(reference=False)
     log_file, scores = (stage_file(root, cell, "behaviour", "trajectories.parquet"),
@@ -76,7 +79,7 @@ def imagined(root: str, cell: str, policy) -> dict:
                            BaselineConfig(gamma=adwm.gamma, fqe=config.handover_fqe)) if adwm.hands_over_to_fqe else None
     counter = CountingPolicy(policy)
     memo = MemoisedPolicy(counter)
-    _, runs = adwm_estimates(WorldModel.load_ensemble(stage_file(root, cell, "world-model", "model")),
+    _, runs = adwm_estimates(WorldModel.load_ensemble(stage_file(root, cell, "world-model", "members")),
                              BehaviourLog(read_table(log_file, TRAJECTORIES), log_file), memo, cell=cell,
                              label="cost", epsilons=config.evaluation.epsilons, config=adwm, fit_q=fit_q)
     return {"episodes_per_point": adwm.n_rollouts * len(runs),  # every member imagines every seed
@@ -85,7 +88,7 @@ def imagined(root: str, cell: str, policy) -> dict:
             "environment_steps": 0}
 
 
-def live(root: str, cell: str, policy, label: str) -> dict:
+def live(root: str | None, cell: str, policy, label: str) -> dict:
     """The ground truth's cost at the same points, π_e ``label``'s (module docstring)."""
     table = pq.read_table(stage_file(root, cell, "ground-truth", "episodes.parquet"))
     table = table.filter(pc.equal(table["policy"], label))
@@ -106,7 +109,7 @@ def live(root: str, cell: str, policy, label: str) -> dict:
             "calls": calls, "prompt_tokens": tokens}
 
 
-def measure(root: str, cell: str) -> dict:
+def measure(root: str | None, cell: str) -> dict:
     config = cell_config(cell)
     spec = evaluated_in_root(root, cell)
     policy = ModelCache().policy(spec, config.env.name)
@@ -151,13 +154,22 @@ def write(results: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", required=True, help="the artifact root holding cells/<cell>/<stage>/<key>/")
+    parser.add_argument("--root", help="another artifact root holding cells/<cell>/<stage>/<key>/ "
+                                        "(default: the stages finished under today's code in $ADWM_HOME)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an ADWM setting of the cell YAML (adwm.*) to measure instead of the cell's own")
     parser.add_argument("cells", nargs="+")
     args = parser.parse_args()
+    settings = parse_settings(args.set)
+    if any(not key.startswith("adwm.") for key in settings) or (settings and args.root):
+        raise SystemExit(f"--set takes ADWM settings (adwm.*) on the stages in $ADWM_HOME (no --root): {args.set}")
     path = RESULTS / "decisions.json"
     results = json.loads(path.read_text())["cells"] if path.exists() else {}
     for cell in args.cells:
-        results[cell] = measure(args.root, cell)
+        if settings:
+            results[f"{cell} ({slug(settings)})"] = measure(None, variant_path(cell, settings))
+        else:
+            results[cell] = measure(args.root, cell)
         write(results)
 
 

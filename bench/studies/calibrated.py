@@ -68,7 +68,7 @@ def measure(root: str, cell: str) -> dict:
     adwm, settings = config.adwm, BaselineConfig(gamma=config.adwm.gamma, fqe=config.handover_fqe)
     log_file = stage_file(root, cell, "behaviour", "trajectories.parquet")
     scores = stage_file(root, cell, "logprobs", "logprobs.parquet")
-    model = WorldModel.load_ensemble(stage_file(root, cell, "world-model", "model"))[0]
+    model = WorldModel.load_ensemble(stage_file(root, cell, "world-model", "members"))[0]
     log = BehaviourLog(read_table(log_file, TRAJECTORIES), log_file)
     encoded = EncodedLog(log, model)
     held = held_out_errors(log, model, encoded.bank, encoded.steps(read_table(scores, LOGPROBS), scores_name=scores,

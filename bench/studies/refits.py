@@ -70,7 +70,7 @@ def measure(root: str, cell: str) -> dict:
     adwm, settings = config.adwm, BaselineConfig(gamma=config.adwm.gamma, fqe=config.handover_fqe)
     log_file = stage_file(root, cell, "behaviour", "trajectories.parquet")
     scores = stage_file(root, cell, "logprobs", "logprobs.parquet")
-    members = WorldModel.load_ensemble(stage_file(root, cell, "world-model", "model"))
+    members = WorldModel.load_ensemble(stage_file(root, cell, "world-model", "members"))
     label, runs, seeds = rollouts_from_samples(stage_file(root, cell, "adwm", "samples.jsonl"), adwm.gamma)
     spec = evaluated_in_root(root, cell)
     truth, stderr = {}, {}
