@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from adwm_core.cell import CellConfig, CellConfigError
+from adwm_core.ope.settings import DEFAULT_ROLLOUTS
 from adwm_core.settings import WORLD_MODEL_PRESETS
 
 DEPLOYMENTS = os.path.join(os.path.dirname(__file__), "..", "deployments")
@@ -65,7 +66,11 @@ def test_the_local_cell_resolves_its_sections():
     assert [p.model for p in config.behaviour.pool] == ["local:iter0", "local:iter1"]
     assert [p.model for p in config.evaluation.policies] == ["local:iter2"]  # never in the pool
     assert config.evaluation.epsilons == (0.0, 0.25, 0.5, 0.75, 1.0)
-    assert config.adwm.horizon == 12 and config.adwm.n_rollouts == 32  # set, and defaulted from the paper
+    assert config.adwm.horizon == 12 and config.adwm.n_rollouts == DEFAULT_ROLLOUTS  # set, and the default preset's
+    with open(LOCAL) as f:
+        raw = yaml.safe_load(f)
+    raw["adwm"] = {**raw["adwm"], "preset": "paper"}
+    assert CellConfig.from_mapping(raw, source="paper").adwm.n_rollouts == 32  # the paper's M
     assert config.world_model.preset == "default" and config.psi.epochs == 20
     assert config.world_model.steps == WORLD_MODEL_PRESETS["default"]["steps"] and config.world_model.epochs is None
 

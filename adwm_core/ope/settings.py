@@ -39,6 +39,9 @@ Interval = Literal["bootstrap", "bounds", "calibrated", "refits"]
 # targets (chosen 2026-11-26 on the six development cells: docs/notebook.md, "A hand-over Q̂ that does not run away")
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 FITTED_Q_ITERATION = {"epochs": 40, "target_every": 2, "clip_targets": True}  # 20 rounds on fixed, clipped targets
+# rollouts per seed under the default: half the paper's M = 32 asks π_e about half as often, at the
+# default's accuracy on the development cells (docs/notebook.md, "Half the rollouts", issue 59)
+DEFAULT_ROLLOUTS = 16
 ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", "logged_successors": False,
                           "off_log": "diffusion", "sampler": "ancestral", "seeds": FIVE_SEEDS},
                 "diffusion": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
@@ -49,7 +52,7 @@ ADWM_PRESETS = {"paper": {"reading": "soft_tokens", "guidance": "success_bank", 
                                    "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2)},
                 "default": {"reading": "retrieval", "guidance": "auto", "logged_successors": True,
                             "off_log": "carry_over_fqe", "sampler": "ddim", "seeds": (0, 1, 2),
-                            "handover_fqe": FITTED_Q_ITERATION}}
+                            "handover_fqe": FITTED_Q_ITERATION, "n_rollouts": DEFAULT_ROLLOUTS}}
 VALUE_ESTIMATES = ("reward_sum", "success_similarity")
 
 
@@ -69,7 +72,8 @@ class AdwmConfig(Settings):
     Q̂ is fitted by fitted Q iteration on targets clipped to the logged returns-to-go
     (``handover_fqe``); the ``carry_over_fqe`` preset fits it as the FQE baseline is fitted. The
     ``carry_over`` preset answers those last pairs by the diffusion model instead, the
-    ``diffusion`` preset every off-log pair, the paper every pair."""
+    ``diffusion`` preset every off-log pair, the paper every pair. The default imagines
+    ``DEFAULT_ROLLOUTS`` rollouts per seed, the other presets the paper's M = 32."""
 
     preset: Literal["paper", "diffusion", "carry_over", "carry_over_fqe", "default"] = "default"
     reading: Reading | None = None
@@ -85,7 +89,7 @@ class AdwmConfig(Settings):
     # the hand-over's FQE settings (the default preset: FITTED_Q_ITERATION); None: the baselines' (baselines.fqe)
     handover_fqe: FQEConfig | None = None
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
-    n_rollouts: int = Field(default=32, ge=1)
+    n_rollouts: int = Field(default=32, ge=1)  # M per seed (app:ope-rollout); the default preset: DEFAULT_ROLLOUTS
     horizon: int = Field(default=30, ge=1)  # H_max
     cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ
     alpha: float = Field(default=1.0, ge=0)
