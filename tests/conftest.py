@@ -1,4 +1,5 @@
 import os
+import pickle
 import shutil
 import subprocess
 import tempfile
@@ -11,8 +12,15 @@ import pytest
 # root (``adwm_home``) and cache for remote roots, all removed afterwards — whatever `make`,
 # `make up` or the shell exported (a Prefect server or MLflow server URL included). Prefect reads
 # these when it starts its test server; no telemetry (which otherwise logs "database is locked"
-# on SQLite), and room for a slow CI machine to start. The last test checks that the suite left
-# the user's own folders (WATCHED) as they were.
+# on SQLite), and room for a slow CI machine to start. When every test is done, the run fails if
+# the suite changed the user's own folders (WATCHED) or added to the checkout (pytest_sessionfinish).
+# Under pytest-xdist, torch's OpenMP threads wait for work asleep rather than spinning (read when
+# torch loads, so set before anything imports it): two workers with a thread per core each would
+# otherwise spin against each other. Each keeps as many threads as in one process, so training
+# takes the same floating-point path and the fixtures come out the same.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 PRIVATE_PREFECT_HOME = tempfile.mkdtemp(prefix="adwm-test-prefect-")
 os.environ["PREFECT_HOME"] = PRIVATE_PREFECT_HOME
 os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = os.path.join(PRIVATE_PREFECT_HOME, "storage")
@@ -26,7 +34,6 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 # the user's folders, and the checkout's own ./mlruns (MLflow's default artifact folder)
 WATCHED = [os.path.expanduser(p) for p in ("~/.prefect", "~/.cache/adwm", "~/mlruns")] + [
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mlruns")]
-HOME_CHECK = "test_home.py::test_the_suite_left_the_users_prefect_cache_and_mlflow_folders_as_they_were"
 
 
 def folder_state(path: str) -> dict[str, tuple[int, int]]:
@@ -62,9 +69,32 @@ def checkout_extras() -> set[str] | None:
 CHECKOUT_BEFORE = checkout_extras()
 
 
-def pytest_collection_modifyitems(config, items):
-    """The check of the user's folders runs after every other test selected."""
-    items.sort(key=lambda item: item.nodeid.endswith(HOME_CHECK))
+def left_behind() -> list[str]:
+    """What the suite changed in the user's folders (WATCHED: a file added, removed or rewritten)
+    and what it added to the checkout that git does not track (an MLflow ./mlruns, a ./.adwm home,
+    a stray output; the tools' caches aside), each as one line; empty where it left nothing."""
+    found = [f"{path}: {sorted(set(folder_state(path).items()) ^ set(HOME_BEFORE[path].items()))}"
+             for path in WATCHED if folder_state(path) != HOME_BEFORE[path]]
+    after = checkout_extras()
+    if CHECKOUT_BEFORE is not None and after is not None:  # git could say both times (else nothing to compare)
+        found += [f"{CHECKOUT}: {path} (not tracked by git)" for path in sorted(after - CHECKOUT_BEFORE)]
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After every test, on every worker (the run's one process, or pytest-xdist's controller
+    once its workers are done): the suite fails where it left anything in the user's folders or
+    the checkout (``left_behind``)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    found = left_behind()
+    if found:
+        report = session.config.pluginmanager.get_plugin("terminalreporter")
+        report.ensure_newline()
+        report.write_sep("=", "the suite left these behind (a test wrote outside its private stores)", red=True)
+        for line in found:
+            report.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config):
@@ -97,17 +127,30 @@ TINY_ENV = DEFAULT_LOCAL_ENV  # fast, and a tiny LM learns it in a few hundred s
 TINY_VARIATIONS = 40  # the first training variations, used to fine-tune
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)``'s value, built once per test run: by the first worker to ask, under a
+    lock in the folder pytest-xdist's workers share (the run's own folder without xdist); the
+    others wait for it and read it back (pickled beside the folder)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / f"{name}.pickle"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            done.write_bytes(pickle.dumps(build(shared / name)))
+    return pickle.loads(done.read_bytes())
+
+
 @pytest.fixture(scope="session")
-def tiny_policies(adwm_home):
+def tiny_policies(tmp_path_factory):
     """A barely trained and a trained checkpoint of a tiny GPT-2 fitted to the expert's
-    trajectories of ``TINY_ENV`` (trained once per test session)."""
+    trajectories of ``TINY_ENV`` (trained once per test run)."""
     from adwm_core.policies.trainer import train_tiny_policies
 
     name, task, options = TINY_ENV
-    return train_tiny_policies(
-        name, options, task, str(adwm_home / "tiny-policies"), {"early": 50, "late": 600},
-        n_variations=TINY_VARIATIONS,
-    )
+    return built_once(tmp_path_factory, "tiny-policies", lambda folder: train_tiny_policies(
+        name, options, task, str(folder), {"early": 50, "late": 600}, n_variations=TINY_VARIATIONS))
 
 
 def tiny_env_spec():
@@ -130,38 +173,46 @@ WM_STEPS = 200  # optimiser steps; the default budget of 50 000 drawn transition
 
 
 @pytest.fixture(scope="session")
-def tiny_behaviour(tiny_pool, adwm_home):
+def tiny_behaviour(tiny_pool, tmp_path_factory):
     """160 behaviour trajectories of the tiny pool (path to the Parquet file)."""
     from adwm_core.collection import collect_behavior
 
-    out = str(adwm_home / "tiny-cell" / "trajectories.parquet")
-    collect_behavior(tiny_env_spec(), tiny_pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
-    return out
+    def collect(folder):
+        out = str(folder / "trajectories.parquet")
+        collect_behavior(tiny_env_spec(), tiny_pool, 160, out, cell="test-cell", n_workers=2, envs_per_worker=8)
+        return out
+
+    return built_once(tmp_path_factory, "tiny-behaviour", collect)
 
 
 @pytest.fixture(scope="session")
-def tiny_world_model(tiny_behaviour, adwm_home):
+def tiny_world_model(tiny_behaviour, tmp_path_factory):
     """A world model trained by the default recipe, WM_STEPS optimiser steps, on ``tiny_behaviour``:
     (TrainResult, evaluation rounds reported)."""
     from adwm_core.data import TRAJECTORIES, read_table
     from adwm_core.settings import TrainConfig
     from adwm_core.training.world_model import train_world_model
 
-    seen = []
-    result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(adwm_home / "tiny-cell" / "world-model"),
-                               TrainConfig(steps=WM_STEPS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
-    return result, seen
+    def train(folder):
+        seen = []
+        result = train_world_model(read_table(tiny_behaviour, TRAJECTORIES), str(folder), TrainConfig(
+            steps=WM_STEPS, device="cpu"), on_epoch=lambda epoch, _: seen.append(epoch))
+        return result, seen
+
+    return built_once(tmp_path_factory, "tiny-world-model", train)
 
 
 @pytest.fixture(scope="session")
-def tiny_psi(tiny_behaviour, tiny_world_model, tiny_pool, adwm_home):
+def tiny_psi(tiny_behaviour, tiny_world_model, tiny_pool, tmp_path_factory):
     """The ψ adapter of π_e = tiny-late on the tiny cell (path)."""
     from adwm_core.stages.psi import run_psi
     from adwm_core.settings import PsiConfig
 
-    out = str(adwm_home / "tiny-cell" / "psi")
-    run_psi(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], out, PsiConfig(device="cpu"))
-    return out
+    def train(folder):
+        run_psi(tiny_behaviour, tiny_world_model[0].path, tiny_pool[1], str(folder), PsiConfig(device="cpu"))
+        return str(folder)
+
+    return built_once(tmp_path_factory, "tiny-psi", train)
 
 
 def tiny_cell(path, policies: dict[str, str]) -> str:
