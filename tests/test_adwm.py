@@ -135,7 +135,8 @@ def test_adwm_ranks_the_epsilon_family_and_estimates_its_values(corridor):
     """ADWM and the logged-successor reference world model, both through the same rollouts;
     ADWM's diffusion model answers every step (the log holds every pair π_e plays here)."""
     trajectories, model = corridor
-    config = AdwmConfig(reading="retrieval", logged_successors=False, horizon=HORIZON, seeds=(0, 1), n_bootstrap=200)
+    config = AdwmConfig(reading="retrieval", logged_successors=False, horizon=HORIZON, seeds=(0, 1), n_rollouts=32,
+                        n_bootstrap=200)
     table, runs = adwm_estimates(model, trajectories, East(), cell="corridor", label="east", epsilons=EPSILONS,
                                   config=config)
     rows = table.to_pylist()
