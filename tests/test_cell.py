@@ -2,10 +2,10 @@
 
 import glob
 import os
-import tomllib
 import re
 
 import pytest
+import tomllib
 import yaml
 
 from adwm_core.cell import CellConfig, CellConfigError

@@ -5,7 +5,6 @@ import os
 import uuid
 
 import pytest
-
 from conftest import CHECKOUT, CHECKOUT_BEFORE, left_behind
 
 
