@@ -73,8 +73,9 @@ def left_behind() -> list[str]:
     """What the suite changed in the user's folders (WATCHED: a file added, removed or rewritten)
     and what it added to the checkout that git does not track (an MLflow ./mlruns, a ./.adwm home,
     a stray output; the tools' caches aside), each as one line; empty where it left nothing."""
-    found = [f"{path}: {sorted(set(folder_state(path).items()) ^ set(HOME_BEFORE[path].items()))}"
-             for path in WATCHED if folder_state(path) != HOME_BEFORE[path]]
+    now = {path: folder_state(path) for path in WATCHED}
+    found = [f"{path}: {sorted(set(now[path].items()) ^ set(HOME_BEFORE[path].items()))}"
+             for path in WATCHED if now[path] != HOME_BEFORE[path]]
     after = checkout_extras()
     if CHECKOUT_BEFORE is not None and after is not None:  # git could say both times (else nothing to compare)
         found += [f"{CHECKOUT}: {path} (not tracked by git)" for path in sorted(after - CHECKOUT_BEFORE)]
