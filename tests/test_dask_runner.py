@@ -4,7 +4,6 @@ cluster at ADWM_DASK_ADDRESS — here a real local cluster of one worker process
 import os
 
 import pytest
-
 from conftest import tiny_cell
 
 
@@ -47,7 +46,8 @@ def test_ground_truth_rollouts_run_on_a_dask_worker(environment_restored, tmp_pa
     from flows.runners import cell_task_runner
     from tasks.stages import submit
 
-    config = CellConfig.load(tiny_cell(tmp_path / "tiny-dask.yaml", tiny_policies)).replace(name="tiny-dask")
+    config = CellConfig.load(tiny_cell(tmp_path / "tiny-dask.yaml", tiny_policies))
+    config = config.replace(name="tiny-dask", ground_truth=config.ground_truth.replace(episodes=2))  # where, not how many
     # as README's `dask worker` line: non-daemonic workers, since a stage starts engine processes
     with dask.config.set({"distributed.worker.daemon": False}), LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client, prefect_test_harness(server_startup_timeout=120):
