@@ -106,3 +106,69 @@ def test_episodes_become_a_valid_trajectories_file(runner, reference, tmp_path):
     # each step's answer is the next step's observation
     for ep in reference:
         assert [t.next_observation for t in ep.turns[:-1]] == [t.observation for t in ep.turns[1:]]
+
+
+PROBE = """
+import os
+from adwm_core.envs.chain import ChainEnv
+
+class ProbeEnv(ChainEnv):
+    def __init__(self, **options):
+        super().__init__(**options)
+        with open("probe.log", "a") as log:  # a relative path: the worker's working folder
+            log.write(f"{os.getpid()} {os.environ.get('CALLER_SAYS')}\\n")
+"""
+
+CALLER = """
+import os, sys
+with open(os.environ["IMPORTS_LOG"], "a") as log:  # a line per process that runs this module
+    log.write(f"{os.getpid()}\\n")
+from adwm_core.envs.agents import EpsilonGoldAgent
+from adwm_core.envs.chain import ChainEnv
+from adwm_core.envs.episodes import EpisodeSpec
+from adwm_core.envs.registry import register
+from adwm_core.envs.runner import EpisodeRunner
+
+def local_factory(**options):
+    return ChainEnv(**options)
+
+if __name__ == "__main__":
+    register("probe", "probe_env:ProbeEnv")  # by path, at run time
+    os.environ["CALLER_SAYS"] = "set at run time"
+    os.chdir(sys.argv[1])
+    with EpisodeRunner("probe", {"length": 2}, n_workers=2, max_steps=4) as runner:
+        episodes = runner.run([EpisodeSpec(k, "corridor", k, k) for k in range(4)], EpsilonGoldAgent(0.0))
+        print(all(e.success for e in episodes), *sorted(runner.worker_pids()))
+    register("local", local_factory)
+    try:
+        EpisodeRunner("local", n_workers=1).start()
+    except ValueError as refusal:
+        print(refusal)
+"""
+
+
+def test_workers_skip_the_callers_main_and_see_its_registry_environment_and_folder_of_now(tmp_path):
+    """A caller run as ``python -m module``, as ``python -m flows.ope_cell`` is: its workers do
+    not run that module again (multiprocessing's spawn would, once per worker: Prefect's imports
+    in the flow's case), yet build an environment it registered by path at run time, in its
+    environment variables and working folder of when they started. A factory defined in that
+    module, which no worker can import, is refused by name before any worker starts."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "probe_env.py").write_text(PROBE)
+    (tmp_path / "caller_module.py").write_text(CALLER)
+    work = tmp_path / "work"
+    work.mkdir()
+    imports = tmp_path / "imports.log"
+    env = dict(os.environ, IMPORTS_LOG=str(imports), PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    done = subprocess.run([sys.executable, "-m", "caller_module", str(work)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran, refusal = done.stdout.splitlines()
+    success, *workers = ran.split()
+    assert success == "True" and len(workers) == 2, done.stdout
+    assert len(imports.read_text().split()) == 1  # the caller alone
+    assert sorted((work / "probe.log").read_text().splitlines()) == [f"{pid} set at run time" for pid in workers]
+    assert "'local' is registered as <function local_factory" in refusal and "'module:Class'" in refusal, refusal

@@ -34,10 +34,15 @@ def env_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def env_factory(name: str) -> Callable[..., TextEnv]:
+def registered(name: str) -> str | Callable[..., TextEnv]:
+    """What ``name`` was registered as: a ``"module:Class"`` path or a factory."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown environment {name!r}; known environments: {', '.join(env_names())}")
-    target = _REGISTRY[name]
+    return _REGISTRY[name]
+
+
+def env_factory(name: str) -> Callable[..., TextEnv]:
+    target = registered(name)
     if callable(target):
         return target
     module, _, attr = target.partition(":")
@@ -46,9 +51,7 @@ def env_factory(name: str) -> Callable[..., TextEnv]:
 
 def env_module(name: str) -> str | None:
     """The module of the environment registered as ``name`` (None for a registered factory)."""
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown environment {name!r}; known environments: {', '.join(env_names())}")
-    target = _REGISTRY[name]
+    target = registered(name)
     return None if callable(target) else target.partition(":")[0]
 
 

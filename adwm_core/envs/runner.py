@@ -15,18 +15,21 @@ episode then goes on where it stopped, without asking the agent again. After
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
 import os
+import subprocess
+import sys
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Pipe
 
 import numpy as np
 
 from .base import EnvironmentUnavailable, close_quietly
 from .episodes import Agent, Decision, Episode, EpisodeSpec, EpisodeState, Turn
-from .registry import make_env
+from .registry import make_env, register, registered
 
 
 class EpisodeFailed(RuntimeError):
@@ -81,6 +84,8 @@ _FATAL = (ValueError, KeyError, TypeError, EnvironmentUnavailable)
 
 
 def _serve(conn, env_name: str, env_kwargs: dict, n_slots: int) -> None:
+    """Build engines of ``env_name`` in ``n_slots`` slots on demand and answer the runner's
+    batches on ``conn`` until it closes or sends None."""
     envs: list = [None] * n_slots
     while True:
         try:
@@ -106,34 +111,61 @@ def _serve(conn, env_name: str, env_kwargs: dict, n_slots: int) -> None:
         close_quietly(env)
 
 
+def _worker_main(descriptor: int) -> None:
+    """A worker process's entry: its end of the runner's connection on ``descriptor``, then the
+    environment (name, registered target, options, slots) as the first message."""
+    conn = Connection(descriptor)
+    env_name, target, env_kwargs, n_slots = conn.recv()
+    register(env_name, target)  # registered in the caller, perhaps at run time
+    _serve(conn, env_name, env_kwargs, n_slots)
+
+
+# A fresh interpreter with the caller's sys.path (argv[2]) runs _worker_main: nothing of the caller's
+# __main__ is imported again (multiprocessing's spawn would: `python -m flows.ope_cell` paid Prefect's
+# imports, about 5 s of CPU, in every worker), and no JVM socket or torch thread is inherited (a fork's).
+_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+         "from adwm_core.envs.runner import _worker_main; _worker_main(int(sys.argv[1]))")
+
+
 class _Worker:
     def __init__(self, env_name: str, env_kwargs: dict, n_slots: int) -> None:
-        self._args = (env_name, env_kwargs, n_slots)
-        self.process = None
+        target = registered(env_name)
+        if getattr(target, "__module__", None) == "__main__":
+            raise ValueError(f"environment {env_name!r} is registered as {target!r}, defined in the script that runs: "
+                             "worker processes cannot import it; register it from an importable module, or as "
+                             "'module:Class'")
+        self._settings = (env_name, target, env_kwargs, n_slots)
+        self.process: subprocess.Popen | None = None
         self.conn = None
         self.start()
 
     def start(self) -> None:
-        ctx = mp.get_context("spawn")  # no fork: the parent may hold JVM sockets and torch threads
-        parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, *self._args), daemon=True)
-        self.process.start()
+        parent, child = Pipe()
+        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), json.dumps(sys.path)],
+                                        pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
+        parent.send(self._settings)
         self.conn = parent
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(10)
+        self._join(10)
         self.conn.close()
 
     def close(self) -> None:
         try:
             self.conn.send(None)
-            self.process.join(30)
+            self._join(30)
         except (BrokenPipeError, OSError):
             pass
         self.kill()
+
+    def _join(self, timeout: float) -> None:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 # --------------------------------------------------------------------------- runner side
