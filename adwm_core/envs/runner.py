@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import traceback
@@ -130,10 +131,14 @@ _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
 class _Worker:
     def __init__(self, env_name: str, env_kwargs: dict, n_slots: int) -> None:
         target = registered(env_name)
-        if getattr(target, "__module__", None) == "__main__":
-            raise ValueError(f"environment {env_name!r} is registered as {target!r}, defined in the script that runs: "
-                             "worker processes cannot import it; register it from an importable module, or as "
-                             "'module:Class'")
+        try:
+            reachable = b"__main__" not in pickle.dumps(target)  # a worker imports no __main__ of the caller's
+        except (pickle.PicklingError, TypeError, AttributeError):
+            reachable = False
+        if not reachable:
+            raise ValueError(f"environment {env_name!r} is registered as {target!r}, which worker processes cannot "
+                             "import (defined in the script that runs, or not picklable); register it from an "
+                             "importable module, or as 'module:Class'")
         self._settings = (env_name, target, env_kwargs, n_slots)
         self.process: subprocess.Popen | None = None
         self.conn = None
@@ -141,7 +146,7 @@ class _Worker:
 
     def start(self) -> None:
         parent, child = Pipe()
-        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), json.dumps(sys.path)],
+        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), json.dumps(list(map(os.fsdecode, sys.path)))],
                                         pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
         parent.send(self._settings)
