@@ -1,11 +1,12 @@
 """The suite keeps out of the user's home and out of the checkout (conftest.py gives every store a
-private place, and fails the run where anything was left behind: ``left_behind``)."""
+private place, and fails the run where anything was left behind: ``left_behind``), and hands its
+longest files out first (``LONGEST_FIRST``)."""
 
 import os
 import uuid
 
 import pytest
-from conftest import CHECKOUT, CHECKOUT_BEFORE, left_behind
+from conftest import CHECKOUT, CHECKOUT_BEFORE, LONGEST_FIRST, left_behind
 
 
 def test_the_end_of_run_check_names_a_file_left_in_the_checkout_and_forgets_it_once_removed():
@@ -21,3 +22,13 @@ def test_the_end_of_run_check_names_a_file_left_in_the_checkout_and_forgets_it_o
     finally:
         os.remove(stray)
     assert [line for line in left_behind() if os.path.basename(stray) in line] == []
+
+
+def test_the_files_handed_out_first_exist_and_the_run_orders_them_so(request):
+    """A renamed or removed test file in LONGEST_FIRST would silently lose its place in the order
+    the two workers take files in; the session's items follow that order."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    assert [name for name in LONGEST_FIRST if not os.path.exists(os.path.join(tests, name))] == []
+    files = list(dict.fromkeys(item.path.name for item in request.session.items))
+    ranked = [name for name in files if name in LONGEST_FIRST]
+    assert ranked == sorted(ranked, key=LONGEST_FIRST.index) and files[:len(ranked)] == ranked
