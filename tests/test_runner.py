@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import psutil
 import pytest
 
@@ -153,10 +157,6 @@ def test_workers_skip_the_callers_main_and_see_its_registry_environment_and_fold
     in the flow's case), yet build an environment it registered by path at run time, in its
     environment variables and working folder of when they started. A factory defined in that
     module, which no worker can import, is refused by name before any worker starts."""
-    import os
-    import subprocess
-    import sys
-
     (tmp_path / "probe_env.py").write_text(PROBE)
     (tmp_path / "caller_module.py").write_text(CALLER)
     work = tmp_path / "work"

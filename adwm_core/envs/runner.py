@@ -128,25 +128,34 @@ _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from adwm_core.envs.runner import _worker_main; _worker_main(int(sys.argv[1]))")
 
 
+def _worker_target(env_name: str):
+    """What ``env_name`` is registered as, checked to reach a worker process, which imports no
+    ``__main__`` of the caller's: a factory defined in the running script, or one that does not
+    pickle, is refused by name."""
+    target = registered(env_name)
+    try:
+        reachable = b"__main__" not in pickle.dumps(target)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        reachable = False
+    if not reachable:
+        raise ValueError(f"environment {env_name!r} is registered as {target!r}, which worker processes cannot "
+                         "import (defined in the script that runs, or not picklable); register it from an "
+                         "importable module, or as 'module:Class'")
+    return target
+
+
 class _Worker:
-    def __init__(self, env_name: str, env_kwargs: dict, n_slots: int) -> None:
-        target = registered(env_name)
-        try:
-            reachable = b"__main__" not in pickle.dumps(target)  # a worker imports no __main__ of the caller's
-        except (pickle.PicklingError, TypeError, AttributeError):
-            reachable = False
-        if not reachable:
-            raise ValueError(f"environment {env_name!r} is registered as {target!r}, which worker processes cannot "
-                             "import (defined in the script that runs, or not picklable); register it from an "
-                             "importable module, or as 'module:Class'")
-        self._settings = (env_name, target, env_kwargs, n_slots)
+    def __init__(self, settings: tuple) -> None:
+        """``settings``: (environment name, registered target, options, slots), _worker_main's first message."""
+        self._settings = settings
         self.process: subprocess.Popen | None = None
         self.conn = None
         self.start()
 
     def start(self) -> None:
         parent, child = Pipe()
-        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), json.dumps(list(map(os.fsdecode, sys.path)))],
+        paths = json.dumps([os.fsdecode(p) for p in sys.path])
+        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), paths],
                                         pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
         parent.send(self._settings)
@@ -242,9 +251,8 @@ class EpisodeRunner:
     def start(self) -> EpisodeRunner:
         """Start the workers and build every engine now (JVM start-up included), not on first use."""
         if not self._workers:
-            self._workers = [
-                _Worker(self.env_name, self.env_kwargs, self.envs_per_worker) for _ in range(self.n_workers)
-            ]
+            settings = (self.env_name, _worker_target(self.env_name), self.env_kwargs, self.envs_per_worker)
+            self._workers = [_Worker(settings) for _ in range(self.n_workers)]
             commands = {w: [(s, "open", ()) for s in range(self.envs_per_worker)] for w in range(self.n_workers)}
             for replies in self._exchange(commands).values():
                 for status, payload in replies:
