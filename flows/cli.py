@@ -32,8 +32,9 @@ save_to_disk or in the local cache, or Parquet (trajectories or a table of steps
 they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model
 behind an OpenAI-compatible endpoint (vLLM's server and most others), or with --agent-backend
 a Hugging Face folder loaded in this process. Artifacts go to $ADWM_HOME/cells/<name>/. The
-stages run in this process; where $PREFECT_API_URL names a server (or with --tracked) they run
-as the tracked flow evaluate-logs instead, in the Prefect UI and logged to MLflow."""
+stages run in this process; where Prefect's settings name a server ($PREFECT_API_URL, or the
+active profile's, e.g. after `prefect config set PREFECT_API_URL=...`) or with --tracked, they
+run as the tracked flow evaluate-logs instead, in the Prefect UI and logged to MLflow."""
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +81,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                           "instead of --live")
     evaluate.add_argument("--tracked", action="store_true",
                           help="run as the tracked Prefect flow evaluate-logs (in the Prefect UI, logged to MLflow); "
-                          "the default where $PREFECT_API_URL names a server, else the stages run in this process")
+                          "the default where Prefect's settings name a server ($PREFECT_API_URL or the active "
+                          "profile's), else the stages run in this process")
     evaluate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="a cell setting, e.g. --set world_model.steps=500 (repeatable; YAML values)")
 
@@ -156,12 +158,43 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# Where Prefect reads settings besides the environment (Prefect 3, prefect/settings/sources.py):
+# the profiles file, and .env, prefect.toml and pyproject.toml's [tool.prefect] in the working
+# folder. Each is read as text for a word that can set the API URL; only where one holds it
+# does Prefect (about 1 s of imports) resolve the setting itself.
+PREFECT_SETTING_FILES = (("PREFECT_PROFILES_PATH", "PREFECT_API_URL"), (".env", "PREFECT_API_URL"),
+                         ("prefect.toml", "url"), ("pyproject.toml", "tool.prefect"))
+
+
+def prefect_server_configured() -> str | None:
+    """The Prefect API URL this process would use, None where its settings name no server:
+    $PREFECT_API_URL, else Prefect's own resolution where a settings file mentions one (see
+    ``PREFECT_SETTING_FILES``), so that a URL set with ``prefect config set`` counts too."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    profiles = os.environ.get("PREFECT_PROFILES_PATH") or os.path.join(
+        os.environ.get("PREFECT_HOME") or os.path.join("~", ".prefect"), "profiles.toml")
+    for path, word in PREFECT_SETTING_FILES:
+        path = os.path.expanduser(profiles if path == "PREFECT_PROFILES_PATH" else path)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as file:
+                if word in file.read():
+                    break
+        except OSError:
+            continue
+    else:
+        return None
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url or None
+
+
 def _run(args: argparse.Namespace, config, logs, base_url: str | None, mode: str | None, epsilons: list[float],
          overrides: dict, models: list[str]) -> str:
     """The run's report folder: the tracked flow evaluate-logs where a Prefect server is configured
-    ($PREFECT_API_URL) or ``--tracked`` asks for it, else every stage in this process
+    (``prefect_server_configured``) or ``--tracked`` asks for it, else every stage in this process
     (``pipeline.run_all``, as the Python API runs them: the same keys, no Prefect or MLflow)."""
-    if args.tracked or os.environ.get("PREFECT_API_URL"):
+    if args.tracked or prefect_server_configured():
         from flows.evaluate_logs import evaluate_logs  # Prefect loads here, after the arguments are checked
 
         state = evaluate_logs(args.logs, args.env, models, agent_base_url=base_url, agent_backend=args.agent_backend,
@@ -178,8 +211,8 @@ def _run(args: argparse.Namespace, config, logs, base_url: str | None, mode: str
     from adwm_core.runnable import prepared
 
     print(evaluation_line(config, args.logs, args.limit, overrides)
-          + "\nstages run in this process ($PREFECT_API_URL unset: set it to a server, or pass --tracked, for the "
-            "tracked flow)")
+          + "\nstages run in this process (no Prefect server configured: set $PREFECT_API_URL or the profile's, "
+            "or pass --tracked, for the tracked flow)")
     config = prepared(config)  # the agents' weights, the GPU: checked before any stage, as the flow does
     folder = pipeline.run_all(config, log=print, tracker=TerminalTracker(config.name)).path
     write_outputs(config, folder, args.output_path, args.log_samples)

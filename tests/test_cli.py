@@ -68,6 +68,37 @@ def test_help_and_a_malformed_argument_are_answered_before_prefect_or_numpy_load
     assert f"PROBE {code} -" in done.stdout.splitlines(), done.stdout + done.stderr
 
 
+def test_a_server_set_in_the_active_prefect_profile_makes_adwm_evaluate_tracked(tmp_path, monkeypatch):
+    """`prefect config set PREFECT_API_URL=...` writes the URL to the active profile, not the
+    environment: `adwm evaluate` reads it as Prefect does. Without any Prefect settings file it
+    decides without importing Prefect (the in-process path's first stage stays quick)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom flows.cli import prefect_server_configured\n"
+             "print('PROBE', prefect_server_configured(), 'prefect' in sys.modules)")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("PREFECT_PROFILES_PATH", raising=False)
+    monkeypatch.delenv("PREFECT_PROFILE", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+
+    def decided() -> str:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        return next(line for line in done.stdout.splitlines() if line.startswith("PROBE")), done.stderr
+
+    assert decided()[0] == "PROBE None False"  # no settings file anywhere: Prefect stays unloaded
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "profiles.toml").write_text(
+        'active = "team"\n\n[profiles.team]\nPREFECT_API_URL = "http://10.0.0.7:4200/api"\n')
+    assert decided()[0] == "PROBE http://10.0.0.7:4200/api True"
+    (tmp_path / "home" / "profiles.toml").write_text(  # a server named in a profile that is not active
+        'active = "solo"\n\n[profiles.solo]\n\n[profiles.team]\nPREFECT_API_URL = "http://10.0.0.7:4200/api"\n')
+    assert decided()[0] == "PROBE None True"
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # the environment wins, as in Prefect
+    assert decided()[0] == "PROBE http://127.0.0.1:4200/api False"
+
+
 def test_the_commands_agent_modes_are_the_endpoint_backends():
     from adwm_core.policies.openai_backend import MODES
     from flows.cli import AGENT_MODES
