@@ -114,13 +114,14 @@ def test_episodes_become_a_valid_trajectories_file(runner, reference, tmp_path):
 
 PROBE = """
 import os
+import sys
 from adwm_core.envs.chain import ChainEnv
 
 class ProbeEnv(ChainEnv):
     def __init__(self, **options):
         super().__init__(**options)
         with open("probe.log", "a") as log:  # a relative path: the worker's working folder
-            log.write(f"{os.getpid()} {os.environ.get('CALLER_SAYS')}\\n")
+            log.write(f"{os.getpid()} {os.environ.get('CALLER_SAYS')} {sys.warnoptions} {sorted(sys._xoptions)}\\n")
 """
 
 CALLER = """
@@ -156,19 +157,22 @@ def test_workers_skip_the_callers_main_and_see_its_registry_environment_and_fold
     not run that module again (multiprocessing's spawn would, once per worker: Prefect's imports
     in the flow's case), yet build an environment it registered by path at run time, in its
     environment variables and working folder of when they started. A factory defined in that
-    module, which no worker can import, is refused by name before any worker starts."""
+    module, which no worker can import, is refused by name before any worker starts. The workers
+    run with the caller's interpreter options (-X, -W), as spawn's did."""
     (tmp_path / "probe_env.py").write_text(PROBE)
     (tmp_path / "caller_module.py").write_text(CALLER)
     work = tmp_path / "work"
     work.mkdir()
     imports = tmp_path / "imports.log"
     env = dict(os.environ, IMPORTS_LOG=str(imports), PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
-    done = subprocess.run([sys.executable, "-m", "caller_module", str(work)], env=env, capture_output=True,
+    options = ["-X", "faulthandler", "-W", "ignore::ResourceWarning"]  # the caller's interpreter options
+    done = subprocess.run([sys.executable, *options, "-m", "caller_module", str(work)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ran, refusal = done.stdout.splitlines()
     success, *workers = ran.split()
     assert success == "True" and len(workers) == 2, done.stdout
     assert len(imports.read_text().split()) == 1  # the caller alone
-    assert sorted((work / "probe.log").read_text().splitlines()) == sorted(f"{pid} set at run time" for pid in workers)
+    assert sorted((work / "probe.log").read_text().splitlines()) == sorted(
+        f"{pid} set at run time ['ignore::ResourceWarning'] ['faulthandler']" for pid in workers)
     assert "'local' is registered as <function local_factory" in refusal and "'module:Class'" in refusal, refusal

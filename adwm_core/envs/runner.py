@@ -124,6 +124,8 @@ def _worker_main(descriptor: int) -> None:
 # A fresh interpreter with the caller's sys.path (argv[2]) runs _worker_main: nothing of the caller's
 # __main__ is imported again (multiprocessing's spawn would: `python -m flows.ope_cell` paid Prefect's
 # imports, about 5 s of CPU, in every worker), and no JVM socket or torch thread is inherited (a fork's).
+# The caller's interpreter options (-X, -W, -O, …) are passed on, as spawn passes them, by the same
+# standard-library helper multiprocessing uses (subprocess._args_from_interpreter_flags).
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from adwm_core.envs.runner import _worker_main; _worker_main(int(sys.argv[1]))")
 
@@ -155,7 +157,8 @@ class _Worker:
     def start(self) -> None:
         parent, child = Pipe()
         paths = json.dumps([os.fsdecode(p) for p in sys.path])
-        self.process = subprocess.Popen([sys.executable, "-c", _BOOT, str(child.fileno()), paths],
+        flags = subprocess._args_from_interpreter_flags()
+        self.process = subprocess.Popen([sys.executable, *flags, "-c", _BOOT, str(child.fileno()), paths],
                                         pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
         parent.send(self._settings)
