@@ -158,35 +158,33 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# Where Prefect reads settings besides the environment (Prefect 3, prefect/settings/sources.py):
-# the profiles file, and .env, prefect.toml and pyproject.toml's [tool.prefect] in the working
-# folder. Each is read as text for a word that can set the API URL; only where one holds it
-# does Prefect (about 1 s of imports) resolve the setting itself.
-PREFECT_SETTING_FILES = (("PREFECT_PROFILES_PATH", "PREFECT_API_URL"), (".env", "PREFECT_API_URL"),
-                         ("prefect.toml", "url"), ("pyproject.toml", "tool.prefect"))
-
-
 def prefect_server_configured() -> str | None:
     """The Prefect API URL this process would use, None where its settings name no server:
-    $PREFECT_API_URL, else Prefect's own resolution where a settings file mentions one (see
-    ``PREFECT_SETTING_FILES``), so that a URL set with ``prefect config set`` counts too."""
+    $PREFECT_API_URL, else Prefect's own resolution, so that a URL set with ``prefect config set``
+    (the active profile) counts too. Prefect also reads .env, prefect.toml and pyproject.toml's
+    [tool.prefect] in the working folder (Prefect 3, prefect/settings/sources.py). Each of those
+    files is read as text first; only where one mentions a URL does Prefect (about 1 s of
+    imports) resolve the setting."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
     profiles = os.environ.get("PREFECT_PROFILES_PATH") or os.path.join(
         os.environ.get("PREFECT_HOME") or os.path.join("~", ".prefect"), "profiles.toml")
-    for path, word in PREFECT_SETTING_FILES:
-        path = os.path.expanduser(profiles if path == "PREFECT_PROFILES_PATH" else path)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as file:
-                if word in file.read():
-                    break
-        except OSError:
-            continue
-    else:
+    mentions = ((profiles, "PREFECT_API_URL"), (".env", "PREFECT_API_URL"), ("prefect.toml", "url"),
+                ("pyproject.toml", "tool.prefect"))
+    if not any(word in _text(os.path.expanduser(path)) for path, word in mentions):
         return None
     from prefect.settings import get_current_settings
 
     return get_current_settings().api.url or None
+
+
+def _text(path: str) -> str:
+    """The file's text, empty where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+    except OSError:
+        return ""
 
 
 def _run(args: argparse.Namespace, config, logs, base_url: str | None, mode: str | None, epsilons: list[float],
