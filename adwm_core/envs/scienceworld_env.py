@@ -9,7 +9,16 @@ listed only when ``observation.admissible`` is read: the engine step takes
 
 from __future__ import annotations
 
-from .base import Observation, StepCounter, StepResult, TextEnv, check_split, close_quietly, start_jvm_engine
+from .base import (
+    HISTORY_FREE_HASHES,
+    Observation,
+    StepCounter,
+    StepResult,
+    TextEnv,
+    check_split,
+    close_quietly,
+    start_jvm_engine,
+)
 
 REFUSAL = "No known action matches that input."
 
@@ -20,7 +29,7 @@ class ScienceWorldEnv(TextEnv):
     def __init__(self, simplifications: str = "") -> None:
         from scienceworld import ScienceWorldEnv as Engine
 
-        self._engine = start_jvm_engine(self.name, lambda: Engine("", envStepLimit=10**9))
+        self._engine = start_jvm_engine(self.name, lambda: Engine("", envStepLimit=10**9), HISTORY_FREE_HASHES)
         self._server = self._engine.server
         self._simplifications = simplifications
         self._task_names = list(self._engine.get_task_names())
