@@ -85,18 +85,20 @@ def test_a_server_set_in_the_active_prefect_profile_makes_adwm_evaluate_tracked(
     def decided() -> str:
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        return next(line for line in done.stdout.splitlines() if line.startswith("PROBE")), done.stderr
+        lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE")]
+        assert lines, done.stderr[-3000:]
+        return lines[0]
 
-    assert decided()[0] == "PROBE None False"  # no settings file anywhere: Prefect stays unloaded
+    assert decided() == "PROBE None False"  # no settings file anywhere: Prefect stays unloaded
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "profiles.toml").write_text(
         'active = "team"\n\n[profiles.team]\nPREFECT_API_URL = "http://10.0.0.7:4200/api"\n')
-    assert decided()[0] == "PROBE http://10.0.0.7:4200/api True"
+    assert decided() == "PROBE http://10.0.0.7:4200/api True"
     (tmp_path / "home" / "profiles.toml").write_text(  # a server named in a profile that is not active
         'active = "solo"\n\n[profiles.solo]\n\n[profiles.team]\nPREFECT_API_URL = "http://10.0.0.7:4200/api"\n')
-    assert decided()[0] == "PROBE None True"
+    assert decided() == "PROBE None True"
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # the environment wins, as in Prefect
-    assert decided()[0] == "PROBE http://127.0.0.1:4200/api False"
+    assert decided() == "PROBE http://127.0.0.1:4200/api False"
 
 
 def test_the_commands_agent_modes_are_the_endpoint_backends():
