@@ -2,7 +2,7 @@ import pytest
 
 from adwm_core.envs import StaleObservation, make_env
 from adwm_core.envs.scienceworld_env import REFUSAL
-from conftest import refuse_mid_episode
+from conftest import played_in_order, refuse_mid_episode
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +63,7 @@ def test_an_episode_does_not_depend_on_what_its_engine_played_before():
     """Four seeded ε = 0.5 episodes on one engine, in order and in reverse, are the same episodes
     (without HISTORY_FREE_HASHES a room's objects came in another order, and so did the gold
     actions: three of these four differed)."""
-    from adwm_core.envs.agents import EpsilonGoldAgent
-    from adwm_core.envs.episodes import EpisodeSpec
-    from adwm_core.envs.runner import EpisodeRunner
     from adwm_core.specs import EnvSpec
 
     instances = EnvSpec("scienceworld", "find-non-living-thing,lifespan-longest-lived", split="train").instances()[:4]
-
-    def played(order):
-        with EpisodeRunner("scienceworld", n_workers=1, envs_per_worker=1, max_steps=4) as runner:
-            episodes = runner.run([EpisodeSpec(k, *instances[k], k) for k in order], EpsilonGoldAgent(0.5))
-        return {k: [(t.observation, t.action) for t in e.turns] for k, e in zip(order, episodes)}
-
-    assert played([0, 1, 2, 3]) == played([3, 2, 1, 0])
+    assert played_in_order("scienceworld", instances, [0, 1, 2, 3]) == played_in_order("scienceworld", instances, [3, 2, 1, 0])
