@@ -98,14 +98,14 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-# The longest test files first (seconds on two workers, 2-core x86_64, 2026-11-28), the rest in
+# The longest test files first (seconds on two workers, 2-core x86_64, 2026-11-28 16:06), the rest in
 # their own order: pytest-xdist hands each worker a file at a time (--dist loadfile, in collection
 # order: --no-loadscope-reorder), so no long file starts last on one worker while the other idles.
 # The tiny chain's builder and the corridor come first, so that each worker trains one of the two.
-LONGEST_FIRST = ("test_world_model_training.py",  # 193, builds the tiny chain
-                 "test_adwm.py", "test_flows.py", "test_openai_backend.py", "test_vllm_backend.py",  # 221 248 170 127
-                 "test_flows_concurrency.py", "test_flows_deployment.py", "test_baselines.py",  # 116 91 83
-                 "test_ope_estimators.py", "test_dask_runner.py")  # 50 46
+LONGEST_FIRST = ("test_world_model_training.py",  # 214, builds the tiny chain
+                 "test_adwm.py", "test_flows.py", "test_openai_backend.py", "test_vllm_backend.py",  # 244 266 158 121
+                 "test_baselines.py", "test_flows_deployment.py",  # 102 64
+                 "test_ope_estimators.py", "test_dask_runner.py")  # 50 47
 
 
 def pytest_collection_modifyitems(config, items):
