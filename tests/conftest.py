@@ -139,8 +139,8 @@ def refuse_mid_episode(env, task: str, variation: int, bad_action: str, after: i
     return refused, [env.step(action) for action in gold[after:]]
 
 
-def played_in_order(env_name: str, instances: list[tuple[str, int]], order: list[int], max_steps: int = 4,
-                    options=None) -> dict[int, list[tuple[str, str]]]:
+def played_in_order(env_name: str, instances: list[tuple[str, int]], order: list[int],
+                    max_steps: int = 4) -> dict[int, list[tuple[str, str]]]:
     """Seeded ε = 0.5 episodes of ``instances`` played on one engine in ``order``:
     {instance index: [(observation, action) per turn]} (an environment whose episodes are the same
     in any order keeps no history between them)."""
@@ -148,7 +148,7 @@ def played_in_order(env_name: str, instances: list[tuple[str, int]], order: list
     from adwm_core.envs.episodes import EpisodeSpec
     from adwm_core.envs.runner import EpisodeRunner
 
-    with EpisodeRunner(env_name, options, n_workers=1, envs_per_worker=1, max_steps=max_steps) as runner:
+    with EpisodeRunner(env_name, n_workers=1, envs_per_worker=1, max_steps=max_steps) as runner:
         episodes = runner.run([EpisodeSpec(k, *instances[k], k) for k in order], EpsilonGoldAgent(0.5))
     return {k: [(t.observation, t.action) for t in e.turns] for k, e in zip(order, episodes)}
 
