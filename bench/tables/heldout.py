@@ -407,12 +407,19 @@ def write_variant(settings: dict[str, object], run: bool, cells: list[str] | Non
     results = {}
     for cell in development:
         path = variant_path(cell, settings)
-        results[cell] = {"as_is": measured(cell, False), "variant": measured(path, run),
+        try:
+            variant = measured(path, run)
+        except subprocess.CalledProcessError as failed:  # one cell's refusal keeps the others' rows
+            print(f"{cell}: the variant's flow failed (exit {failed.returncode}; its log is above)", file=sys.stderr)
+            variant = {"failed": f"flow failed (exit {failed.returncode})"}
+        results[cell] = {"as_is": measured(cell, False), "variant": variant,
                          "shares_as_is": answered_shares(cell), "shares_variant": answered_shares(path),
                          "wm_seconds_as_is": world_model_seconds(cell), "wm_seconds_variant": world_model_seconds(path)}
     name = slug(settings)
 
     def graded(result: dict | None, estimator: str) -> str:
+        if result is not None and "failed" in result:
+            return result["failed"]
         if result is None or estimator not in result:
             return "not measured"
         r = result[estimator]
