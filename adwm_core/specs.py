@@ -17,9 +17,10 @@ EPSILONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 REMOTE_BACKENDS = frozenset({"openai"})  # backends that reach a model elsewhere: no weights on this machine
 # backend options that say where or how fast a model runs, not what it computes: left out of stage
 # keys, so a cell's artifacts are found whatever share of a GPU its engines got
-# (vllm_backend.share_gpu_memory), however many requests an endpoint takes at once, or whose key
+# (vllm_backend.share_gpu_memory), however many requests an endpoint takes at once, whose key, or how
+# many bytes of reused key/value states the transformers backend keeps (the same values, to float rounding)
 UNKEYED_OPTIONS = frozenset({"gpu_memory_utilization", "concurrency", "device", "timeout", "max_retries",
-                             "api_key_env"})
+                             "api_key_env", "prefix_cache_bytes"})
 
 
 class Spec(Settings):

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .prefix_cache import PrefixStore
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -84,36 +88,33 @@ def eps_mix_logprob(logprob, epsilon: float, admissible, n_admissible) -> np.nda
 
 
 def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[str], batch_size: int = 8,
-                  max_context: int | None = None):
+                  max_context: int | None = None, store: PrefixStore | None = None):
     """log π(a_i | prompt_i) over each action span, and the span lengths in tokens.
 
-    Batched forward passes of a causal LM (transformers), right-padded; the sums
-    are accumulated in float64; a prompt + action longer than the context loses its
-    oldest prompt tokens (:func:`fit_context`). Returns ``(logprobs, n_tokens)`` as numpy arrays.
+    Forward passes of a causal LM (transformers) over the tokens ``store`` does not already hold
+    (:func:`~.prefix_cache.read_new_tokens`; without a store every token is read), ``batch_size``
+    items at a time in :func:`~.prefix_cache.interleaved_batches` so an episode's steps reuse each
+    other's prompt; the sums are accumulated in float64; a prompt + action longer than the context
+    loses its oldest prompt tokens (:func:`fit_context`). Returns ``(logprobs, n_tokens)`` as numpy arrays.
     """
-    import torch
+    from .prefix_cache import PrefixStore, interleaved_batches, read_new_tokens
 
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
+    store = store if store is not None else PrefixStore(0)
     limit = context_limit(model.config, max_context)
     spans = [fit_context(*action_span(tokenizer, p, a), limit) for p, a in zip(prompts, actions)]
+    store.tokens_asked += sum(len(ids) for ids, _ in spans)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
     logprobs = np.empty(len(spans), dtype=np.float64)
     n_tokens = np.array([len(ids) - start for ids, start in spans], dtype=np.int64)
-    for lo in range(0, len(spans), batch_size):
-        chunk = spans[lo : lo + batch_size]
-        width = max(len(ids) for ids, _ in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, (tokens, _) in enumerate(chunk):
-            ids[row, : len(tokens)] = torch.tensor(tokens)
-            mask[row, : len(tokens)] = 1
-        first = min(start for _, start in chunk) - 1  # token j is predicted at position j-1
-        with torch.no_grad():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, first:-1].float()
-        token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, first + 1 :, None].to(device))[..., 0]
-        token_logp = token_logp.double().cpu()
-        for row, (tokens, start) in enumerate(chunk):
-            logprobs[lo + row] = token_logp[row, start - 1 - first : len(tokens) - 1 - first].sum().item()
+    for rows in interleaved_batches(len(spans), batch_size):
+        ids = [np.asarray(spans[i][0], dtype=np.int64) for i in rows]
+        starts = [spans[i][1] for i in rows]
+        # token j is predicted at position j-1: the reused prefix stops before the span's first
+        # prediction, and positions start-1 … len-1 are kept (the last predicts nothing)
+        kept = read_new_tokens(model, ids, [start - 1 for start in starts], store, pad,
+                               keep=[len(row) - start + 1 for row, start in zip(ids, starts)])
+        for i, row, start, token_logp in zip(rows, ids, starts, kept):
+            logprobs[i] = math.fsum(token_logp[np.arange(len(row) - start), row[start:]].tolist())
     return logprobs, n_tokens

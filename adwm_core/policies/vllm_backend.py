@@ -9,6 +9,10 @@ transformers backend, so log-probs agree. AMX tiles are requested before the
 engine starts: without that, bf16 attention intermittently dies with SIGILL on
 AMX CPUs. Environment variables are only defaulted, so callers can override them.
 
+Key/value reuse is vLLM's own: its automatic prefix caching (on by default in 0.32) serves the
+prompt blocks a request shares with earlier ones, as the transformers backend's prefix store
+does; requests for prompt log-probs (scoring) skip it by vLLM's rule and read every prompt token.
+
 vLLM keeps the state of a forward pass process-wide: two engines stepping at once from two
 threads (the stages of a cell run concurrently) break each other (an assertion, or a heap
 corruption that kills the process). Every engine call and every engine start holds
