@@ -317,5 +317,6 @@ def test_episodes_beside_other_keys_and_one_keyed_turn_list_load(tmp_path):
     assert summary.layout == "JSON object, episodes under 'results'" and table["action"].to_pylist() == ["look"]
     path.write_text(json.dumps({"ep_42": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "look"},
                                           {"role": "user", "content": "Dark."}]}))
-    with pytest.raises(LogFormatError, match=r"run.json:1: reward: missing"):  # one episode, read as such
+    with pytest.raises(LogFormatError, match=r"run.json: episode 'ep_42': reward: missing: a bare list of messages "
+                                             r"holds no outcome"):  # one episode, read as such
         read_logs(LogSource(str(path)), cell="t")
