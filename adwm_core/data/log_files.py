@@ -10,7 +10,7 @@ Hugging Face dataset. Each file's layout is told by its content, never by a flag
   under one key beside others (``{"config": {...}, "results": [...]}``);
 - one JSON episode;
 - JSONL or a JSON array of *steps* (records with ``observation`` and ``action`` and no turn
-  list), grouped into episodes by ``episode`` (or ``episode_id``, ``item_id``, ``id``);
+  list), grouped into episodes by log_steps.py;
 - a Parquet file: the project's trajectories, or a table of steps (``STEP_COLUMNS``);
 - a JSON object of groups of episodes keyed by id (``{task type: {id: episode}}``): the group
   becomes the episode's ``task`` where it names none, ``group/id`` its id;

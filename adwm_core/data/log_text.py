@@ -63,7 +63,6 @@ class _Episode:
 
     rows: list[tuple[int, str]] = field(default_factory=list)
     section: bool | None = None  # the outcome its section header names
-    begun_by: str | None = None  # the boundary that began it: task | numbering
     agent_spoke: bool = False
     last_label: tuple[int, int] = (0, -1)  # (number, place in thought → action → observation) of the last one
     ended_at: int = 1  # the line of its STATUS, for an episode without a line of its own
@@ -109,7 +108,7 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
             if boundary is not None:
                 moved = _paragraph_before(current, source)
                 close()
-                current.rows, current.begun_by = moved, boundary
+                current.rows = moved
                 readings[SPLIT_AT[boundary]] += 1
             if current.rows or row.strip():
                 current.rows.append((number, row))
