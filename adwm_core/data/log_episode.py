@@ -51,6 +51,7 @@ ACKNOWLEDGEMENT = re.compile(r"^\s*(ok(ay)?|sure|understood|got it|alright|all r
 LONGEST_ACKNOWLEDGEMENT = 200  # characters: a longer reply is an answer, not an acknowledgement
 TASK_OPENING = re.compile(r"(^|\[SEP\])\s*(question|task|claim|goal|instruction)\s*\d*\s*:|your task is to\b",
                           re.IGNORECASE | re.MULTILINE)
+FIX_VALUE = "; correct it in the logs, or name the key that holds it with --fields"
 CUMULATIVE = "episodes whose per-step {key!r} is a running score, read as its per-step differences"
 NO_OUTCOME = {
     "json": "missing: no reward nor success on the episode or its turns; name the key with --fields reward=KEY (or "
@@ -196,7 +197,7 @@ def _string(value: Mapping, key: str, problems: Problems, at: str, where: str = 
 def _typed(value: Mapping, key: str, check, expected: str, problems: Problems, at: str, where: str = "") -> Any:
     got = lookup(value, key)
     if got is not None and not check(got):
-        problems.add(at, f"{where}{key}", f"expected {expected}, got {type(got).__name__} {got!r:.60}")
+        problems.add(at, f"{where}{key}", f"expected {expected}, got {type(got).__name__} {got!r:.60}{FIX_VALUE}")
         return None
     return got
 
@@ -208,7 +209,7 @@ def _reward(value: Mapping, key: str, counts: Counts, problems: Problems, at: st
     number, reading = as_number(got)
     if number is None:
         problems.add(at, f"{where}{key}", f"expected a finite number (or true/false), got {type(got).__name__} "
-                     f"{got!r:.60}")
+                     f"{got!r:.60}{FIX_VALUE}")
         return None
     if reading is not None:
         setattr(counts, f"{reading}_rewards", getattr(counts, f"{reading}_rewards") + 1)
@@ -222,7 +223,7 @@ def _flag(value: Mapping, key: str | None, problems: Problems, at: str, where: s
     read = flag(got)
     if read is None:
         problems.add(at, f"{where}{key}", f"expected true or false (or 1 / 0, success / fail), got "
-                     f"{type(got).__name__} {got!r:.60}")
+                     f"{type(got).__name__} {got!r:.60}{FIX_VALUE}")
     return read
 
 

@@ -164,7 +164,8 @@ def turns_of(value: Mapping, source: LogSource, problems: Problems, at: str, cou
     read = []
     for turn, where in zip(turns, wheres):
         if not isinstance(turn, Mapping):
-            problems.add(at, where, f"expected a turn object, got {type(turn).__name__}")
+            problems.add(at, where, f"expected a turn object, got {type(turn).__name__}: each turn is an object with "
+                         "from/value or role/content (or a step row with observation and action)")
             continue
         parsed = _turn(turn, where, source, problems, at)
         if parsed is not None:
@@ -181,7 +182,8 @@ def _turn(turn: Mapping, where: str, source: LogSource, problems: Problems, at: 
             problems.add(at, f"{where}.{field_key}", f"missing (the turn's {what}); name the key with --fields "
                          f"{what}=KEY")
         elif not isinstance(got, str):
-            problems.add(at, f"{where}.{field_key}", f"expected a string, got {type(got).__name__}")
+            problems.add(at, f"{where}.{field_key}", f"expected a string, got {type(got).__name__} (--fields "
+                         f"{what}=KEY where another key holds the turn's {what})")
     if not (isinstance(role, str) and isinstance(text, str)):
         return None
     role = role.lower()
