@@ -49,7 +49,8 @@ from .ranking import PrintedInterval, best_agent, rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec
-from .data.log_files import STEP_COLUMNS, episode_of_steps
+from .data.log_files import STEP_COLUMNS
+from .data.log_steps import episode_of_steps
 from .data.logs import ImportSummary, inspect_logs, read_logs
 from .envs import EnvironmentUnavailable, check_env_task
 from .ope.statistics.calibration import Point, ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
@@ -243,12 +244,14 @@ class LoggedEpisodes:
     def from_file(cls, path: str, env: str, task: str = "*", *, format: str | None = None,
                   fields: Mapping[str, str] | None = None, split: str | None = None,
                   preamble_turns: int | None = None, thoughts: str = "fold",
-                  agent_prefix: str = "> ") -> "LoggedEpisodes":
+                  agent_prefix: str = "> ", **read_as: Any) -> "LoggedEpisodes":
         """Logs in a file, folder or dataset, as ``adwm import`` and ``adwm evaluate --logs`` read
-        them (docs/your-logs.md); an unknown environment or task type is refused first."""
+        them (docs/your-logs.md); an unknown environment or task type is refused first.
+        ``read_as``: the other reading settings of ``LogSource`` (``step_observation``,
+        ``rewards``, ``allow_degenerate``, ``strip``, ``outcome_line``)."""
         check_env_task(env, task)
         logs = cls(LogSource(path, format, fields=dict(fields or {}), split=split, preamble_turns=preamble_turns,
-                             thoughts=thoughts, agent_prefix=agent_prefix), env, task)
+                             thoughts=thoughts, agent_prefix=agent_prefix, **read_as), env, task)
         logs.steps  # noqa: B018 — read now, so bad logs fail before any stage
         return logs
 

@@ -90,6 +90,19 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
                         "into the next action's reasoning (default), or kept as think: steps")
     parser.add_argument("--agent-prefix", default="> ", metavar="PREFIX",
                         help="in text transcripts, the prefix of the agent's lines (default '> ')")
+    parser.add_argument("--step-observation", choices=("before", "after"),
+                        help="step rows: the observation is what the agent saw before the row's action (the default "
+                             "reading) or the answer to it")
+    parser.add_argument("--reward", dest="rewards", choices=("per-step", "cumulative"),
+                        help="rewards per step as given, or a running score read as its differences (default: a "
+                             "score that never goes down is read as running)")
+    parser.add_argument("--allow-degenerate", action="store_true",
+                        help="import logs whose steps nearly all take one action (refused by default)")
+    parser.add_argument("--strip", nargs="+", action="extend", default=[], metavar="REGEX",
+                        help="remove the observation lines this regular expression matches whole (harness text)")
+    parser.add_argument("--outcome-line", metavar="REGEX",
+                        help="text logs: the line that holds each episode's outcome, its first group the reward or "
+                             "true/false, e.g. \"reward = (\\S+)\"")
     parser.add_argument("--split", help="the split of a dataset with several (default train)")
 
 
@@ -104,10 +117,13 @@ def log_source(args: argparse.Namespace) -> LogSource:
         fields[key] = value
     try:
         return LogSource(args.logs, args.logs_format, fields=fields, split=args.split,
-                         preamble_turns=args.preamble_turns, thoughts=args.thoughts, agent_prefix=args.agent_prefix)
+                         preamble_turns=args.preamble_turns, thoughts=args.thoughts, agent_prefix=args.agent_prefix,
+                         step_observation=args.step_observation, rewards=args.rewards,
+                         allow_degenerate=args.allow_degenerate, strip=tuple(args.strip),
+                         outcome_line=args.outcome_line)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"--fields/--preamble-turns/--agent-prefix: {problems}") from None
+        raise ValueError(f"the logs' reading flags: {problems}") from None
 
 
 def _import(args: argparse.Namespace) -> int:

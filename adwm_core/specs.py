@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -108,7 +109,13 @@ class LogSource(Spec):
     every conversation that are no step (unset: an instruction answered by a bare
     acknowledgement is found). ``thoughts``: replies without an action folded into the next
     action (``fold``) or kept as ``think:`` steps (``step``). ``agent_prefix``: the line prefix
-    of the agent's lines in a text transcript."""
+    of the agent's lines in a text transcript. ``step_observation``: whether a step row's
+    ``observation`` is what the agent saw ``before`` its action or the answer ``after`` it.
+    ``rewards``: rewards per step given ``per-step`` or as a running score (``cumulative``);
+    unset: a score that never goes down is read as running. ``allow_degenerate``: import logs
+    whose steps nearly all take one action. ``strip``: regular expressions; observation lines
+    one matches whole are removed. ``outcome_line``: a regular expression whose first group,
+    on a line of a text episode, is its reward or success."""
 
     _positional = ("path", "format")
     path: str = Field(min_length=1)
@@ -118,6 +125,25 @@ class LogSource(Spec):
     preamble_turns: int | None = Field(default=None, ge=0)
     thoughts: Literal["fold", "step"] = "fold"
     agent_prefix: str = Field(default="> ", min_length=1)
+    step_observation: Literal["before", "after"] | None = None
+    rewards: Literal["per-step", "cumulative"] | None = None
+    allow_degenerate: bool = False
+    strip: tuple[str, ...] = ()
+    outcome_line: str | None = None
+
+    @field_validator("strip")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            _compiled(pattern, "strip")
+        return value
+
+    @field_validator("outcome_line")
+    @classmethod
+    def _outcome_pattern(cls, value: str | None) -> str | None:
+        if value is not None and _compiled(value, "outcome_line").groups < 1:
+            raise ValueError(f"{value!r} has no group: put the reward or flag in parentheses, e.g. 'reward = (\\S+)'")
+        return value
 
     @field_validator("fields")
     @classmethod
@@ -140,6 +166,13 @@ class LogSource(Spec):
 
     def key(self, name: str) -> str:
         return self.fields.get(name, LOG_FIELDS[name])
+
+
+def _compiled(pattern: str, what: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as error:
+        raise ValueError(f"{what}: {pattern!r} is no regular expression ({error})") from None
 
 
 def _is_plain_folder(path: str) -> bool:

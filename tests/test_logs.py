@@ -2,6 +2,7 @@
 trajectories contract; malformed logs refused with file, line and field, nothing written."""
 
 import json
+import re
 
 import pyarrow.compute as pc
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from adwm_core.cell import CellConfig, CellConfigError
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.specs import LogSource
-from adwm_core.data.logs import LogFormatError, export_jsonl, import_logs, read_logs
+from adwm_core.data.logs import LogFormatError, export_jsonl, import_logs, inspect_logs, read_logs
 
 
 def _sorted(table):
@@ -111,7 +112,8 @@ def test_every_unparseable_episode_is_reported(tmp_path):
         read_logs(LogSource(str(path)), cell="mine")
     message = str(error.value)
     assert "3 problem(s)" in message and ":1: (line): not valid JSON" in message
-    assert ":2: (line): an episode is a JSON object, got list" in message
+    assert ":2: (line): an episode is a JSON object or a list of messages, got list [1, 2]: this is no episode" \
+        in message
     assert ":3: conversations: expected a list of turns or a transcript, got int" in message
 
 
@@ -219,3 +221,305 @@ def test_an_agentgym_evaluator_file_with_integer_and_string_flags_round_trips(tm
         read_logs(LogSource(str(path), preamble_turns=2), cell="mine")
     assert ":1: success: expected true or false (or 1 / 0, success / fail), got int 2" in str(error.value)
     assert ":2: success: expected true or false (or 1 / 0, success / fail), got str 'yes please'" in str(error.value)
+
+
+def _import(path, *flags: str) -> tuple[int, str, str]:
+    """``adwm import`` on ``path`` with ``flags``: (exit status, what it printed, its error)."""
+    import contextlib
+    import io
+
+    from adwm_core import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(["import", str(path), "--env", "hotpotqa", *flags])
+    return status, out.getvalue(), err.getvalue()
+
+
+REACT_SECTIONS = """\
+########################################
+BEGIN TRIAL 1
+Trial summary: Correct: 2, Incorrect: 1
+#######################################
+------------- BEGIN CORRECT AGENTS -------------
+
+Question: Which river runs through Paris?
+Thought 1: I should search Paris.
+Action 1: Search[Paris]
+Observation 1: Paris is on the Seine.
+Thought 2: So the answer is the Seine.
+Action 2: Finish[Seine]
+Observation 2: Answer is CORRECT
+Correct answer: Seine
+
+Question: Who wrote Hamlet?
+Thought 1: I know this.
+Action 1: Finish[Shakespeare]
+Observation 1: Answer is CORRECT
+Correct answer: William Shakespeare
+
+------------- BEGIN INCORRECT AGENTS -----------
+
+Question: What is the capital of Australia?
+Thought 1: I should search Australia.
+Action 1: Search[Australia]
+Observation 1: Australia is a country. Its largest city is Sydney.
+Action 2: Finish[Sydney]
+Observation 2: Answer is INCORRECT
+Correct answer: Canberra
+"""
+
+
+def test_a_text_transcript_of_several_tasks_is_split_at_each_task_and_never_merges_two(tmp_path):
+    """A ReAct run log (Reflexion's HotpotQA layout): numbered Question: blocks under CORRECT /
+    INCORRECT section headers, the header the outcome; and, with no marker, a restart of the
+    numbering begins an episode too."""
+    path = tmp_path / "react_run.txt"
+    path.write_text(REACT_SECTIONS)
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    questions = REACT_SECTIONS.count("\nQuestion:")
+    correct = REACT_SECTIONS.split("BEGIN INCORRECT")[0].count("\nQuestion:")
+    actions = len(re.findall(r"^Action \d+:", REACT_SECTIONS, re.M))
+    rows = table.to_pylist()
+    last = {r["episode"]: r for r in rows}
+    counted = (len(last), len(rows), sum(r["success"] for r in last.values()))
+    assert counted == (questions, actions, correct) == (3, 5, 2)
+    assert [r["action"] for r in rows] == ["Search[Paris]", "Finish[Seine]", "Finish[Shakespeare]", "Search[Australia]",
+                                           "Finish[Sydney]"]
+    assert not any("Question:" in r["next_observation"] for r in rows)  # no question glued to the answer before it
+    assert [r["observation"] for r in rows if r["t"] == 0][1] == "Question: Who wrote Hamlet?"
+    assert summary.readings["episodes begun in text at a new task (a 'Question:', 'Task:' or 'Your task is to' "
+                            "line)"] == 1
+    assert summary.readings["episodes whose success is read from their section header (CORRECT / INCORRECT / FAIL / "
+                            "HALTED)"] == 3
+    # numbering that restarts is a new episode even without a marker; the outcome from --outcome-line
+    path.write_text("A quiz about rivers.\nAction 1: Search[Seine]\nObservation 1: A river. Score: 0\n\n"
+                    "A quiz about plays.\nThought 1: easy.\nAction 1: Finish[Hamlet]\nObservation 1: Right. Score: 1\n")
+    status, printed, error = _import(path)
+    assert status == 2 and "--outcome-line REGEX" in error and "--fields reward" not in error
+    assert error.count("reward: missing") == 2 and ".txt:1: " in error and ".txt:5: " in error  # each at its line
+    table, summary = inspect_logs(LogSource(str(path), outcome_line=r"Score: (\d)"), cell="t")
+    assert table["action"].to_pylist() == ["Search[Seine]", "Finish[Hamlet]"]
+    assert table["observation"].to_pylist() == ["A quiz about rivers.", "A quiz about plays."]
+    assert table["reward"].to_pylist() == [0.0, 1.0]
+    assert summary.readings["episodes begun in text where ReAct's numbering restarts"] == 1
+
+
+def _rafa_like(episodes: int, memory: bool) -> str:
+    """ALFWorld run logs written as a critic sees them: every agent line "> OK.", each episode
+    opening after a harness header, optionally a reflection memory, placeholders of solved ones."""
+    blocks = []
+    for i, place in enumerate(PLACES[:episodes]):
+        blocks.append(f"#####\n\nEnvironment #{i}: Success\n\n#####\n")  # a placeholder of a solved task
+        opening = f"Your memory for the task below:\nTrial 0:\nI forgot to open the {place}.\n" if memory else ""
+        blocks.append(f"#####\n\nEnvironment #{i + 100}:\n\n{opening}Here is the task:\n{_room(i)}\n"
+                      f"Your task is to: find key {i}.\n> OK.\nThe {place} 1 is closed.\n> OK.\n"
+                      f"You open the {place} 1.\n> OK.\nYou take the key {i}.\n\nSTATUS: OK\n")
+    return "\n".join(blocks)
+
+
+PLACES = ("drawer", "cabinet", "safe", "fridge", "shelf", "desk")
+
+
+def _room(i: int) -> str:
+    return f"You are in the middle of a room. Looking quickly around you, you see a cabinet {i}, and a drawer {i}."
+
+
+def test_a_log_whose_every_action_is_the_same_string_is_refused_with_that_string_and_its_share(tmp_path):
+    path = tmp_path / "critic_view.txt"
+    text = _rafa_like(6, memory=False)
+    path.write_text(text)
+    status, _, error = _import(path)
+    steps = text.count("\n> OK.")
+    assert status == 2 and f"'OK', is {steps} of {steps} steps (100%)" in error and "--allow-degenerate" in error
+    status, printed, _ = _import(path, "--allow-degenerate")
+    assert status == 0 and f"episodes:  6   steps: {steps}   successes: 6" in printed
+    # the placeholders of solved tasks are no episode and glued to none; the acknowledgement is a step
+    table = read_logs(LogSource(str(path), allow_degenerate=True), cell="t")
+    assert not any("Success" in o for o in table["observation"].to_pylist())
+    assert table.filter(pc.equal(table["t"], 0))["next_observation"].to_pylist() == [
+        f"The {place} 1 is closed." for place in PLACES]
+    assert "6 text blocks between section headers in which the agent never speaks (placeholders), dropped" in printed
+
+
+def test_an_acknowledgement_answered_by_the_environment_is_a_step_and_an_unsure_opening_asks(tmp_path):
+    """An "OK" reply is a preamble only where the turn after it opens the task: RAFA's "> OK.",
+    answered by the environment, is the first step; where the turns cannot tell, it asks."""
+    path = tmp_path / "acknowledged.jsonl"
+    task_first = {"conversations": [
+        {"from": "human", "value": "You are in a hall.\nYour task is to: find a key."}, {"from": "gpt", "value": "OK."},
+        {"from": "human", "value": "Nothing happens."}, {"from": "gpt", "value": "Action: open drawer"},
+        {"from": "human", "value": "Open."}], "reward": 1.0}
+    path.write_text(json.dumps(task_first) + "\n")
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["action"].to_pylist() == ["OK", "open drawer"] and not summary.readings.get(
+        "preamble turns dropped (instruction and acknowledgement)")
+    unsure = {"conversations": [{"from": "human", "value": "Please help me."}, {"from": "gpt", "value": "Sure."},
+                                {"from": "human", "value": "The room is dark."}, {"from": "gpt", "value": "look"}],
+              "reward": 1.0}
+    path.write_text(json.dumps(unsure) + "\n" + json.dumps(unsure) + "\n")
+    status, _, error = _import(path)
+    assert status == 2 and "2 episode(s) open with a user turn" in error
+    assert "--preamble-turns 2" in error and "--preamble-turns 0" in error
+    assert _import(path, "--preamble-turns", "2")[0] == 0 and _import(path, "--preamble-turns", "0")[0] == 0
+
+
+def test_lines_the_harness_repeats_in_first_observations_are_counted_and_strip_removes_them(tmp_path):
+    path = tmp_path / "with_memory.txt"
+    path.write_text(_rafa_like(6, memory=True))
+    table, summary = inspect_logs(LogSource(str(path), allow_degenerate=True), cell="t")
+    firsts = table.filter(pc.equal(table["t"], 0))["observation"].to_pylist()
+    assert all(o.startswith("Your memory for the task below:\nTrial 0:\n") for o in firsts)
+    found = {line: n for line, n in summary.readings.items() if line.startswith("first observations holding")}
+    assert found == {f"first observations holding the line {line!r} (harness text? --strip '{pattern}' removes it)": 6
+                     for line, pattern in (("Your memory for the task below:", "Your memory for the task below:"),
+                                           ("Trial 0:", r"Trial \d+:"), ("Here is the task:", "Here is the task:"))}
+    strip = ("Your memory for the task below:", r"Trial \d+:", "Here is the task:", r"I forgot to open the \w+\.")
+    status, printed, _ = _import(path, "--allow-degenerate", "--strip", *strip)
+    assert status == 0 and "read:      24 observation lines removed by --strip" in printed
+    stripped = read_logs(LogSource(str(path), allow_degenerate=True, strip=strip), cell="t")
+    assert stripped.filter(pc.equal(stripped["t"], 0))["observation"].to_pylist() == [
+        f"{_room(i)}\nYour task is to: find key {i}." for i in range(6)]
+    status, _, error = _import(path, "--allow-degenerate", "--strip", "No such line")
+    assert status == 2 and "--strip 'No such line': matched no observation line" in error
+
+
+def _science_history(i: int, scores: list[str]) -> dict:
+    """A ScienceWorld run history: the episode keyed by id, its steps one object down, each the
+    answer to its action and a running score, as strings."""
+    steps = [{"action": f"step {i}.{t}", "observation": f"answer {i}.{t}", "score": score,
+              "isCompleted": "true" if t == len(scores) - 1 and score == "1.0" else "false"}
+             for t, score in enumerate(scores)]
+    return {"episodeIdx": i, "history": {"taskDescription": f"Your task is to boil water {i}.", "history": steps}}
+
+
+def test_nested_episodes_are_found_by_content_and_by_dotted_fields_in_every_layout(tmp_path):
+    path = tmp_path / "histories.json"
+    path.write_text(json.dumps({str(i): _science_history(i, ["0.0", "0.5", "1.0"]) for i in range(3)}))
+    for source in (LogSource(str(path)), LogSource(str(path), fields={"conversations": "history.history"})):
+        table, summary = inspect_logs(source, cell="t")
+        assert summary.mapping["conversations"] == "history.history" and len(table) == 9
+    nested_elsewhere = {"7": {"history": {"taskDescription": "t", "log": _science_history(7, ["1.0"])["history"][
+        "history"]}}}
+    path.write_text(json.dumps(nested_elsewhere))
+    status, _, error = _import(path)  # the episode named by its key, not ':1:', and a fix that works
+    assert status == 2 and "histories.json: episode '7': history: expected a list of turns or a transcript, got dict " \
+        "(keys: taskDescription, log); where the turns are nested in it, name them with --fields " \
+        "conversations=history.KEY" in error
+    assert _import(path, "--fields", "conversations=history.log")[0] == 0
+    path.write_text(json.dumps({"7": {"run": {"meta": {"log": []}}}}))
+    with pytest.raises(LogFormatError, match=r"episode '7': \(episode\): no turns under .* a dotted path"):
+        read_logs(LogSource(str(path)), cell="t")
+    turns = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Action: look"}]
+    lines = tmp_path / "nested.jsonl"
+    lines.write_text("".join(json.dumps({"data": {"messages": turns}, "meta": {"reward": r, "won": r > 0}}) + "\n"
+                             for r in (0.0, 1.0)))
+    status, _, error = _import(lines)
+    assert status == 2 and "--fields reward=KEY (or --fields success=KEY; a dotted path where it is nested)" in error
+    table, summary = inspect_logs(LogSource(str(lines), fields={"reward": "meta.reward", "success": "meta.won"}),
+                                  cell="t")
+    assert summary.mapping["conversations"] == "data.messages" and table["reward"].to_pylist() == [0.0, 1.0]
+    assert table["success"].to_pylist() == [False, True]
+
+
+def _step_rows(scores: dict[str, list[float]]) -> str:
+    return "".join(json.dumps({"traj_id": e, "observation": f"o{e}{t}", "action": f"a{t}", "score": s,
+                               "isCompleted": t == len(values) - 1}) + "\n"
+                   for e, values in scores.items() for t, s in enumerate(values))
+
+
+def test_fields_are_honoured_on_step_rows_and_a_flag_that_changes_nothing_is_refused(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text(_step_rows({"x": [0.0, 0.5, 1.0], "y": [0.0, 0.25]}))
+    table, summary = inspect_logs(LogSource(str(path), fields={"reward": "score", "success": "isCompleted"}), cell="t")
+    last = {r["episode"]: r for r in table.to_pylist()}
+    assert [last[e]["success"] for e in sorted(last)] == [True, True]  # isCompleted read, not the reward
+    assert sum(r["reward"] for r in table.to_pylist() if r["episode"] == 0) == 1.0
+    assert summary.mapping["reward"] == "score" and summary.mapping["success"] == "isCompleted"
+    status, _, error = _import(path, "--fields", "reward=points")
+    assert status == 2 and "--fields reward=points: no episode, turn or step holds 'points'" in error
+    assert "traj_id" in error and "isCompleted" in error  # the keys that are there
+    assert read_logs(LogSource(str(path), rewards="per-step"), cell="t")["reward"].to_pylist()[:3] == [0.0, 0.5, 1.0]
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps({"messages": [{"role": "user", "content": "o"}, {"role": "assistant",
+                                                                                    "content": "look"}],
+                                    "reward": 1}) + "\n")
+    status, _, error = _import(episodes, "--reward", "cumulative")
+    assert status == 2 and "--reward: no turn or step of these logs holds a reward of its own" in error
+    status, _, error = _import(path, "--outcome-line", "x (y)")
+    assert status == 2 and "--outcome-line: 'x (y)' matched no line" in error
+
+
+def test_step_rows_whose_observation_answers_the_action_are_read_so_when_told_and_flagged_when_not(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps({"episode": 0, "action": a, "observation": o, "reward": r}) + "\n"
+                            for a, o, r in (("look", "A hall.", 0.0), ("go north", "A garden.", 1.0))))
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["observation"].to_pylist() == ["A hall.", "A garden."]  # the default reading, and it says so
+    assert summary.readings["step rows without next_observation, each row's observation read as the one its action "
+                            "was taken on (--step-observation after if it is the action's answer)"] == 1
+    table, summary = inspect_logs(LogSource(str(path), step_observation="after"), cell="t")
+    assert table["observation"].to_pylist() == ["", "A hall."]
+    assert table["next_observation"].to_pylist() == ["A hall.", "A garden."]
+    assert summary.readings["step rows whose observation is the answer to the row's action (--step-observation "
+                            "after)"] == 1
+    conversation = tmp_path / "turns.jsonl"
+    conversation.write_text(json.dumps({"messages": [{"role": "user", "content": "o"},
+                                                     {"role": "assistant", "content": "look"}], "reward": 1}) + "\n")
+    status, _, error = _import(conversation, "--step-observation", "after")
+    assert status == 2 and "--step-observation: these logs hold no step rows" in error
+
+
+def test_a_running_score_is_read_as_differences_and_a_score_that_goes_down_asks(tmp_path):
+    path = tmp_path / "histories.json"
+    scores = ["0.0", "0.25", "0.25", "1.0"]
+    path.write_text(json.dumps({"3": _science_history(3, scores), "4": _science_history(4, ["0.0", "0.5"])}))
+    table, summary = inspect_logs(LogSource(str(path), step_observation="after"), cell="t")
+    first = table.filter(pc.equal(table["episode"], 0)).to_pylist()
+    running = [float(s) for s in scores]
+    assert [r["reward"] for r in first] == [b - a for a, b in zip([0.0, *running], running)]
+    assert [r["score"] for r in first] == running and first[-1]["success"]
+    assert summary.readings["episodes whose per-step 'score' is a running score, read as its per-step differences"] == 2
+    assert read_logs(LogSource(str(path), step_observation="after", rewards="per-step"), cell="t")[
+        "reward"].to_pylist()[:4] == running
+    path.write_text(json.dumps({"5": _science_history(5, ["0.0", "0.5", "0.25"])}))
+    status, _, error = _import(path, "--step-observation", "after")
+    assert status == 2 and "episode '5': (reward per step): the per-step 'score' goes down (0.5 → 0.25)" in error
+    assert _import(path, "--step-observation", "after", "--reward", "cumulative")[0] == 0
+    steps = tmp_path / "rewards.jsonl"  # a running total under 'reward': read so only when told
+    steps.write_text("".join(json.dumps({"episode": 0, "observation": f"o{t}", "action": "a", "reward": r}) + "\n"
+                             for t, r in enumerate([0.5, 1.0])))
+    assert read_logs(LogSource(str(steps)), cell="t")["reward"].to_pylist() == [0.5, 1.0]
+    assert read_logs(LogSource(str(steps), rewards="cumulative"), cell="t")["reward"].to_pylist() == [0.5, 0.5]
+
+
+def test_bare_message_lists_load_and_their_missing_outcome_is_refused_by_name(tmp_path):
+    turns = [{"role": "user", "content": "You are in a hall."}, {"from": "gpt", "content": "Action: look"},
+             {"role": "user", "content": "Dark."}]
+    path = tmp_path / "icl.json"
+    path.write_text(json.dumps([turns, turns]))
+    status, _, error = _import(path)
+    assert status == 2 and error.count("reward: missing: a bare list of messages holds no outcome") == 2
+    assert 'e.g. {"messages": [...], "success": true}' in error and "icl.json:1: " in error and "icl.json:2: " in error
+    lines = tmp_path / "icl.jsonl"
+    lines.write_text(json.dumps(turns) + "\n" + json.dumps({"messages": turns, "success": True}) + "\n")
+    status, _, error = _import(lines)
+    assert status == 2 and "icl.jsonl:1: reward: missing: a bare list" in error and "icl.jsonl:2" not in error
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(turns))
+    with pytest.raises(LogFormatError, match=r"one.json:1: reward: missing: a bare list"):
+        read_logs(LogSource(str(one)), cell="t")
+    lines.write_text(json.dumps({"messages": turns, "success": True}) + "\n")
+    table, summary = inspect_logs(LogSource(str(lines)), cell="t")
+    assert table["action"].to_pylist() == ["look"]
+
+
+def test_a_debug_log_is_refused_as_not_a_trajectory_log(tmp_path):
+    path = tmp_path / "search.log"
+    path.write_text("2024-03-21 20:13:37,657 - INFO - DFS at node depth 0...\n2024-03-21 20:13:37,677 - INFO - PROMPT: "
+                    "\nSolve a question answering task.\nQuestion: Which magazine was started first?\nThought 1: \n\n"
+                    "2024-03-21 20:13:39,258 - INFO - SAMPLED ACTION: [\"Action 1: Search[Arthur's Magazine]\"]\n"
+                    "2024-03-21 20:13:40,129 - INFO - Feedback: {'steps': 1, 'answer': None}\n")
+    status, _, error = _import(path)
+    assert status == 2 and "search.log: not a trajectory log: a debug log, 4 of its lines are logging records" in error
+    assert ":1:" not in error and "action turn" not in error

@@ -233,7 +233,7 @@ def test_the_readme_shows_what_adwm_import_prints_on_each_slice(capsys):
     block = readme.split("<!-- import-summaries -->")[1].split("<!-- /import-summaries -->")[0]
     shown = block.strip().removeprefix("```console").removesuffix("```").strip().split("$ adwm ")[1:]
     assert {Path(command.split()[1]).name for command in shown} == {p.name for p in PUBLIC.iterdir()
-                                                                    if p.suffix != ".md"}
+                                                                    if p.is_file() and p.suffix != ".md"}
     for command in shown:
         argv, *printed = command.strip().splitlines()
         assert cli.main(argv.split()) == 0
@@ -317,5 +317,95 @@ def test_episodes_beside_other_keys_and_one_keyed_turn_list_load(tmp_path):
     assert summary.layout == "JSON object, episodes under 'results'" and table["action"].to_pylist() == ["look"]
     path.write_text(json.dumps({"ep_42": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "look"},
                                           {"role": "user", "content": "Dark."}]}))
-    with pytest.raises(LogFormatError, match=r"run.json:1: reward: missing"):  # one episode, read as such
+    with pytest.raises(LogFormatError, match=r"run.json: episode 'ep_42': reward: missing: a bare list of messages "
+                                             r"holds no outcome"):  # one episode, read as such
         read_logs(LogSource(str(path)), cell="t")
+
+
+MORE = PUBLIC / "more"  # slices not shown in the README (SOURCES.md)
+
+
+def test_reflexion_hotpotqa_react_run_log_splits_into_one_episode_per_question():
+    """Reflexion's ReAct run log on HotpotQA: numbered Question: blocks in one text file under
+    CORRECT / INCORRECT section headers (the outcome), a trial header above them."""
+    path = MORE / "reflexion_hotpotqa_react_first37.txt"
+    text = path.read_text()
+    questions = len(re.findall(r"^Question:", text, re.M))
+    correct = len(re.findall(r"^Question:", text.split("BEGIN INCORRECT AGENTS")[0], re.M))
+    actions = len(re.findall(r"^Action \d+:", text, re.M))
+    table, summary = inspect_logs(LogSource(str(path)), cell="reflexion")
+    assert _counts(table) == (questions, actions, correct) == (37, 121, 34)
+    rows = table.to_pylist()
+    assert not any(re.search(r"^Question:", r["next_observation"], re.M) for r in rows)
+    assert [r["observation"] for r in rows if r["t"] == 0] == [q.strip() for q in re.findall(r"^Question:.*", text,
+                                                                                              re.M)]
+    assert summary.readings["episodes whose success is read from their section header (CORRECT / INCORRECT / FAIL / "
+                            "HALTED)"] == questions
+    assert summary.layout == "text transcripts, split at section headers, new tasks"
+
+
+def test_react_fever_run_log_splits_at_its_rules_and_reads_the_outcome_line_it_names():
+    """ReAct's FEVER notebook run: episodes between "-----------" rules, each "<id> Claim: …"
+    then numbered Thought/Action/Observation lines, its outcome in the harness's info line."""
+    path = MORE / "react_fever_first12_episodes.txt"
+    text = path.read_text()
+    claims = len(re.findall(r"^\d+ Claim:", text, re.M))
+    actions = len(re.findall(r"^Action \d+:", text, re.M))
+    rewards = [int(r) for r in re.findall(r"'reward': (\d)", text)]
+    status = cli.main(["import", str(path), "--env", "hotpotqa"])
+    assert status == 2  # no outcome the importer could know of: it says which flag reads one
+    table, summary = inspect_logs(LogSource(str(path), outcome_line=r"'reward': (\d)"), cell="react")
+    assert _counts(table) == (claims, actions, sum(rewards)) == (12, 33, 7)
+    last = {r["episode"]: r["reward"] for r in table.to_pylist() if r["done"]}
+    assert [last[e] for e in sorted(last)] == rewards
+    assert summary.readings["episodes whose outcome is read from the line --outcome-line matches"] == claims
+
+
+def test_the_refusal_of_an_outcome_less_text_log_names_a_flag_that_works(capsys):
+    path = MORE / "react_fever_first12_episodes.txt"
+    assert cli.main(["import", str(path), "--env", "hotpotqa"]) == 2
+    error = capsys.readouterr().err
+    assert "--outcome-line REGEX" in error and "--fields reward" not in error and f"{path}:1: " in error
+    assert cli.main(["import", str(path), "--env", "hotpotqa", "--outcome-line", "'reward': (\\d)"]) == 0
+    assert "episodes:  12   steps: 33   successes: 7" in capsys.readouterr().out
+
+
+def test_swiftsage_scienceworld_histories_load_nested_with_running_scores_and_answers_as_observations():
+    """SwiftSage's ScienceWorld oracle logs: episodes keyed by id, their steps one object down
+    (history.history), each row's observation the answer to its action, its score a running
+    total written as a string, isCompleted a string flag."""
+    path = MORE / "swiftsage_scienceworld_oracle_task19.json"
+    episodes = json.loads(path.read_text())
+    histories = [e["history"]["history"] for e in episodes.values()]
+    completed = sum(h[-1]["isCompleted"] == "true" for h in histories)
+    source = LogSource(str(path), step_observation="after",
+                       fields={"opening": "history.taskDescription", "success": "isCompleted"})
+    table, summary = inspect_logs(source, cell="swiftsage")
+    assert _counts(table) == (len(episodes), sum(map(len, histories)), completed) == (10, 70, 10)
+    first, rows = histories[0], table.filter(pa.compute.equal(table["episode"], 0)).to_pylist()
+    scores = [float(step["score"]) for step in first]
+    assert [r["reward"] for r in rows] == [b - a for a, b in zip([0.0, *scores], scores)]
+    assert [r["next_observation"] for r in rows] == [step["observation"] for step in first]
+    assert rows[0]["observation"] == episodes["93"]["history"]["taskDescription"]
+    assert rows[1]["observation"] == first[0]["observation"]
+    assert summary.mapping["conversations"] == "history.history" and summary.mapping["success"] == "isCompleted"
+    assert summary.readings["episodes whose per-step 'score' is a running score, read as its per-step "
+                            "differences"] == 10
+    _, unflagged = inspect_logs(LogSource(str(path)), cell="swiftsage")  # the reading it cannot know is flagged
+    assert any("--step-observation after" in line for line in unflagged.readings)
+
+
+def test_lats_debug_log_is_refused_as_not_a_trajectory_log(capsys):
+    """LATS's tree-search run on HotpotQA, its Python logging output, prompts and all."""
+    path = MORE / "lats_hotpotqa_tot_10it.log"
+    records = len(re.findall(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d+ - ", path.read_text(), re.M))
+    assert cli.main(["import", str(path), "--env", "hotpotqa"]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: not a trajectory log: a debug log, {records} of its lines are logging records" in error
+    assert "problem(s)" not in error and ":1:" not in error
+
+
+def test_every_public_slice_is_cited_in_sources():
+    sources = (PUBLIC / "SOURCES.md").read_text()
+    slices = [p for p in PUBLIC.rglob("*") if p.is_file() and p.suffix != ".md"]
+    assert len(slices) >= 8 and all(f"`{p.relative_to(PUBLIC)}`" in sources for p in slices)

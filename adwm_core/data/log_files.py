@@ -10,14 +10,13 @@ Hugging Face dataset. Each file's layout is told by its content, never by a flag
   under one key beside others (``{"config": {...}, "results": [...]}``);
 - one JSON episode;
 - JSONL or a JSON array of *steps* (records with ``observation`` and ``action`` and no turn
-  list), grouped into episodes by ``episode`` (or ``episode_id``, ``item_id``, ``id``);
+  list), grouped into episodes by log_steps.py;
 - a Parquet file: the project's trajectories, or a table of steps (``STEP_COLUMNS``);
 - a JSON object of groups of episodes keyed by id (``{task type: {id: episode}}``): the group
   becomes the episode's ``task`` where it names none, ``group/id`` its id;
-- plain text: one transcript (log_turns.py splits it into turns), or several, each ending at a
-  line ``STATUS: OK`` or ``STATUS: FAIL`` (Reflexion's ALFWorld run logs), which is its
-  success; the lines after a STATUS line up to the next empty line (Reflexion's "New plan:"
-  reflection), lines of only ``#`` and ``Environment #N:`` headers belong to no episode.
+- JSON lists of messages with no wrapper: one (a file that is a list of turns), a JSON array of
+  them, or JSONL of them, each an episode;
+- plain text: one transcript or several, split into episodes by log_text.py.
 
 Any file may be gzip-compressed (``.gz``); a UTF-8 byte-order mark is skipped. A record keeps
 where it came from (file, line or item) for every error about it.
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,19 +36,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..specs import LogSource
-from .log_turns import TRANSCRIPT_KEY, TURN_KEYS
+from .log_steps import grouped_steps
+from .log_text import TRANSCRIPT_KEY, text_episodes
+from .log_turns import TURN_KEYS, is_turn
+from .log_values import LogFormatError, has
 
 LOG_SUFFIXES = (".jsonl", ".json", ".txt", ".log", ".parquet")
 STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # a table of steps needs these
-# what groups records of steps into episodes, in order of preference (a per-row ``id`` last)
-STEP_EPISODE_KEYS = ("episode", "episode_id", "traj_id", "trajectory_id", "session_id", "item_id", "id")
-STATUS_LINE = re.compile(r"^\s*STATUS:\s*(OK|FAIL)\s*$")
-REFLECTION_LINE = re.compile(r"^\s*(New plan|Reflection|Plan)\s*:", re.IGNORECASE)  # after a STATUS line
-HARNESS_LINE = re.compile(r"^\s*(#+|Environment #\d+:)\s*$")
-
-
-class LogFormatError(ValueError):
-    """Logs that cannot be read; the message names file, line and field of every problem."""
+BARE_LISTS = "episodes given as bare lists of messages"
 
 
 @dataclass(frozen=True)
@@ -61,12 +55,19 @@ class Unreadable:
 
 @dataclass
 class Record:
-    """One episode as read: its value, its file and line (item, row), and the id its layout gives."""
+    """One episode as read: its value, its file and line (item, row), the id its layout gives, and
+    its kind: ``json``, ``text`` (a transcript of a text file, ``line`` its first) or ``bare list``."""
 
     file: str
     line: int
     value: Any
     key: Any = None
+    kind: str = "json"
+
+    @property
+    def at(self) -> str:
+        """Where it is, for errors: the episode's key where its layout gives one, else its line."""
+        return f"{self.file}:{self.line}" if self.key is None else f"{self.file}: episode {self.key!r}"
 
 
 @dataclass
@@ -75,6 +76,7 @@ class LogFiles:
 
     records: list[Record] = field(default_factory=list)
     layouts: dict[str, str] = field(default_factory=dict)  # file → layout
+    readings: Counter = field(default_factory=Counter)  # what the layouts read in a way to know of
 
     @property
     def layout(self) -> str:
@@ -93,9 +95,10 @@ def read_files(source: LogSource) -> LogFiles:
     files = [path] if fs.isfile(path) else _folder_files(fs, path, source.path)
     read = LogFiles()
     for name in files:
-        layout, records = _file_records(fs, name, source)
+        layout, records = _file_records(fs, name, source, read.readings)
         read.layouts[name] = layout
         read.records.extend(records)
+    read.readings[BARE_LISTS] += sum(r.kind == "bare list" for r in read.records)
     return read
 
 
@@ -114,7 +117,7 @@ def _is_log_file(relative: str) -> bool:
     return not hidden and os.path.basename(relative).lower().removesuffix(".gz").endswith(LOG_SUFFIXES)
 
 
-def _file_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
+def _file_records(fs, path: str, source: LogSource, readings: Counter) -> tuple[str, list[Record]]:
     if path.lower().removesuffix(".gz").endswith(".parquet"):
         return _parquet_records(fs, path, source)
     with fs.open(path, "rb", compression="infer") as f:
@@ -128,19 +131,21 @@ def _file_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
     try:
         whole = json.loads(text)
     except json.JSONDecodeError as error:
-        return _lines_or_transcript(path, text, error, source)
+        return _lines_or_transcript(path, text, error, source, readings)
     return _json_records(path, whole, source)
 
 
-def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError, source: LogSource
-                         ) -> tuple[str, list[Record]]:
-    """JSONL where any of the first lines is a JSON object; else broken JSON, or a transcript."""
+def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError, source: LogSource,
+                         readings: Counter) -> tuple[str, list[Record]]:
+    """JSONL where any of the first lines is a JSON object or list; else broken JSON, or text."""
     lines = text.splitlines()
-    if not any(_is_json_object(line) for line in [row for row in lines if row.strip()][:20]):
+    if not any(_is_json_record(line) for line in [row for row in lines if row.strip()][:20]):
         if text.lstrip()[0] in "[{":  # JSON that does not parse: say where
             raise LogFormatError(f"{path}: not valid JSON ({whole_error.msg} at line {whole_error.lineno}, column "
                                  f"{whole_error.colno})") from None
-        return _transcripts(path, lines)
+        layout, episodes, read = text_episodes(path, text, source)
+        readings.update(read)
+        return layout, [Record(path, line, value, kind="text") for line, value in episodes]
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -152,39 +157,17 @@ def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError
     return _grouped_steps("JSONL, one episode per line", "JSONL, one step per line", records, source)
 
 
-def _is_json_object(line: str) -> bool:
+def _is_json_record(line: str) -> bool:
     try:
-        return isinstance(json.loads(line), Mapping)
+        return isinstance(json.loads(line), (Mapping, list))
     except json.JSONDecodeError:
         return False
 
 
-def _transcripts(path: str, lines: list[str]) -> tuple[str, list[Record]]:
-    """One transcript, or several each ending at a STATUS line (the module's rule)."""
-    if not any(STATUS_LINE.match(row) for row in lines):
-        return "text transcript", [Record(path, 1, {TRANSCRIPT_KEY: "\n".join(lines)})]
-    records, rows, first, state = [], [], None, None  # state: None, "status" (just ended), "reflection"
-    for number, row in enumerate(lines, start=1):
-        status = STATUS_LINE.match(row)
-        if status:
-            records.append(Record(path, first or number, {TRANSCRIPT_KEY: "\n".join(rows),
-                                                          "success": status.group(1) == "OK"}))
-            rows, first, state = [], None, "status"
-        elif state == "status" and REFLECTION_LINE.match(row):
-            state = "reflection"  # it runs to the next empty line
-        elif state is not None and not row.strip():
-            state = "status" if state == "status" else None
-        elif state != "reflection" and not HARNESS_LINE.match(row) and (rows or row.strip()):
-            rows.append(row)
-            first, state = first or number, None
-    if "\n".join(rows).strip():
-        raise LogFormatError(f"{path}:{first}: a transcript after the last STATUS line has no STATUS of its own; "
-                             "end it with 'STATUS: OK' or 'STATUS: FAIL', or cut it")
-    return "text transcripts, each ending at a STATUS line", records
-
-
 def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[Record]]:
     if isinstance(whole, list):
+        if whole and all(is_turn(turn) for turn in whole):
+            return "one bare list of messages", [Record(path, 1, whole, kind="bare list")]
         return _grouped_steps("JSON array of episodes", "JSON array of steps",
                               [Record(path, i, value) for i, value in enumerate(whole, start=1)], source)
     if not isinstance(whole, Mapping):
@@ -193,7 +176,7 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
     if _is_episode(whole, source):
         return "one JSON episode", [Record(path, 1, whole)]
     if len(whole) == 1 and isinstance(next(iter(whole.values())), list) \
-            and not all(_is_turn(turn) for turn in next(iter(whole.values()))):
+            and not all(is_turn(turn) for turn in next(iter(whole.values()))):
         (key, values), = whole.items()
         return _grouped_steps(f"JSON object {{{key!r}: [episodes]}}", f"JSON object {{{key!r}: [steps]}}",
                               [Record(path, i, value) for i, value in enumerate(values, start=1)], source)
@@ -213,56 +196,27 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
         return "JSON object of groups of episodes keyed by id", records
     if values and all(isinstance(value, (Mapping, list)) for value in values):
         return "JSON object of episodes keyed by id", [
-            Record(path, i, value if isinstance(value, Mapping) else {TURN_KEYS[0]: value}, key=key)
+            Record(path, i, value, key=key, kind="json" if isinstance(value, Mapping) else "bare list")
             for i, (key, value) in enumerate(whole.items(), start=1)]
     return "one JSON episode", [Record(path, 1, whole)]  # its turn key unnamed yet: log_turns says which to name
 
 
-def _is_turn(value: Any) -> bool:
-    """A turn of a conversation (from/value or role/content), not an episode."""
-    return isinstance(value, Mapping) and ("from" in value or "role" in value) and ("value" in value
-                                                                                  or "content" in value)
-
-
 def _is_episode(value: Mapping, source: LogSource | None = None) -> bool:
     named = None if source is None else source.fields.get("conversations")
-    return any(key in value for key in (*TURN_KEYS, TRANSCRIPT_KEY, *([named] if named else [])))
+    return any(key in value for key in (*TURN_KEYS, TRANSCRIPT_KEY)) or (named is not None and has(value, named))
 
 
 def _grouped_steps(episodes: str, steps: str, records: list[Record], source: LogSource | None = None
                    ) -> tuple[str, list[Record]]:
-    """``records`` as they are, or — where every one is a step (``observation`` and ``action``,
-    whatever else it holds, a prompt's messages included) — grouped into one record per episode
-    by ``fields["episode_id"]`` or the first of STEP_EPISODE_KEYS they all hold, in order of
-    ``t`` where given."""
-    values = [r.value for r in records if isinstance(r.value, Mapping)]
-    if not values or len(values) < len(records) or not all("observation" in v and "action" in v for v in values):
-        return episodes, records
-    named = None if source is None else source.fields.get("episode_id")
-    key = named or next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)
-    if key is None or not all(key in v for v in values):
-        raise LogFormatError(f"{records[0].file}: records of single steps (observation, action) but no key that "
-                             f"groups them into episodes: give each one of {', '.join(STEP_EPISODE_KEYS)}, or name "
-                             "it with --fields episode_id=KEY")
+    """``records`` as they are (a list of messages marked a bare list), or — where every one is a
+    step — one record per episode (log_steps.py)."""
+    grouped = grouped_steps(records, source)
+    if grouped is not None:
+        return steps, grouped
     for record in records:
-        for column in ("observation", "action"):
-            if not isinstance(record.value[column], str):
-                raise LogFormatError(f"{record.file}:{record.line}: {column}: expected a string, got "
-                                     f"{type(record.value[column]).__name__}; every step needs its {column} text")
-        if record.value.get("t") is not None and not isinstance(record.value["t"], int):
-            raise LogFormatError(f"{record.file}:{record.line}: t: expected an integer step, got "
-                                 f"{type(record.value['t']).__name__}")
-    grouped: dict[Any, list[Record]] = {}
-    for record in records:
-        grouped.setdefault(_hashable(record.value[key]), []).append(record)
-    for rows in grouped.values():
-        rows.sort(key=lambda r: r.value.get("t") if r.value.get("t") is not None else 0)  # stable: file order else
-    return steps, [Record(rows[0].file, rows[0].line, episode_of_steps([r.value for r in rows], key),
-                          key=rows[0].value[key]) for rows in grouped.values()]
-
-
-def _hashable(value: Any) -> Any:
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+        if isinstance(record.value, list) and record.value and all(is_turn(turn) for turn in record.value):
+            record.kind = "bare list"
+    return episodes, records
 
 
 def _parquet_records(fs, path: str, source: LogSource) -> tuple[str, list[Record]]:
@@ -293,35 +247,6 @@ def is_trajectories(columns: list[str]) -> bool:
 TRAJECTORY_NAMES = {"behavior_logprob": "logprob", "action_valid": "valid"}  # trajectories → step-table columns
 
 
-def episode_of_steps(steps: list[Mapping], episode_key: str = "episode") -> dict:
-    """One episode's step rows (``observation``, ``action``, ``reward``, optional ``response``,
-    ``logprob``, ``admissible``, ``valid``, ``next_observation``, ``t``; per episode ``success``,
-    ``done`` on its last row and ``task_description``, ``policy``, ``task``, ``variation``,
-    ``seed`` on its first) as an episode record of the JSONL format."""
-    steps = [{k: v for k, v in row.items() if v is not None} for row in steps]
-    turns = []
-    for i, step in enumerate(steps):
-        turn = {"from": "gpt", "value": step.get("response", step["action"]), "action": step["action"]}
-        for key in ("reward", "logprob", "admissible", "valid"):
-            if key in step:
-                turn[key] = step[key]
-        following = steps[i + 1]["observation"] if i + 1 < len(steps) else None
-        if "next_observation" in step and following is not None and step["next_observation"] != following:
-            turn["next_observation"] = step["next_observation"]
-        turns += [{"from": "human", "value": step["observation"]}, turn]
-    first, last = steps[0], steps[-1]
-    if "next_observation" in last:
-        turns.append({"from": "human", "value": last["next_observation"]})
-    record = {"conversations": turns, **{key: first[key] for key in ("task_description", "policy", "task",
-                                                                     "variation", "seed") if key in first}}
-    for key in ("success", "done"):
-        if key in last:
-            record[key] = last[key]
-    if isinstance(first.get(episode_key), int) and not isinstance(first.get(episode_key), bool):
-        record["item_id"] = first[episode_key]
-    return record
-
-
 def _dataset_records(source: LogSource) -> LogFiles:
     import datasets
 
@@ -337,7 +262,8 @@ def _dataset_records(source: LogSource) -> LogFiles:
     layout, records = _grouped_steps("Hugging Face dataset of episodes", "Hugging Face dataset of steps",
                                      [Record(source.path, row, value) for row, value in enumerate(loaded, start=1)],
                                      source)
-    return LogFiles(records, {source.path: layout})
+    return LogFiles(records, {source.path: layout}, Counter({BARE_LISTS: sum(r.kind == "bare list"
+                                                                            for r in records)}))
 
 
 def cached_dataset(source: LogSource):

@@ -2,8 +2,11 @@
 they were read, and written back out.
 
 Where the records come from — a file or folder of JSONL, JSON, text transcripts or Parquet, a
-Hugging Face dataset — is log_files.py; how one record becomes steps (turn and outcome keys,
-transcripts, thoughts, preambles) is log_turns.py. An episode of the conversation formats::
+Hugging Face dataset — is log_files.py (text split into episodes: log_text.py; step rows:
+log_steps.py); where a record's turns are and how they read is log_turns.py; how they become
+steps with their outcome (thoughts, preambles, running scores) is log_episode.py; what the
+episodes say as a whole (one action for every step, harness lines, options that change
+nothing) is log_checks.py. An episode of the conversation formats::
 
     {"item_id": 7, "policy": "agent-a", "task": "shop", "variation": 3, "seed": 0,
      "task_description": "Buy a red mug under $10",
@@ -16,8 +19,9 @@ transcripts, thoughts, preambles) is log_turns.py. An episode of the conversatio
      "reward": 1.0, "success": true, "done": true}
 
 Every problem is reported with file, line (1-based; the item of an array, the row of a
-dataset) and field, all problems of the logs in one :class:`LogFormatError`, before anything
-is written. Episodes are numbered by their integer ids where every episode has a distinct one,
+dataset) or the episode's key where its layout gives one, and field, all problems of the logs
+in one :class:`LogFormatError`, before anything is written; a file that is no trajectory log
+(a debug log) is refused as such. Episodes are numbered by their integer ids where every episode has a distinct one,
 else in the order read.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -36,8 +41,11 @@ import pyarrow.compute as pc
 from ..specs import LogSource
 from . import TRAJECTORIES, behaviour_rows, check_output, read_table, table_from_rows, write_table
 from .io import atomic_open
+from .log_checks import check_actions, check_fields, check_options, repeated_lines
+from .log_episode import count_lines, step_rewards, steps_of
 from .log_files import LogFormatError, Unreadable, cached_dataset, is_trajectories, read_files
-from .log_turns import Counts, Problems, count_lines, outcome_keys, steps_of
+from .log_turns import TURN_KEYS, Counts, Problems
+from .log_values import outcome_keys
 
 MAX_LISTED_PROBLEMS = 20
 SUMMARY_FILE = "import.json"  # beside an imported trajectories file
@@ -98,26 +106,34 @@ def inspect_logs(source: LogSource, *, cell: str) -> tuple[pa.Table, ImportSumma
             raise LogFormatError(f"{source.path}: no behaviour rows (source = 'behavior')")
         index = table.schema.get_field_index("cell")
         table = table.set_column(index, table.schema.field(index), pa.array([cell] * table.num_rows, pa.string()))
-        return table, _summary(source, table, "ADWM trajectories Parquet", {"trajectories": "as written"}, Counts())
+        return table, _summary(source, table, "ADWM trajectories Parquet", {"trajectories": "as written"}, Counter())
     files = read_files(source)
     problems, counts = Problems(), Counts()
-    keys, ambiguities = outcome_keys([r.value for r in files.records], source)
+    episodes_read = [(record, _episode_value(record)) for record in files.records]
+    values = [value for _, value in episodes_read if isinstance(value, Mapping)]
+    keys, ambiguities = outcome_keys(values, source)
+    rewards, going_down = step_rewards([(r.at, v) for r, v in episodes_read if isinstance(v, Mapping)], source, keys)
     for message in ambiguities:
-        problems.add(source.path, 0, "(outcome)", message)
+        problems.add(source.path, "(outcome)", message)
+    for at, message in going_down:
+        problems.add(at, "(reward per step)", message)
+    check_fields(values, source, problems)
     episodes = []
-    for record in files.records if not ambiguities else ():
-        if isinstance(record.value, Unreadable):
-            problems.add(record.file, record.line, "(line)", record.value.reason)
-        elif not isinstance(record.value, Mapping):
-            problems.add(record.file, record.line, "(line)", f"an episode is a JSON object, got "
-                         f"{type(record.value).__name__}")
+    for record, value in episodes_read if not problems.found else ():
+        if isinstance(value, Unreadable):
+            problems.add(record.at, "(line)", value.reason)
+        elif not isinstance(value, Mapping):
+            problems.add(record.at, "(line)", f"an episode is a JSON object or a list of messages, got "
+                         f"{type(value).__name__} {value!r:.40}: this is no episode; remove it")
         else:
-            steps = steps_of(record.value, source, keys, counts, problems, record.file, record.line)
+            steps = steps_of(value, source, keys, rewards, counts, problems, record.at, record.line, record.kind)
             if steps:
-                episodes.append((record.key if record.key is not None else record.value.get(source.key("episode_id")),
-                                 steps))
+                episodes.append((record.key if record.key is not None else value.get(source.key("episode_id")), steps))
     if not episodes and not problems.found:
-        problems.add(source.path, 0, "(file)", "holds no episode")
+        problems.add(source.path, "(file)", "holds no episode with a step: is it an empty list, or the wrong file?")
+    if not problems.found:  # what the episodes say as a whole, once each of them reads
+        check_actions([step["action"] for _, steps in episodes for step in steps], source, problems)
+        check_options(source, counts, files.readings, problems)
     _raise_any(problems)
     ids = [i for i, _ in episodes]
     if not (all(isinstance(i, int) and not isinstance(i, bool) for i in ids) and len(set(ids)) == len(ids)):
@@ -126,7 +142,15 @@ def inspect_logs(source: LogSource, *, cell: str) -> tuple[pa.Table, ImportSumma
     table = table_from_rows(rows, TRAJECTORIES)
     mapping = {"conversations": ", ".join(sorted(counts.turn_keys)), "reward": keys.reward,
                "success": keys.success, "thoughts": source.thoughts}
-    return table, _summary(source, table, files.layout, mapping, counts)
+    readings = files.readings + count_lines(counts, source.thoughts)
+    readings.update(repeated_lines([steps[0]["observation"] for _, steps in episodes],
+                                   [step["next_observation"] for _, steps in episodes for step in steps]))
+    return table, _summary(source, table, files.layout, mapping, readings)
+
+
+def _episode_value(record) -> object:
+    """The record's episode: a bare list of messages becomes ``{"conversations": [...]}``."""
+    return {TURN_KEYS[0]: record.value} if record.kind == "bare list" else record.value
 
 
 def _is_trajectories(path: str) -> bool:
@@ -151,7 +175,7 @@ def _raise_any(problems: Problems) -> None:
                              + (f"\n  … and {more} more" if more else ""))
 
 
-def _summary(source: LogSource, table: pa.Table, layout: str, mapping: dict, counts: Counts) -> ImportSummary:
+def _summary(source: LogSource, table: pa.Table, layout: str, mapping: dict, readings: Counter) -> ImportSummary:
     successes: dict[int, bool] = {}
     totals: dict[int, float] = {}
     for episode, reward, success in zip(*(table[c].to_pylist() for c in ("episode", "reward", "success"))):
@@ -160,7 +184,7 @@ def _summary(source: LogSource, table: pa.Table, layout: str, mapping: dict, cou
     first = table.filter(pc.equal(table["episode"], next(iter(totals))))
     first = first.select(["t", "observation", "action", "reward"])
     return ImportSummary(source.path, layout, mapping, len(totals), table.num_rows, sum(successes.values()),
-                         (min(totals.values()), max(totals.values())), dict(count_lines(counts, source.thoughts)),
+                         (min(totals.values()), max(totals.values())), {what: n for what, n in readings.items() if n},
                          first.to_pylist())
 
 

@@ -1,0 +1,118 @@
+"""What the imported episodes say about how they were read, checked before anything is written.
+
+- **One action for nearly every step.** In logs of ``LEAST_STEPS_CHECKED`` steps or more, an
+  action string that is ``DEGENERATE_SHARE`` of the steps or more (or the only one) means the
+  agent's lines were not found — RAFA's critic log writes "OK." for every action. Refused, with
+  the string and its share, unless ``LogSource.allow_degenerate``.
+- **Lines the harness repeats.** A short line (up to ``LONGEST_REPEATED`` characters; a room's
+  description is longer) found in the first observation of many episodes (at least
+  ``REPEATED_LEAST`` and ``REPEATED_SHARE`` of them) beside other lines, never in the
+  environment's answer to an action (where a room's description would recur), and not the
+  task's own line ("Your task is to: …"), is likely the harness's ("Here is the task:", a
+  memory header, a placeholder): reported with its count and the ``--strip`` pattern that
+  removes it, digits read as any.
+- **Options that change nothing.** A ``fields`` key no episode, turn or step row holds (checked
+  before the episodes are read), a ``--strip`` pattern that matches no line,
+  ``--step-observation`` without step rows, ``--reward`` without rewards per step,
+  ``--outcome-line`` that matches nothing: each is refused, never ignored.
+- **Openings it cannot tell.** Episodes whose opening may be an instruction or the first step
+  (log_episode.preamble_length) are refused together, with the flag that settles them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ..specs import LogSource
+from .log_steps import STEP_ROWS_KEY
+from .log_text import FROM_OUTCOME_LINE, TASK_LINE
+from .log_turns import Counts, Problems, raw_turns
+from .log_values import has
+
+LEAST_STEPS_CHECKED = 10
+DEGENERATE_SHARE = 0.9
+REPEATED_LEAST = 3
+REPEATED_SHARE = 0.3
+REPEATED_SHOWN = 5
+SHORTEST_REPEATED = 3  # characters: shorter lines ("OK.", "--") are not worth a report
+LONGEST_REPEATED = 80
+REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def check_actions(actions: Sequence[str], source: LogSource, problems: Problems) -> None:
+    """Refuse logs whose steps nearly all take one action (the module's rule)."""
+    if source.allow_degenerate or len(actions) < LEAST_STEPS_CHECKED:
+        return
+    action, n = Counter(actions).most_common(1)[0]
+    if n / len(actions) >= DEGENERATE_SHARE:
+        problems.add(source.path, "(actions)", f"one action string, {action!r:.60}, is {n} of {len(actions)} steps "
+                     f"({n / len(actions):.0%}): a world model learns nothing of what actions do from it. Check which "
+                     "lines are the agent's (--agent-prefix, --fields), or import the logs as they are with "
+                     "--allow-degenerate")
+
+
+def repeated_lines(first_observations: Sequence[str], answers: Sequence[str]) -> Counter:
+    """Summary lines for the lines repeated across many episodes' first observations and never
+    in an environment's answer (``answers``: the observations after each action), each with the
+    number of episodes that hold it."""
+    answered = {row.strip() for text in answers for row in text.splitlines()}
+    held, shown = Counter(), {}
+    for text in first_observations:
+        rows = {row.strip() for row in text.splitlines() if row.strip()}
+        if len(rows) < 2:
+            continue  # a line that is the whole observation is the environment's answer
+        patterns = {_pattern(row): row for row in rows - answered if SHORTEST_REPEATED <= len(row) <= LONGEST_REPEATED
+                    and not TASK_LINE.match(row)}
+        held.update(list(patterns))
+        for pattern, row in patterns.items():
+            shown.setdefault(pattern, row)
+    least = max(REPEATED_LEAST, REPEATED_SHARE * len(first_observations))
+    common = [(pattern, n) for pattern, n in held.most_common() if n >= least][:REPEATED_SHOWN]
+    return Counter({f"first observations holding the line {shown[pattern]!r} (harness text? --strip '{pattern}' "
+                    "removes it)": n for pattern, n in common})
+
+
+def _pattern(row: str) -> str:
+    """A regular expression that matches ``row`` whole, any number in place of its numbers."""
+    return re.sub(r"\d+", r"\\d+", REGEX_SPECIAL.sub(r"\\\1", row))
+
+
+def check_fields(episodes: Sequence[Any], source: LogSource, problems: Problems) -> None:
+    """Refuse a ``fields`` key that no episode, turn or step row holds: it would change nothing."""
+    missing = [(role, key) for role, key in source.fields.items()
+               if not any(has(value, key) or any(has(turn, key) for turn in raw_turns(value, source))
+                          for value in episodes)]
+    if not missing:
+        return
+    keys = [key for value in episodes[:20] for key in value if key != STEP_ROWS_KEY]
+    keys += [key for value in episodes[:20] for turn in raw_turns(value, source)[:1] for key in turn]
+    shown = ", ".join(map(str, list(dict.fromkeys(keys))[:12]))
+    for role, key in missing:
+        problems.add(source.path, f"--fields {role}={key}", f"no episode, turn or step holds {key!r}, so this changes "
+                     f"nothing; keys of the episodes and their turns: {shown} (a nested one as a dotted path, a.b)")
+
+
+def check_options(source: LogSource, counts: Counts, file_readings: Counter, problems: Problems) -> None:
+    """Refuse reading options that changed nothing, and openings that could not be told."""
+    for pattern in source.strip:
+        if f"strip:{pattern}" not in counts.used:
+            problems.add(source.path, f"--strip {pattern!r}", "matched no observation line, so it changes nothing; "
+                         "it must match a whole line (its spaces at either end aside)")
+    if source.step_observation is not None and "step_observation" not in counts.used:
+        problems.add(source.path, "--step-observation", "these logs hold no step rows (records with an 'observation' "
+                     "and an 'action'), so it changes nothing; leave it out")
+    if source.rewards is not None and "rewards" not in counts.used:
+        problems.add(source.path, "--reward", "no turn or step of these logs holds a reward of its own, so it changes "
+                     "nothing; name the key that does with --fields reward=KEY, or leave it out")
+    if source.outcome_line is not None and not file_readings[FROM_OUTCOME_LINE]:
+        problems.add(source.path, "--outcome-line", f"{source.outcome_line!r} matched no line of a text episode (it "
+                     "reads text files only; its first group is the reward or true/false), so it changes nothing")
+    if counts.unsure_openings:
+        where = counts.unsure_openings
+        problems.add(where[0], "(opening)", f"{len(where)} episode(s) open with a user turn the agent answers with "
+                     "an acknowledgement ('OK'), and the turns do not tell whether that opening is an instruction "
+                     "(no step) or the first observation (the acknowledgement a step): say which with "
+                     "--preamble-turns 2 (or 3 after a system turn) or --preamble-turns 0")

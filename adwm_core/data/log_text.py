@@ -1,0 +1,226 @@
+"""Plain-text logs split into episodes, each with the outcome the text gives it.
+
+A text file holds one transcript or several. A new episode begins
+
+- after a line ``STATUS: OK`` or ``STATUS: FAIL``, which ends the one before and is its success
+  (Reflexion's ALFWorld run logs); the lines after it up to the next empty line, where they
+  open with "New plan:", "Reflection:" or "Plan:", are a reflection and belong to no episode;
+- at a section header: a line that opens with three or more of one mark (``-----``,
+  ``#####``, ``=====``, ``*****``), a line of ``#`` alone or an ``Environment #N:`` line, and
+  any lines enclosed between two rule lines with no empty line between them (``BEGIN TRIAL 2``).
+  Headers belong to no episode; text between two headers in which the agent never speaks (a
+  harness's "Environment #3: Success" stub) is no episode either, and is counted;
+- at a new task, once the episode holds an agent line: a ``Question:`` or ``Task:`` line, or
+  one that opens "Your task is to", with the paragraph it starts (the lines since the last
+  empty one);
+- where ReAct's numbering goes back (``Thought 1:`` after ``Observation 3:``, or after
+  ``Observation 1:``), with the paragraph before it (the question).
+
+Never are two tasks read as one episode. The outcome of an episode is its STATUS line; else the
+line ``LogSource.outcome_line`` (a regular expression whose first group is a reward or a
+success flag) matches in it; else the last section header above it, where that header names
+one outcome ("BEGIN CORRECT AGENTS": a success; INCORRECT, FAIL, HALTED: a failure). Each
+such reading is counted in the import summary.
+
+A file that opens with Python logging records (``2024-03-21 20:13:37,532 - INFO - …``) is a
+debug log, not a trajectory log, and is refused as such.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..specs import LogSource
+from .log_values import LogFormatError, as_number, flag
+
+TRANSCRIPT_KEY = "transcript"  # a text block of turns; where a plain-text file's content is kept
+STATUS_LINE = re.compile(r"^\s*STATUS:\s*(OK|FAIL)\s*$")
+REFLECTION_LINE = re.compile(r"^\s*(New plan|Reflection|Plan)\s*:", re.IGNORECASE)  # after a STATUS line
+HARNESS_LINE = re.compile(r"^\s*(#+|Environment #\d+:)\s*$")
+RULE_LINE = re.compile(r"^\s*([-=#*~_])\1\1")
+TASK_LINE = re.compile(r"^\s*((question|task)\s*\d*\s*:|your task is to\b)", re.IGNORECASE)
+NUMBERED_LABEL = re.compile(r"^\s*(thought|action|observation)\s*(\d+)\s*:", re.IGNORECASE)
+LABEL_ORDER = {"thought": 0, "action": 1, "observation": 2}  # within one number of ReAct's cycle
+ACTION_LABEL = re.compile(r"^\s*action\s*\d*\s*:", re.IGNORECASE)
+SUCCESS_WORDS = re.compile(r"\b(correct|success|successful|succeeded|solved|passed)\b", re.IGNORECASE)
+FAILURE_WORDS = re.compile(r"\b(incorrect|wrong|fail|failed|failure|halted|unsolved|unsuccessful)\b", re.IGNORECASE)
+LOG_RECORD = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:")
+LEAST_LOG_RECORDS = 3
+
+SPLIT_AT = {"task": "episodes begun in text at a new task (a 'Question:', 'Task:' or 'Your task is to' line)",
+            "numbering": "episodes begun in text where ReAct's numbering restarts",
+            "header": "episodes in text ended at a section header (a rule of -, =, # or *)"}
+STUBS = "text blocks between section headers in which the agent never speaks (placeholders), dropped"
+FROM_SECTION = "episodes whose success is read from their section header (CORRECT / INCORRECT / FAIL / HALTED)"
+FROM_OUTCOME_LINE = "episodes whose outcome is read from the line --outcome-line matches"
+
+
+@dataclass
+class _Episode:
+    """An episode being read: its (line number, text) rows and what is known of it."""
+
+    rows: list[tuple[int, str]] = field(default_factory=list)
+    section: bool | None = None  # the outcome its section header names
+    agent_spoke: bool = False
+    last_label: tuple[int, int] = (0, -1)  # (number, place in thought → action → observation) of the last one
+    ended_at: int = 1  # the line of its STATUS, for an episode without a line of its own
+
+    def text(self) -> str:
+        return "\n".join(row for _, row in self.rows)
+
+
+def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tuple[int, dict]], Counter]:
+    """The layout, the episodes of a text file as (first line, record) and the readings to count
+    (the module's rule)."""
+    lines = text.splitlines()
+    _refuse_debug_log(path, lines)
+    headers, readings = _header_lines(lines), Counter()
+    has_status = any(STATUS_LINE.match(row) for row in lines)
+    done: list[tuple[_Episode, bool | None, bool]] = []  # each episode with its STATUS, and whether a stub
+    current, section, state = _Episode(), None, None  # state after a STATUS line: status | reflection
+
+    def close(status: bool | None = None, at_header: bool = False) -> None:
+        nonlocal current
+        if status is not None or current.agent_spoke or (not at_header and current.text().strip()):
+            done.append((current, status, False))
+            readings[SPLIT_AT["header"]] += at_header and current.agent_spoke
+        elif current.text().strip():
+            done.append((current, None, True))
+        current = _Episode(section=section)
+
+    for index, row in enumerate(lines):
+        number, status = index + 1, STATUS_LINE.match(row)
+        if status:
+            current.ended_at = number
+            close(status.group(1) == "OK")
+            state = "status"
+        elif state == "status" and REFLECTION_LINE.match(row):
+            state = "reflection"  # it runs to the next empty line
+        elif state == "reflection":
+            state = None if not row.strip() else state
+        elif index in headers:
+            section = _section_outcome(row) if RULE_LINE.match(row) else None
+            close(at_header=True)
+        else:
+            boundary = _boundary(current, row, source)
+            if boundary is not None:
+                moved = _paragraph_before(current, source)
+                close()
+                current.rows = moved
+                readings[SPLIT_AT[boundary]] += 1
+            if current.rows or row.strip():
+                current.rows.append((number, row))
+                state = None
+            _note_turn_line(current, row, source)
+    if current.text().strip():
+        if has_status:
+            raise LogFormatError(f"{path}:{current.rows[0][0]}: a transcript after the last STATUS line has no STATUS "
+                                 "of its own; end it with 'STATUS: OK' or 'STATUS: FAIL', or cut it")
+        close()
+    if any(not stub for _, _, stub in done):  # else no block has an agent line: each is kept, to be refused
+        readings[STUBS] += sum(stub for _, _, stub in done)
+        done = [entry for entry in done if not entry[2]]
+    records = [(episode.rows[0][0] if episode.rows else episode.ended_at, _record(episode, status, source, readings))
+               for episode, status, _ in done]
+    return _layout(len(records), has_status, readings), records, readings
+
+
+def _record(episode: _Episode, status: bool | None, source: LogSource, readings: Counter) -> dict:
+    record: dict = {TRANSCRIPT_KEY: episode.text()}
+    if status is not None:
+        record["success"] = status
+    if source.outcome_line is not None:
+        match = next((m for _, row in episode.rows if (m := re.search(source.outcome_line, row))), None)
+        if match is not None:
+            value = match.group(1) if match.groups() else match.group(0)
+            number, _ = as_number(value)
+            if number is not None:
+                record["reward"] = number
+            elif flag(value) is not None:
+                record["success"] = flag(value)
+            readings[FROM_OUTCOME_LINE] += number is not None or flag(value) is not None
+    if "success" not in record and "reward" not in record and episode.section is not None:
+        record["success"] = episode.section
+        readings[FROM_SECTION] += 1
+    return record
+
+
+def _layout(episodes: int, has_status: bool, readings: Counter) -> str:
+    split = [name for name, what in (("section headers", SPLIT_AT["header"]), ("new tasks", SPLIT_AT["task"]),
+                                     ("restarted numbering", SPLIT_AT["numbering"])) if readings[what]]
+    if has_status and not split:
+        return "text transcripts, each ending at a STATUS line"
+    if episodes <= 1 and not split:
+        return "text transcript"
+    return "text transcripts, split at " + ", ".join((["STATUS lines"] if has_status else []) + split)
+
+
+def _refuse_debug_log(path: str, lines: list[str]) -> None:
+    opening = next((row for row in lines if row.strip()), "")
+    records = sum(1 for row in lines if LOG_RECORD.match(row))
+    if LOG_RECORD.match(opening) and records >= LEAST_LOG_RECORDS:
+        raise LogFormatError(f"{path}: not a trajectory log: a debug log, {records} of its lines are logging records "
+                             f"({opening.strip()[:70]!r}…) with prompts and program state between them. Write the "
+                             "agent's episodes out — JSONL turns with an outcome, or a transcript whose agent lines "
+                             "start with '> ' and end at 'STATUS: OK|FAIL' — and import that")
+
+
+def _header_lines(lines: list[str]) -> set[int]:
+    """The indices of header lines: rules, harness lines, and lines enclosed between two rules
+    with no empty line between."""
+    headers = {i for i, row in enumerate(lines) if RULE_LINE.match(row) or HARNESS_LINE.match(row)}
+    for i in sorted(i for i in headers if RULE_LINE.match(lines[i])):
+        j = i + 1
+        while j < len(lines) and lines[j].strip() and j not in headers:
+            j += 1
+        if j < len(lines) and j in headers and RULE_LINE.match(lines[j]):
+            headers.update(range(i + 1, j))
+    return headers
+
+
+def _section_outcome(row: str) -> bool | None:
+    success, failure = SUCCESS_WORDS.search(row), FAILURE_WORDS.search(row)
+    return None if bool(success) == bool(failure) else bool(success)
+
+
+def _is_agent_line(row: str, source: LogSource) -> bool:
+    return row.startswith(source.agent_prefix) or row.rstrip() == source.agent_prefix.rstrip() \
+        or ACTION_LABEL.match(row) is not None
+
+
+def _note_turn_line(episode: _Episode, row: str, source: LogSource) -> None:
+    episode.agent_spoke = episode.agent_spoke or _is_agent_line(row, source)
+    label = NUMBERED_LABEL.match(row)
+    if label is not None:
+        episode.last_label = _place(label)
+
+
+def _boundary(episode: _Episode, row: str, source: LogSource) -> str | None:
+    """The boundary ``row`` opens (task | numbering), where the episode already holds an agent line."""
+    if not episode.agent_spoke:
+        return None
+    if TASK_LINE.match(row):
+        return "task"
+    label = NUMBERED_LABEL.match(row)
+    if label is not None and _place(label) < episode.last_label:  # "Thought 1:" after "Observation 3:"
+        return "numbering"
+    return None
+
+
+def _place(label: re.Match) -> tuple[int, int]:
+    return int(label.group(2)), LABEL_ORDER[label.group(1).lower()]
+
+
+def _paragraph_before(episode: _Episode, source: LogSource) -> list[tuple[int, str]]:
+    """The rows of the paragraph that ends ``episode`` so far, taken out of it: the opening of
+    the task that begins at the next line (none where it runs on from the agent's last line)."""
+    start = len(episode.rows)
+    while start and episode.rows[start - 1][1].strip() and not _is_agent_line(episode.rows[start - 1][1], source) \
+            and not NUMBERED_LABEL.match(episode.rows[start - 1][1]):
+        start -= 1
+    if start and episode.rows[start - 1][1].strip():
+        return []  # no empty line between the agent's last line and this one: it answers that line
+    moved, episode.rows = episode.rows[start:], episode.rows[:start]
+    return moved
