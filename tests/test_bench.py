@@ -1,0 +1,80 @@
+"""The bench's rules (bench/adoption.py, bench/ledger.py): which cells count, when a candidate is
+adopted, and when a test batch stops being a test."""
+
+import numpy as np
+import pytest
+
+from bench.adoption import MIN_CELLS, CellFigures, decide, split_pairs
+
+GROUPS = ("textworld", "textworld-express", "hotpotqa", "webshop")
+
+
+def bench(deltas_rho, deltas_nmae=None, deltas_coverage=None, split=5, groups=GROUPS):
+    """Cells whose candidate differs from the default by the given deltas, one cell a delta."""
+    n = len(deltas_rho)
+    deltas_nmae = deltas_nmae if deltas_nmae is not None else [0.0] * n
+    deltas_coverage = deltas_coverage if deltas_coverage is not None else [0.0] * n
+    cells = {}
+    for i, (d_rho, d_nmae, d_coverage) in enumerate(zip(deltas_rho, deltas_nmae, deltas_coverage)):
+        default = {"rho": 0.5, "nmae": 0.5, "coverage": 0.5}
+        candidate = {"rho": 0.5 + d_rho, "nmae": 0.5 + d_nmae, "coverage": 0.5 + d_coverage}
+        cells[f"cell-{i}"] = CellFigures(groups[i % len(groups)], split, default, candidate)
+    return cells
+
+
+def test_a_pair_is_split_when_its_difference_clears_its_own_noise():
+    points = [{"mean_return": 0.0, "stderr": 0.1}, {"mean_return": 0.3, "stderr": 0.1},
+              {"mean_return": 0.2, "stderr": 0.0}]
+    # 0 vs 0.3: 0.3 > 1.96·0.141 = 0.277, split; 0 vs 0.2: 0.2 > 0.196, split; 0.3 vs 0.2: 0.1 < 0.196
+    assert split_pairs(points) == 2
+    assert split_pairs([{"mean_return": 1.0, "stderr": 0.0}] * 3) == 0
+
+
+def test_a_candidate_better_on_ranking_everywhere_is_adopted():
+    verdict = decide(bench([0.1, 0.2, 0.1, 0.15] * 3))
+    assert verdict.adopt, verdict.reasons
+    assert len(verdict.counted) == 12 and verdict.means["rho"][1] > 0
+
+
+def test_a_noisy_gain_whose_interval_reaches_zero_is_not_adopted():
+    verdict = decide(bench([0.6, -0.5, 0.4, -0.3, 0.5, -0.4, 0.3, -0.2, 0.4, -0.3, 0.2, -0.1]))
+    assert verdict.means["rho"][0] > 0 and verdict.means["rho"][1] <= 0
+    assert not verdict.adopt and verdict.reasons[0].startswith("not better")
+
+
+def test_a_gain_carried_by_some_environments_and_lost_in_two_is_not_adopted():
+    # textworld and textworld-express gain a lot; hotpotqa and webshop lose a little
+    verdict = decide(bench([0.5, 0.5, -0.05, -0.05] * 3))
+    assert verdict.means["rho"][1] > 0
+    assert not verdict.adopt and any(r.startswith("not broad") for r in verdict.reasons)
+    assert sorted(g for g, d in verdict.groups.items() if d["rho"] < 0) == ["hotpotqa", "webshop"]
+    assert decide(bench([0.5, 0.5, 0.1, -0.05] * 3)).adopt  # one losing group is allowed
+
+
+def test_a_level_gain_at_no_cost_in_ranking_is_adopted_and_one_at_a_cost_is_not():
+    level = [-0.1, -0.2, -0.1, -0.15] * 3
+    assert decide(bench([0.0] * 12, deltas_nmae=level)).adopt
+    costly = decide(bench([-0.2, 0.0, -0.1, 0.0] * 3, deltas_nmae=level))
+    assert not costly.adopt and costly.reasons[0].startswith("not better")
+
+
+def test_a_gain_that_costs_coverage_is_not_adopted():
+    verdict = decide(bench([0.1, 0.2, 0.1, 0.15] * 3, deltas_coverage=[-0.1] * 12))
+    assert not verdict.adopt and any(r.startswith("coverage harmed") for r in verdict.reasons)
+
+
+def test_cells_whose_truth_splits_too_few_pairs_or_lack_a_side_do_not_count():
+    cells = bench([0.1, 0.2, 0.1, 0.15] * 3)
+    cells["flat"] = CellFigures("webshop", 2, {"rho": 0, "nmae": 0, "coverage": 0}, {"rho": 1, "nmae": 0, "coverage": 0})
+    cells["unrun"] = CellFigures("webshop", 9, {"rho": 0, "nmae": 0, "coverage": 0}, None)
+    cells["undefined"] = CellFigures("webshop", 9, {"rho": np.nan, "nmae": 0, "coverage": 0},
+                                     {"rho": 1, "nmae": 0, "coverage": 0})
+    verdict = decide(cells)
+    assert not {"flat", "unrun", "undefined"} & set(verdict.counted) and len(verdict.counted) == 12
+    too_few = decide(bench([0.3] * (MIN_CELLS - 1)))
+    assert not too_few.adopt and too_few.reasons[0].startswith("no verdict")
+
+
+@pytest.mark.parametrize("split", [0, 2])
+def test_a_bench_of_noise_cells_gives_no_verdict(split):
+    assert decide(bench([0.5] * 12, split=split)).reasons[0].startswith("no verdict")
