@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig
 from adwm_core.data import TRAJECTORIES, read_table
@@ -81,9 +83,23 @@ def default_behaviour(n_episodes: int, family: dict[str, str]):
 
 # ------------------------------------------------------------------------------------------ cells
 
-DEVELOPMENT, TEST = "local-", "test-"  # cells tuned on / cells never tuned on (deployments/TEST_CELLS.md)
-FRESH = "test-b2-"  # the second test batch; the first batch's test cells are now seen (TEST_CELLS.md)
+TEST = "test-"  # the prefix of every declared test cell's name (deployments/TEST_CELLS.md)
 ADWM = "ADWM:reward_sum"  # the estimator the tables and studies grade
+BENCH = REPO / "deployments" / "bench.yaml"  # which cells are development cells, which form test batches
+
+
+def _bench() -> dict:
+    return yaml.safe_load(BENCH.read_text())
+
+
+def development_cells() -> list[str]:
+    """Every development cell (deployments/bench.yaml): every cell whose estimator figures were read."""
+    return list(_bench()["development"])
+
+
+def test_batches() -> dict[str, list[str]]:
+    """Each declared test batch's cells (deployments/bench.yaml), by batch name."""
+    return {batch: list(entry["cells"]) for batch, entry in (_bench().get("test") or {}).items()}
 
 
 def cell_config(cell: str) -> CellConfig:

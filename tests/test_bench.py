@@ -78,3 +78,33 @@ def test_cells_whose_truth_splits_too_few_pairs_or_lack_a_side_do_not_count():
 @pytest.mark.parametrize("split", [0, 2])
 def test_a_bench_of_noise_cells_gives_no_verdict(split):
     assert decide(bench([0.5] * 12, split=split)).reasons[0].startswith("no verdict")
+
+
+def reading(default: str, rho: float) -> dict:
+    """A ledger line as `python -m bench.ledger read` appends it, for a batch of two cells."""
+    grades = {"rho": rho, "nmae": 0.2, "coverage": 0.9, "decided": 0.5, "precision": 1.0}
+    return {"batch": "third", "date": "2026-11-29 10:00", "commit": "abc1234", "headline": "ADWM:reward_sum",
+            "cells": ["test-b3-a", "test-b3-b"], "default": default, "stage_keys": {},
+            "figures": {"test-b3-a": {"split_pairs": 6, "estimators": {"ADWM:reward_sum": grades}},
+                        "test-b3-b": {"split_pairs": 1, "estimators": {"ADWM:reward_sum": grades}}}}
+
+
+def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_path):
+    from bench.ledger import append, batch_table, default_digest, standing
+
+    ledger = tmp_path / "ledger.jsonl"
+    assert standing("third", ledger) == "unread" and "unread" in batch_table("third", ledger)[0]
+    append(reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8), ledger)
+    assert standing("third", ledger) == "test"
+    title, _, header, _, first, second, means, _ = batch_table("third", ledger)
+    assert "test: read once" in title and "SEEN" not in title
+    assert first.startswith("| test-b3-a | 6 | +0.80 / 0.2 / 0.90 / 0.50 / 1.00")
+    assert "1 cells splitting" in means  # test-b3-b's truth splits one pair: out of the mean
+    append(reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8), ledger)  # the same default again
+    assert standing("third", ledger) == "test"
+    append(reading(default_digest({"test-b3-a": {"report": "k2"}}), 0.3), ledger)  # another default
+    assert standing("third", ledger) == "seen"
+    title = batch_table("third", ledger)[0]
+    assert "SEEN: read 3 times under 2 defaults" in title
+    assert batch_table("third", ledger)[4].startswith("| test-b3-a | 6 | +0.30")  # the latest reading is shown
+    assert standing("another", ledger) == "unread"

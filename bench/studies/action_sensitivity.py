@@ -38,8 +38,7 @@ from adwm_core.data.actions import NULL, UNKNOWN
 from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.imagination.diffusion_transition import DiffusionTransition
 from adwm_core.ope.imagination.state_bank import StateBank
-from bench.common import RESULTS, artifact, cell_config, machine
-from flows.cells import cell_names
+from bench.common import RESULTS, artifact, cell_config, development_cells, machine
 
 N_STEPS = 512
 SEED = 0
@@ -124,7 +123,7 @@ def measure(cell_name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cells", nargs="*", help="cells (default: every local-* cell)")
-    cells = parser.parse_args().cells or [c for c in cell_names() if c.startswith("local-")]
+    cells = parser.parse_args().cells or development_cells()
     rows = []
     for cell in cells:
         rows.append(measure(cell))

@@ -32,7 +32,7 @@ from adwm_core.ope.imagination.estimates import rollout_rows
 from adwm_core.ope.imagination.held_out import conformal_range, held_out_errors
 from adwm_core.ope.imagination.rollouts import ImaginedStep, Rollouts
 from adwm_core.ope.statistics.bounds import ReturnRange
-from bench.common import DEVELOPMENT, cell_config, stage_file, write_grouped
+from bench.common import cell_config, development_cells, stage_file, write_grouped
 from bench.studies.verdicts import grade
 
 INTERVALS = ("bootstrap", "calibrated", "calibrated, episodes")
@@ -110,7 +110,7 @@ def development_arguments(doc: str) -> argparse.Namespace:
     parser.add_argument("--root", required=True, help="the artifact root holding cells/<cell>/<stage>/<key>/")
     parser.add_argument("cells", nargs="+")
     args = parser.parse_args()
-    if any(not cell.startswith(DEVELOPMENT) for cell in args.cells):
+    if any(cell not in development_cells() for cell in args.cells):
         parser.error("an interval is chosen on development cells (local-*) only: test cells are never tuned on")
     return args
 

@@ -1,7 +1,7 @@
 """ADWM calibrated by k live episodes of π_e (adwm_core/ope/statistics/calibration.py, PPI++), measured.
 
-`python -m bench.studies.calibration`: for every development cell and every admitted test cell whose
-ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
+`python -m bench.studies.calibration`: for every development cell (deployments/bench.yaml; test cells are read
+through the reading ledger only) whose ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
 K: B times, k of the point's ground-truth episodes are drawn at random as the live slice and
 the rest give the truth (the mean of the episodes not drawn); the slice is combined with ADWM's
 imagined rollouts of that point (its samples.jsonl, every seed and member). Per cell and k, the share of
@@ -25,8 +25,7 @@ import pyarrow.parquet as pq
 from scipy import stats
 
 from adwm_core.ope.statistics.calibration import linear_calibration, live_by_point, prediction_powered, read_imagined
-from bench.common import ADWM, DEVELOPMENT, RESULTS, admitted_cells, artifact, cell_config, machine
-from flows.cells import cell_names
+from bench.common import ADWM, RESULTS, artifact, cell_config, development_cells, machine
 
 K = (5, 10, 20)
 PPI = {"PPI++": None, "PPI": 1.0, "live only": 0.0}  # name → fixed power λ (None: tuned)
@@ -152,8 +151,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=200, help="random live slices per point and k (B)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
-    groups = {"Development cells (tuned on)": development, "Test cells (never tuned on)": admitted_cells()}
+    groups = {"Development cells (tuned on)": development_cells()}  # test figures: the reading ledger only
     results = {title: {cell: measure(cell, args.draws, args.seed) for cell in cells} for title, cells in groups.items()}
     (RESULTS / "calibration.json").write_text(json.dumps(
         {"machine": machine(), "draws": args.draws, "k": list(K),

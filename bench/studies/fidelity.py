@@ -44,7 +44,7 @@ from adwm_core.ope.statistics.metrics import spearman
 from adwm_core.ope.instruments.fidelity import (TOP_K, counterfactual_fidelity, counterfactual_outcomes, environment_replay,
                                     logged_coverage, one_step_fidelity, open_loop_replay, policy_agreement)
 from adwm_core.training.world_model import HISTORY_FILE, split_indices
-from bench.common import RESULTS, artifact, cell_config, evaluated_policy, machine
+from bench.common import RESULTS, artifact, cell_config, development_cells, evaluated_policy, machine
 from flows.cells import cell_names
 
 OUT = RESULTS / "fidelity"
@@ -241,7 +241,7 @@ def main() -> None:
                         help="world-model fields changed from each preset (TrainConfig, e.g. word_match=true); "
                              "rows are labelled preset+FIELD=VALUE")
     args = parser.parse_args()
-    cells = args.cells or [c for c in cell_names() if c.startswith("local-")]
+    cells = args.cells or development_cells()
     unknown = sorted(set(cells) - set(cell_names()))
     if unknown:
         raise SystemExit(f"unknown cell(s) {unknown}; cells: {', '.join(cell_names())}")

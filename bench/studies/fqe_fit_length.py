@@ -31,8 +31,7 @@ from adwm_core.model.world_model import WorldModel
 from adwm_core.ope.classical.settings import BaselineConfig, FQEConfig
 from adwm_core.ope.classical.logged_steps import fitted_q, logged_steps
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
-from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, ground_truth, machine, slug
-from flows.cells import cell_names
+from bench.common import RESULTS, artifact, cell_config, development_cells, ground_truth, machine, slug
 
 EPOCHS = (20, 40, 80, 160)
 GAMMAS = (0.99, 1.0)  # the baselines stage's, ADWM's hand-over's
@@ -109,8 +108,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = dict((key, yaml.safe_load(value)) for key, value in (item.split("=", 1) for item in args.set))
     fqe = FQEConfig(**settings)
-    cells = args.cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
-    if settings and any(not c.startswith(DEVELOPMENT) for c in cells):
+    cells = args.cells or development_cells()
+    if settings and any(c not in development_cells() for c in cells):
         raise SystemExit("a variant is measured on development cells only: test cells are never tuned on")
     results, seconds = {}, {}
     for cell in cells:

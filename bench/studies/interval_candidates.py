@@ -1,8 +1,8 @@
 """Which interval around ADWM's estimate could hold the truth (issue 38), measured without live
 episodes on the finished reports.
 
-`python -m bench.studies.interval_candidates`: for every development cell and every admitted test cell
-whose report is finished under today's code, ADWM ``reward_sum``'s rows (one per point and seed)
+`python -m bench.studies.interval_candidates`: for every development cell (deployments/bench.yaml; test
+cells are read through the reading ledger only) whose report is finished under today's code, ADWM ``reward_sum``'s rows (one per point and seed)
 with, as candidate intervals:
 - ``bootstrap``: its own percentile bootstrap over rollouts (what the report prints);
 - ``seed hull``: the span of the point's five seed intervals;
@@ -16,7 +16,7 @@ Coverage is the share of rows whose interval holds J; width the median width ove
 (what an interval centred on Ĵ and 0.5 × the range wide can hold at most) and within 0.5 × the
 range (what any interval that holds Ĵ and is that wide can hold at most).
 A candidate would replace the bootstrap if the development cells' mean coverage reached 0.85
-at a median width ≤ 0.5 (issue 38's target); the test cells are read, never chosen on.
+at a median width ≤ 0.5 (issue 38's target).
 → bench/results/interval_candidates.{md,json}.
 """
 
@@ -28,8 +28,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.common import ADWM, DEVELOPMENT, admitted_cells, artifact, point_truth, write_grouped
-from flows.cells import cell_names
+from bench.common import ADWM, artifact, development_cells, point_truth, write_grouped
 
 KNN, FQE = "kNN-WM:reward_sum", "FQE"
 WIDENING = (0.25, 0.5)  # c of the extrapolation-widened interval
@@ -113,8 +112,7 @@ def table(title: str, results: dict[str, dict | None]) -> list[str]:
 
 
 def main() -> None:
-    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
-    groups = {"Development cells (tuned on)": development, "Test cells (never tuned on)": admitted_cells()}
+    groups = {"Development cells (tuned on)": development_cells()}  # test figures: the reading ledger only
     results = {title: {cell: measure(cell) for cell in cells} for title, cells in groups.items()}
     write_grouped("interval_candidates", "Candidate intervals around ADWM's estimate", __doc__, results, table)
 

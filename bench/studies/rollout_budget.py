@@ -21,8 +21,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from bench.common import DEVELOPMENT, RESULTS, artifact, cell_config, machine, point_truth
-from flows.cells import cell_names
+from bench.common import RESULTS, artifact, cell_config, development_cells, machine, point_truth
 
 SEEDS = (1, 2, 3, 5)
 ROLLOUTS = (8, 16, 32)
@@ -73,7 +72,7 @@ def measure(cell: str) -> dict | None:
 
 
 def main() -> None:
-    cells = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    cells = development_cells()
     results = {cell: measure(cell) for cell in cells}
     (RESULTS / "rollout_budget.json").write_text(json.dumps({"machine": machine(), "cells": results}, indent=2))
     budgets = [f"{s}x{m}" for s in SEEDS for m in ROLLOUTS]

@@ -36,8 +36,7 @@ from adwm_core.ope.instruments.source_errors import source_points, source_summar
 from adwm_core.ope.answers import SOURCES
 from adwm_core.ope.imagination.encoded_log import EncodedLog
 from adwm_core.ope.imagination.driver import fqe_per_member
-from bench.common import ADWM, DEVELOPMENT, RESULTS, artifact, cell_config, machine
-from flows.cells import cell_names
+from bench.common import ADWM, RESULTS, artifact, cell_config, development_cells, machine
 
 WALKS = ("imagined", "walked", *(f"oracle_{source}" for source in SOURCES))
 
@@ -105,7 +104,7 @@ def report(results: dict[str, dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cells", nargs="*", help="cells to measure (default: the development cells)")
-    cells = parser.parse_args().cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    cells = parser.parse_args().cells or development_cells()
     path = RESULTS / "source_errors.json"
     results = json.loads(path.read_text())["cells"] if path.exists() else {}
     for cell in cells:

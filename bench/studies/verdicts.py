@@ -31,8 +31,7 @@ from adwm_core.ope.statistics.bounds import ReturnRange, candidates_from_rows, i
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.statistics.calibration import ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
-from bench.common import DEVELOPMENT, artifact, cell_config, write_grouped
-from flows.cells import cell_names
+from bench.common import artifact, cell_config, development_cells, write_grouped
 
 CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges", "ADWM+live", "live alone")
 LIVE_EPISODES, LIVE_DRAWS = 8, 100  # K live episodes per point, drawn this many times from the ground truth
@@ -192,7 +191,7 @@ def table(title: str, results: dict[str, dict | None]) -> list[str]:
 
 
 def main() -> None:
-    groups = {"Development cells (tuned on)": [c for c in cell_names() if c.startswith(DEVELOPMENT)]}
+    groups = {"Development cells (tuned on)": development_cells()}
     results = {title: {cell: measure(cell) for cell in cells} for title, cells in groups.items()}
     write_grouped("verdicts", "ADWM's interval and verdicts against ground truth", __doc__, results, table)
 

@@ -1,5 +1,5 @@
 """The held-out measuring stick: which declared test cells are admitted, and how every estimator
-ranks π_e on the development and the admitted test cells.
+ranks π_e on the development cells.
 
 ``--admit`` runs only the ``policies`` and ``ground-truth`` stages of every declared test cell
 (``deployments/test-*.yaml``, in the order of deployments/TEST_CELLS.md) and applies the rule
@@ -10,19 +10,18 @@ stated there on ground truth alone:
 It writes ``bench/results/admission.{md,json}``; no estimator runs.
 
 Without ``--admit`` it reads the finished report stage of every development cell
-(``local-*``) and every admitted test cell — the first batch's as *seen* cells, the second
-batch's (``test-b2-*``) as *test* cells, each group in a table of its own — as their configs stand; a cell whose stages
-are stale under today's code keeps its row of the previous run, marked with the commit and day
-it was measured at (never mixed in silently), else shows as not measured (``--run`` runs its
-flow first, reusing every stage a change did not touch) — and writes ``bench/results/heldout.{md,json}``: ρ and
-NMAE (|Ĵ − J| / range of J, mean over points) of every estimator per cell, with the share of its
-95 % intervals (every point and seed) that hold the true J, its verdicts on pairs of points
-(decided: the share of the pairs the ground truth tells apart given a verdict; precision: the
-share of decided pairs ordered as J orders them; ADWM's paired, every other estimator's from its
-intervals read apart; beside ADWM, ADWM under the paper's recipe — the cell's ``adwm.preset:
-paper`` variant, where it ran — and ADWM topped up by 8 live episodes per point), the mean ρ over each
-group of cells with a percentile-bootstrap interval over cells, and the paired difference
-ADWM − the best other estimator (by its mean ρ over the test cells) per test cell.
+(deployments/bench.yaml: every cell whose estimator figures were read) as its config stands; a
+cell whose stages are stale under today's code keeps its row of the previous run, marked with the
+commit and day it was measured at (never mixed in silently), else shows as not measured (``--run``
+runs its flow first, reusing every stage a change did not touch) — and writes
+``bench/results/heldout.{md,json}``: ρ and NMAE (|Ĵ − J| / range of J, mean over points) of every
+estimator per cell, with the share of its 95 % intervals (every point and seed) that hold the
+true J, its verdicts on pairs of points (decided: the share of the pairs the ground truth tells
+apart given a verdict; precision: the share of decided pairs ordered as J orders them; ADWM's
+paired, every other estimator's from its intervals read apart; beside ADWM, ADWM under the
+paper's recipe — the cell's ``adwm.preset: paper`` variant, where it ran — and ADWM topped up by
+8 live episodes per point), the mean ρ over the cells with a percentile-bootstrap interval over
+cells. Each test batch's table comes from the reading ledger (bench/ledger.py) and nothing else.
 
 ``--set KEY=VALUE`` (repeatable; a dotted key of the cell YAML, the value read as YAML) scores a
 variant on the development cells only (or those named) — test cells are never tuned on — each cell run as its
@@ -45,21 +44,17 @@ import sys
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 import yaml
 
 from adwm_core.cell import CellConfig, assign
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.settings import AdwmConfig
-from adwm_core.ope.statistics.bounds import unpaired_verdicts
-from adwm_core.ope.statistics.intervals import percentile_bootstrap
-from adwm_core.ope.statistics.metrics import verdict_scores
-from adwm_core.report import first_seed_rows, printed_verdicts
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
 from bench.studies.verdicts import LIVE_EPISODES, live_results
-from bench.common import (ADWM, DEVELOPMENT, FRESH, RESULTS, TEST, admitted_cells, artifact, cell_config,
-                          ground_truth, machine, slug, world_model_histories)
+from bench.common import (ADWM, RESULTS, TEST, artifact, cell_config, development_cells, ground_truth, machine,
+                          slug, test_batches, world_model_histories)
+from bench.figures import mean_with_interval, report_results
 from flows.cells import cell_config_path, cell_names
 from adwm_core.provenance import source_version
 
@@ -131,46 +126,6 @@ def finished_report(cell: str, run: bool):
     return artifact(cell, "report", required=False)
 
 
-def report_results(report, cell: str | None = None) -> dict[str, dict] | None:
-    """``{estimator: {"rho", "nmae", "coverage", "width", "decided", "precision"}}`` of a finished
-    report (None: none); ``decided`` and ``precision`` where ``cell``'s ground truth is finished."""
-    if report is None:
-        return None
-    with open(report.file("results")) as f:
-        results = {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
-                   for r in json.load(f)}
-    for estimator, graded in (verdict_grades(report, cell) if cell else {}).items():
-        results.setdefault(estimator, {}).update(graded)
-    return results
-
-
-def verdict_grades(report, cell: str) -> dict[str, dict]:
-    """Per estimator, how its verdicts on the cell's pairs of points fare against ground truth
-    (``verdict_scores``): ADWM's from the report's paired reading, every other estimator's from
-    its first seed's intervals read apart (``unpaired_verdicts``)."""
-    config = cell_config(cell)
-    truth, stderr = {}, {}
-    for policy in config.evaluation.policies:
-        summary = artifact(config, "ground-truth", policy, required=False)
-        if summary is None:
-            return {}
-        for point in pq.read_table(summary.file("summary")).to_pylist():
-            label = f"{point['policy']} ε={point['epsilon']:g}"
-            truth[label], stderr[label] = point["mean_return"], point["stderr"]
-    with open(report.file("curves")) as f:
-        paired = printed_verdicts(json.load(f).get("comparisons") or {})
-    graded = {ADWM: {"decided": paired["decided"], "precision": paired["precision"]}} if paired else {}
-    by_estimator: dict[str, dict] = {}
-    for row in first_seed_rows(pq.read_table(report.file("estimates"))):
-        label = f"{row['policy']} ε={row['epsilon']:g}"
-        if row["estimator"] != ADWM and label in truth:
-            by_estimator.setdefault(row["estimator"], {})[label] = (row["value"], row["ci_low"], row["ci_high"])
-    for estimator, intervals in by_estimator.items():
-        scores = verdict_scores(unpaired_verdicts(intervals), truth, stderr)
-        graded[estimator] = {"decided": scores.decided, "precision": scores.precision}
-    return graded
-
-
 def paper_results(cell: str, run: bool) -> dict | None:
     """ADWM's row under the paper's recipe: the cell run as its variant ``adwm.preset: paper`` (the
     world model is the default's; ``run``: its flow first), None where that has not run, and
@@ -237,14 +192,6 @@ def _interval_table(title: str, reports: list) -> list[str]:
     return lines + [""]
 
 
-def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """Mean over cells and its 95 % percentile-bootstrap interval over cells."""
-    x = np.asarray(values, float)
-    low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x), n_resamples=2000,
-                                     confidence=0.95, seed=seed)
-    return float(x.mean()), float(low), float(high)
-
-
 def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict]) -> list[str]:
     lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals / decided / precision of the verdicts "
              "on pairs of points: ADWM's paired over every seed's rollouts, every other estimator's from its first "
@@ -309,49 +256,32 @@ def fill_earlier_rows(cells: list[str], results: dict[str, dict | None]) -> dict
 
 
 def write_table(run: bool) -> dict:
-    development = [c for c in cell_names() if c.startswith(DEVELOPMENT)]
-    admitted = admitted_cells()
-    seen, test = [c for c in admitted if not c.startswith(FRESH)], [c for c in admitted if c.startswith(FRESH)]
-    reports = {cell: finished_report(cell, run) for cell in development + seen + test}
+    """Every development cell's row (its report under today's code, else its previous row marked
+    earlier code), and each test batch's table from the reading ledger (never computed here)."""
+    from bench.ledger import batch_table
+
+    development = development_cells()
+    reports = {cell: finished_report(cell, run) for cell in development}
     results = {cell: with_adwm_variants(report_results(report, cell), cell, run) for cell, report in reports.items()}
-    measured_at = fill_earlier_rows(development + seen + test, results)
+    measured_at = fill_earlier_rows(development, results)
     lines = ["# The held-out measuring stick", "",
-             "`python -m bench.tables.heldout`: every development cell (`local-*`, tuned on) and every test cell "
-             "admitted by deployments/TEST_CELLS.md (never tuned on), each as its finished report under "
-             "today's code and config; a cell whose stages are not all finished under them keeps its row "
-             "of the previous run, marked **earlier code** with the commit it was measured at, or shows "
-             "`not measured`. ρ: Spearman of seed-averaged Ĵ against ground truth over the cell's points; "
-             "NMAE: mean |Ĵ − J| / range of J. `ADWM (paper)`: ADWM under the paper's recipe (`adwm.preset: paper`, "
-             "the diffusion model answering every step), run as the cell's variant on the same world model; "
+             "`python -m bench.tables.heldout`: every development cell (deployments/bench.yaml: every cell whose "
+             "estimator figures were read, tuned on) as its finished report under today's code and config; a cell "
+             "whose stages are not all finished under them keeps its row of the previous run, marked **earlier "
+             "code** with the commit it was measured at, or shows `not measured`. Test batches: their figures come "
+             "only from the reading ledger (`python -m bench.ledger`), never computed here. ρ: Spearman of "
+             "seed-averaged Ĵ against ground truth over the cell's points; NMAE: mean |Ĵ − J| / range of J. "
+             "`ADWM (paper)`: ADWM under the paper's recipe (`adwm.preset: paper`, the diffusion model answering "
+             "every step), run as the cell's variant on the same world model; "
              f"`{LIVE}`: ADWM topped up by {LIVE_EPISODES} of each point's ground-truth episodes (PPI++, paired by "
              "start; the mean over 100 draws, bench/studies/verdicts.py).", ""]
-    lines += _cell_table("Development cells (tuned on)", {c: results[c] for c in development}, measured_at)
-    lines += _cell_table("Seen cells (the first test batch, read under several defaults; no longer held out)",
-                         {c: results[c] for c in seen}, measured_at)
-    lines += _cell_table("Test cells (the second batch, never tuned on)", {c: results[c] for c in test}, measured_at)
-    lines += (_interval_table("Development cells (today's code only)", [reports[c] for c in development])
-              + _interval_table("Seen cells (today's code only)", [reports[c] for c in seen])
-              + _interval_table("Test cells (today's code only)", [reports[c] for c in test]))
-    measured_test = {c: r for c, r in results.items() if c in test and r is not None}
-    others = [e for e in SHOWN if e not in (ADWM, PAPER, LIVE)]
-    if measured_test:
-        def test_mean(e: str) -> float:
-            rhos = [r[e]["rho"] for r in measured_test.values() if e in r and np.isfinite(r[e]["rho"])]
-            return float(np.mean(rhos)) if rhos else -np.inf
-
-        rival = max(others, key=test_mean)
-        pairs = {c: r[ADWM]["rho"] - r[rival]["rho"] for c, r in measured_test.items() if ADWM in r and rival in r}
-        lines += [f"**Paired ρ difference on the test cells: {ADWM} − {rival}** (the other estimator with the "
-                  "highest mean test ρ)", "", "| cell | Δρ |", "|---|---|"]
-        lines += [f"| {c} | {d:+.2f} |" for c, d in pairs.items()]
-        if pairs:
-            lines.append("| **mean [CI95 over cells]** | {:+.2f} [{:+.2f}, {:+.2f}] |".format(
-                *mean_with_interval(list(pairs.values()))))
-        lines.append("")
+    lines += _cell_table("Development cells (tuned on)", results, measured_at)
+    lines += _interval_table("Development cells (today's code only)", list(reports.values()))
+    for batch in test_batches():
+        lines += batch_table(batch, shown=SHOWN)
     lines.append(f"Machine: `{json.dumps(machine())}`")
     (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
-    report = {"machine": machine(), "development": development, "seen": seen, "test": test, "results": results,
-              "measured": measured_at}
+    report = {"machine": machine(), "development": development, "results": results, "measured": measured_at}
     (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))
     return report
@@ -402,7 +332,7 @@ def world_model_seconds(cell: str) -> float | None:
 def write_variant(settings: dict[str, object], run: bool, cells: list[str] | None = None) -> dict:
     """The variant beside the cells as they stand, on the development cells (``cells``: those
     only) → results/variants/."""
-    development = cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    development = cells or development_cells()
     shown = (ADWM, "kNN-WM:reward_sum")
     results = {}
     for cell in development:
@@ -469,9 +399,10 @@ def main() -> None:
                         help="score a variant (a dotted key of the cell YAML) on the development cells")
     args = parser.parse_args()
     if args.set:
-        outside = [c for c in args.cells if not c.startswith(DEVELOPMENT)]
+        outside = [c for c in args.cells if c not in development_cells()]
         if args.admit or outside:
-            raise SystemExit(f"--set scores a variant on development cells only (local-*): no --admit, not {outside}")
+            raise SystemExit(f"--set scores a variant on development cells only (deployments/bench.yaml): no --admit, "
+                             f"not {outside}")
         write_variant(parse_settings(args.set), args.run, args.cells)
         return
     if args.cells and not args.admit:

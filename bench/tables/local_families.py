@@ -35,8 +35,7 @@ from adwm_core import pipeline
 from adwm_core.cell import LOCAL_PREFIX, CellConfig
 from adwm_core.specs import PolicySpec
 from adwm_core.collection import collect_behavior
-from bench.common import DEVELOPMENT, RESULTS, cell_config, machine
-from flows.cells import cell_names
+from bench.common import RESULTS, cell_config, development_cells, machine
 
 STEPS = (40, 100, 200, 400, 800, 1200)
 EPISODES = 100  # per checkpoint, at most
@@ -138,7 +137,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true",
                         help="only refresh the saved results' π_b / π_e marks from the current cell configs")
     args = parser.parse_args()
-    cells = args.cells or [c for c in cell_names() if c.startswith(DEVELOPMENT)]
+    cells = args.cells or development_cells()
     steps = [int(s) for s in args.steps.split(",")]
     out = RESULTS / "local_families.json"
     saved = json.loads(out.read_text()) if out.exists() else {"cells": []}

