@@ -12,7 +12,7 @@ export PREFECT_MEMO_STORE_PATH ?= $(PREFECT_HOME)/memo_store.toml
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo up down bench results admit heldout variant clean
+.PHONY: install test test-all demo up down bench results admit heldout variant loop read-test clean
 
 install: $(STAMP)
 
@@ -54,12 +54,21 @@ admit: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) -m bench.tables.heldout --admit
 
-# every development and admitted test cell run (finished stages reused), then the held-out table
+# the development bench (deployments/bench.yaml) under the current default, or a candidate judged by
+# bench/ADOPTION.md's rule: make loop [SET="world_model.transitions=250000"]
+loop: install
+	$(PY) -m bench.loop $(foreach setting,$(SET),--set $(setting))
+
+# a test batch read once, through the ledger: make read-test BATCH=third
+read-test: install
+	$(PY) -m bench.ledger read $(BATCH)
+
+# every development cell run (finished stages reused), then the held-out table
 heldout: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) -m bench.tables.heldout --run
 
-# a variant scored on the development cells beside the cells as they stand: make variant SET="adwm.off_log=carry_over"
+# a variant scored on the development cells beside the cells as they stand (no verdict: make loop SET=… judges)
 variant: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) -m bench.tables.heldout --run $(foreach setting,$(SET),--set $(setting))

@@ -66,6 +66,7 @@ def check_runnable(cell: CellConfig, environment: bool = True) -> None:
 def _on_hub(name: str) -> bool:
     """The model is in the local Hugging Face cache, or (unless HF_HUB_OFFLINE) the hub answers for it."""
     import huggingface_hub
+    import huggingface_hub.constants  # huggingface_hub 2.4 no longer loads it on attribute access
 
     if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
         return True

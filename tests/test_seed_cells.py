@@ -35,7 +35,7 @@ def test_missing_weights_name_the_field_and_the_fix(tmp_path):
 
 
 def test_a_hub_name_absent_from_the_cache_offline_says_how_to_download_it(tmp_path, monkeypatch):
-    import huggingface_hub
+    import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
