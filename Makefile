@@ -54,7 +54,7 @@ admit: install
 	mkdir -p $(PREFECT_HOME)
 	$(PY) -m bench.tables.heldout --admit
 
-# the development bench (deployments/bench.yaml) under the current default, or a candidate judged by
+# the development bench (bench/bench.yaml) under the current default, or a candidate judged by
 # bench/ADOPTION.md's rule: make loop [SET="world_model.transitions=250000"]
 loop: install
 	$(PY) -m bench.loop $(foreach setting,$(SET),--set $(setting))

@@ -85,7 +85,7 @@ def default_behaviour(n_episodes: int, family: dict[str, str]):
 
 TEST = "test-"  # the prefix of every declared test cell's name (deployments/TEST_CELLS.md)
 ADWM = "ADWM:reward_sum"  # the estimator the tables and studies grade
-BENCH = REPO / "deployments" / "bench.yaml"  # which cells are development cells, which form test batches
+BENCH = REPO / "bench" / "bench.yaml"  # which cells are development cells, which form test batches
 
 
 def _bench() -> dict:
@@ -93,12 +93,12 @@ def _bench() -> dict:
 
 
 def development_cells() -> list[str]:
-    """Every development cell (deployments/bench.yaml): every cell whose estimator figures were read."""
+    """Every development cell (bench/bench.yaml): every cell whose estimator figures were read."""
     return list(_bench()["development"])
 
 
 def test_batches() -> dict[str, list[str]]:
-    """Each declared test batch's cells (deployments/bench.yaml), by batch name."""
+    """Each declared test batch's cells (bench/bench.yaml), by batch name."""
     return {batch: list(entry["cells"]) for batch, entry in (_bench().get("test") or {}).items()}
 
 

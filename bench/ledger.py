@@ -1,5 +1,5 @@
 """The reading ledger: a test batch's estimator figures come from one command, which appends them
-to bench/results/ledger.jsonl, and from nothing else (deployments/bench.yaml, bench/ADOPTION.md).
+to bench/results/ledger.jsonl, and from nothing else (bench/bench.yaml, bench/ADOPTION.md).
 
 `python -m bench.ledger read BATCH`: the batch's admitted cells (bench/results/admission.json) run
 in this process (finished stages reused: their upstream first, then the estimator stages under
@@ -61,7 +61,7 @@ def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
     """Run and read the batch's admitted cells once, appending the reading to the ledger."""
     batches = test_batches()
     if batch not in batches:
-        raise SystemExit(f"no test batch {batch!r} in deployments/bench.yaml; batches: {sorted(batches)}")
+        raise SystemExit(f"no test batch {batch!r} in bench/bench.yaml; batches: {sorted(batches)}")
     if readings(batch, ledger) and not again:
         raise SystemExit(f"batch {batch!r} was read already ({len(readings(batch, ledger))} reading(s)): a second "
                          "reading under another default makes it seen; pass --again to read it anyway, or "

@@ -1,7 +1,7 @@
 """One loop over the whole development bench, and the adoption rule's verdict (issue 72).
 
 `python -m bench.loop [--set KEY=VALUE ...] [CELL ...]`: every development cell of
-deployments/bench.yaml (or those named) runs in this process, one after another, its finished
+bench/bench.yaml (or those named) runs in this process, one after another, its finished
 stages reused (with the upstream built, only what today's code and settings have not computed
 runs: the estimator stages for an estimator setting, the world model too for a world-model one):
 - without ``--set``, as its config stands (the current default) → bench/results/bench.{md,json}:
@@ -233,14 +233,14 @@ def update_readme(rows: dict[str, dict], found: dict[str, dict], report: dict) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cells", nargs="*", help="development cells to run (default: all of deployments/bench.yaml)")
+    parser.add_argument("cells", nargs="*", help="development cells to run (default: all of bench/bench.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a candidate setting (a dotted key of the cell YAML); repeatable")
     args = parser.parse_args()
     development = development_cells()
     outside = [c for c in args.cells if c not in development]
     if outside:
-        raise SystemExit(f"not development cells (deployments/bench.yaml): {outside}; test cells are read through "
+        raise SystemExit(f"not development cells (bench/bench.yaml): {outside}; test cells are read through "
                          "`python -m bench.ledger read BATCH` only")
     cells = args.cells or development
     if args.set:

@@ -275,8 +275,11 @@ def test_estimators_say_what_the_logs_let_them_compute(tiny_behaviour, tiny_pool
     extract_logprobs(logged, TINY_ENV[0], (), tiny_pool[1], scores, epsilons=EPSILONS, overwrite=True)
     run_baselines(logged, scores, tiny_world_model[0].path, out, cell="test-cell", policy="tiny-late@p0",
                   config=config, overwrite=True)
+    # π_e's log-probs are float32 reads whose last bits depend on which prefixes the model's key/value
+    # store held: in the fixture the same model had scored π_b's rows first, here it starts empty
+    # (measured: 7e-9 relative on IS); the behaviour log-probs themselves travel exactly
     for key, (value, _, _) in _estimates_by_key(out).items():
-        assert value == pytest.approx(native_rows[key]["value"], rel=1e-12, abs=1e-12), key
+        assert value == pytest.approx(native_rows[key]["value"], rel=1e-6, abs=1e-9), key
 
 
 def test_fqe_refitted_on_every_resample_gives_the_same_estimate_and_an_interval_with_the_fit_error(

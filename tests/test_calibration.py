@@ -185,3 +185,15 @@ def test_adwm_calibrate_names_the_line_of_a_malformed_imagined_episode(tmp_path,
         (tmp_path / name).write_text(text)
         assert main(["calibrate", str(tmp_path / name), live]) == 2
         assert says in capsys.readouterr().err, name
+
+
+def test_tuned_power_minimises_the_variance_it_states():
+    """λ = Cov(G, m) / (Var m + (k/N) Var x), the exact minimiser of Var(G − λm)/k + λ² Var(x)/N
+    (not the (1 + k/N) Var m approximation, which differs where Var x ≠ Var m): no λ on a grid
+    over [0, 1] gives a smaller standard error."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        live_starts, live, starts, imagined, _ = synthetic_point(rng, 8, 30, bias=0.5, noise=rng.uniform(0.2, 3.0))
+        tuned = prediction_powered(live_starts, live, starts, imagined)
+        grid = [prediction_powered(live_starts, live, starts, imagined, power=p).se for p in np.linspace(0, 1, 101)]
+        assert tuned.se <= min(grid) + 1e-12

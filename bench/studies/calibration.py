@@ -1,6 +1,6 @@
 """ADWM calibrated by k live episodes of π_e (adwm_core/ope/statistics/calibration.py, PPI++), measured.
 
-`python -m bench.studies.calibration`: for every development cell (deployments/bench.yaml; test cells are read
+`python -m bench.studies.calibration`: for every development cell (bench/bench.yaml; test cells are read
 through the reading ledger only) whose ADWM and ground-truth stages are finished under today's code, and every point (π_e, ε) and k in
 K: B times, k of the point's ground-truth episodes are drawn at random as the live slice and
 the rest give the truth (the mean of the episodes not drawn); the slice is combined with ADWM's

@@ -1,7 +1,7 @@
 """Which interval around ADWM's estimate could hold the truth (issue 38), measured without live
 episodes on the finished reports.
 
-`python -m bench.studies.interval_candidates`: for every development cell (deployments/bench.yaml; test
+`python -m bench.studies.interval_candidates`: for every development cell (bench/bench.yaml; test
 cells are read through the reading ledger only) whose report is finished under today's code, ADWM ``reward_sum``'s rows (one per point and seed)
 with, as candidate intervals:
 - ``bootstrap``: its own percentile bootstrap over rollouts (what the report prints);

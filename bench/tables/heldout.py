@@ -10,7 +10,7 @@ stated there on ground truth alone:
 It writes ``bench/results/admission.{md,json}``; no estimator runs.
 
 Without ``--admit`` it reads the finished report stage of every development cell
-(deployments/bench.yaml: every cell whose estimator figures were read) as its config stands; a
+(bench/bench.yaml: every cell whose estimator figures were read) as its config stands; a
 cell whose stages are stale under today's code keeps its row of the previous run, marked with the
 commit and day it was measured at (never mixed in silently), else shows as not measured (``--run``
 runs its flow first, reusing every stage a change did not touch) — and writes
@@ -265,7 +265,7 @@ def write_table(run: bool) -> dict:
     results = {cell: with_adwm_variants(report_results(report, cell), cell, run) for cell, report in reports.items()}
     measured_at = fill_earlier_rows(development, results)
     lines = ["# The held-out measuring stick", "",
-             "`python -m bench.tables.heldout`: every development cell (deployments/bench.yaml: every cell whose "
+             "`python -m bench.tables.heldout`: every development cell (bench/bench.yaml: every cell whose "
              "estimator figures were read, tuned on) as its finished report under today's code and config; a cell "
              "whose stages are not all finished under them keeps its row of the previous run, marked **earlier "
              "code** with the commit it was measured at, or shows `not measured`. Test batches: their figures come "
@@ -401,7 +401,7 @@ def main() -> None:
     if args.set:
         outside = [c for c in args.cells if c not in development_cells()]
         if args.admit or outside:
-            raise SystemExit(f"--set scores a variant on development cells only (deployments/bench.yaml): no --admit, "
+            raise SystemExit(f"--set scores a variant on development cells only (bench/bench.yaml): no --admit, "
                              f"not {outside}")
         write_variant(parse_settings(args.set), args.run, args.cells)
         return

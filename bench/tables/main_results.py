@@ -274,7 +274,7 @@ def versions() -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cells", nargs="*", help="development cells (default: all of deployments/bench.yaml)")
+    parser.add_argument("cells", nargs="*", help="development cells (default: all of bench/bench.yaml)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side (default 1)")
     parser.add_argument("--no-run", action="store_true",
                         help="tabulate each cell's latest finished flow run as it stands (no flow is run or "

@@ -7,7 +7,7 @@ the rollouts started at s (x̄, the mean of every rollout, where none did), and
 
     θ̂_λ = λ x̄ + (1/k) Σ_j (G_j − λ m(s_j)),
     Var θ̂_λ ≈ Var(G − λ m)/k + λ² Var(x)/N,
-    λ = clip(Cov(G, m) / ((1 + k/N) Var(m)), 0, 1)   (the variance-minimising power),
+    λ = clip(Cov(G, m) / (Var(m) + (k/N) Var(x)), 0, 1)   (the minimiser of that variance),
 
 with the interval θ̂_λ ± t_{k−1, (1+c)/2} √Var (Student's t: k is small). λ = 0 is the live mean
 alone, λ = 1 classical PPI: the rectifier (1/k) Σ (G_j − m(s_j)) removes ADWM's bias at the live
@@ -117,18 +117,19 @@ def prediction_powered(live_starts: Sequence[str], live_returns: Sequence[float]
         raise ValueError("one start per live episode and per imagined rollout")
     means, mean = per_start_means(imagined_starts, x), float(x.mean())
     m = np.asarray([means.get(s, mean) for s in live_starts])
-    return _powered(g, m, mean, x.var(ddof=1) / n, n, confidence=confidence, power=power,
+    return _powered(g, m, mean, x.var(ddof=1) / n, confidence=confidence, power=power,
                     matched=float(np.mean([s in means for s in live_starts])))
 
 
-def _powered(g: np.ndarray, m: np.ndarray, mean: float, mean_variance: float, n: int, *, confidence: float,
+def _powered(g: np.ndarray, m: np.ndarray, mean: float, mean_variance: float, *, confidence: float,
              power: float | None, matched: float) -> Calibrated:
     """θ̂_λ = λ x̄ + mean(g − λ m) from live values g, the predictor m at their starts, the imagined
-    mean x̄ of n rollouts and Var x̄ (``mean_variance``), with its Student interval."""
+    mean x̄ and Var x̄ (``mean_variance``), with its Student interval."""
     k = len(g)
     if power is None:
-        var_m = m.var(ddof=1)
-        power = 0.0 if var_m == 0 else float(np.clip(np.cov(g, m)[0, 1] / ((1 + k / n) * var_m), 0, 1))
+        # d/dλ [Var(g − λm)/k + λ² Var x̄] = 0  ⇒  λ = Cov(g, m) / (Var m + k Var x̄), Var x̄ = Var(x)/n
+        denominator = m.var(ddof=1) + k * mean_variance
+        power = 0.0 if denominator == 0 else float(np.clip(np.cov(g, m)[0, 1] / denominator, 0, 1))
     value = power * mean + float(np.mean(g - power * m))
     se = float(np.sqrt(np.var(g - power * m, ddof=1) / k + power ** 2 * mean_variance))
     half = float(stats.t.ppf((1 + confidence) / 2, k - 1) * se)
@@ -157,7 +158,7 @@ def paired_difference(live_a: Sequence[tuple[str, float]], live_b: Sequence[tupl
     d = np.asarray([difference for _, difference in pairs])
     m = np.asarray([ma.get(s, xa.mean()) - mb.get(s, xb.mean()) for s, _ in pairs])
     return _powered(d, m, float(xa.mean() - xb.mean()), xa.var(ddof=1) / len(xa) + xb.var(ddof=1) / len(xb),
-                    min(len(xa), len(xb)), confidence=confidence, power=None, matched=len(pairs) / len(live_a))
+                    confidence=confidence, power=None, matched=len(pairs) / len(live_a))
 
 
 @dataclass(frozen=True)
