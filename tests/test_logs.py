@@ -523,3 +523,110 @@ def test_a_debug_log_is_refused_as_not_a_trajectory_log(tmp_path):
     status, _, error = _import(path)
     assert status == 2 and "search.log: not a trajectory log: a debug log, 4 of its lines are logging records" in error
     assert ":1:" not in error and "action turn" not in error
+
+
+def test_a_debug_log_behind_a_banner_or_in_absl_form_is_refused_as_such(tmp_path):
+    path = tmp_path / "run.log"
+    for text in ("Run started with config {'model': 'gpt-4'}\n" + "".join(
+            f"[2024-03-21 20:13:3{i}] INFO agent: Action {i}: Search[x]\n" for i in range(1, 4)),
+                 "".join(f"I0321 20:13:3{i}.532 agent.py:1{i}] Observation {i}: nothing\n" for i in range(1, 4))):
+        path.write_text(text)
+        status, _, error = _import(path)
+        assert status == 2 and "run.log: not a trajectory log: a debug log, 3 of its lines are logging records" in error
+        assert "--agent-prefix" not in error
+
+
+def test_an_outcome_line_reads_correct_and_incorrect_and_one_it_cannot_read_is_named(tmp_path):
+    """ReAct's "Answer is CORRECT" read as the outcome of each Question: block, with no section
+    header; a first group that is neither a reward nor a flag is refused at its line."""
+    text = REACT_SECTIONS.split("------------- BEGIN CORRECT AGENTS -------------\n")[1].replace(
+        "------------- BEGIN INCORRECT AGENTS -----------\n", "")
+    path = tmp_path / "react.txt"
+    path.write_text(text)
+    table = read_logs(LogSource(str(path), outcome_line=r"Answer is (CORRECT|INCORRECT)"), cell="t")
+    outcomes = re.findall(r"Answer is (CORRECT|INCORRECT)", text)
+    last = {r["episode"]: r["success"] for r in table.to_pylist()}
+    assert [last[e] for e in sorted(last)] == [o == "CORRECT" for o in outcomes] == [True, True, False]
+    status, _, error = _import(path, "--outcome-line", r"Answer is (\w)")
+    line = text.splitlines().index("Observation 2: Answer is CORRECT") + 1
+    assert status == 2 and f"react.txt:{line}: --outcome-line 'Answer is (\\\\w)' matches this line, but its first " \
+        "group, 'C', is no reward nor true/false" in error
+
+
+def test_lines_that_run_on_into_a_new_task_are_refused_until_an_empty_or_outcome_line_tells(tmp_path):
+    """Where a room description follows the last answer with no empty line, it may end that
+    answer or open the next task: refused; an empty line, or the outcome line, settles it."""
+    first = ("You are in a room. You see a shelf 1.\nYour task is to: put a mug in shelf.\n> go to shelf 1\n"
+             "On the shelf 1, you see a mug 1.\nreward: 1\n")
+    second = ("You are in a room. You see a fridge 1.\nYour task is to: heat an egg.\n> open fridge 1\nIt is open.\n"
+              "reward: 0\n")
+    path = tmp_path / "runs.txt"
+    path.write_text(first + second)
+    status, _, error = _import(path)
+    assert status == 2 and "runs.txt:7: an episode begins here (a new task), but the lines above it, from line 4, " \
+        "follow the agent's last line with no empty line between" in error
+    assert "Put an empty line where this task's text begins, or name the line that ends each episode with " \
+        "--outcome-line REGEX" in error
+    table = read_logs(LogSource(str(path), outcome_line=r"reward: (\d)"), cell="t")
+    firsts = table.filter(pc.equal(table["t"], 0))["observation"].to_pylist()
+    assert firsts == [block.split("\n> ")[0] for block in (first, second)]
+    assert table["reward"].to_pylist() == [1.0, 0.0] and "fridge" not in table["next_observation"][0].as_py()
+    assert _import(path, "--outcome-line", r"reward: (\d)")[0] == 0
+    path.write_text(re.sub(r"reward: \d\n", "", first + "\n" + second))  # an empty line alone splits them too
+    status, _, error = _import(path)
+    assert status == 2 and "runs.txt:1: reward: missing" in error and "runs.txt:6: reward: missing" in error
+
+
+def test_an_episode_begun_where_react_numbering_restarts_with_no_question_says_what_to_write(tmp_path):
+    path = tmp_path / "restart.txt"
+    path.write_text("Claim: Paris is in France.\nAction 1: Search[Paris]\nObservation 1: It is. reward=1\n"
+                    "Thought 1: next\nAction 1: Search[Rome]\nObservation 1: Italy. reward=0\n")
+    status, _, error = _import(path, "--outcome-line", r"reward=(\d)")
+    assert status == 2 and "restart.txt:4: line 4: an action turn with no observation before it" in error
+    assert "write the question above its 'Thought 1:'" in error and "--fields opening" not in error
+    path.write_text(path.read_text().replace("Thought 1: next", "\nClaim: Rome is in Spain.\nThought 1: next"))
+    table = read_logs(LogSource(str(path), outcome_line=r"reward=(\d)"), cell="t")
+    assert table["observation"].to_pylist() == ["Claim: Paris is in France.", "Claim: Rome is in Spain."]
+
+
+def _counts(table) -> tuple[int, int, int]:
+    """(episodes, steps, successes) of an imported table."""
+    last = {r["episode"]: r["success"] for r in table.to_pylist()}
+    return len(last), table.num_rows, sum(last.values())
+
+
+def test_turns_under_a_key_of_any_name_are_found_by_content_and_episodes_beside_statistics(tmp_path):
+    """AgentGym's trajectories file: ``{"episodes": [{..., "transitions": [step rows]}],
+    "statistics": {...}}``; no turn key of a known name, found by what the list holds."""
+    episodes = [{"episode_id": e, "success": e == 0, "transitions": [
+        {"step": t + 1, "action": f"move {t}", "observation": f"at {e}.{t}", "reward": 0.1, "done": False}
+        for t in range(3)]} for e in range(2)]
+    path = tmp_path / "trajectories.json"
+    path.write_text(json.dumps({"episodes": episodes, "statistics": {"num_episodes": 2, "success_rate": 0.5}}))
+    table, summary = inspect_logs(LogSource(str(path), step_observation="after"), cell="t")
+    assert summary.layout == "JSON object, episodes under 'episodes'"
+    assert summary.mapping["conversations"] == "transitions"
+    assert _counts(table) == (len(episodes), sum(len(e["transitions"]) for e in episodes),
+                              sum(e["success"] for e in episodes)) == (2, 6, 1)
+    assert table["next_observation"].to_pylist()[:3] == [row["observation"] for row in episodes[0]["transitions"]]
+
+
+def test_fields_read_where_they_are_used_a_dotted_id_and_a_log_prob_kept_on_the_episode(tmp_path):
+    turns = [{"role": "user", "content": "A hall."}, {"role": "assistant", "content": "Action: look"},
+             {"role": "user", "content": "Dark."}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps({"meta": {"id": i, "lp": -1.0}, "messages": turns, "reward": 1.0}) + "\n"
+                            for i in (7, 3)))
+    assert sorted(set(read_logs(LogSource(str(path), fields={"episode_id": "meta.id"}), cell="t")["episode"]
+                      .to_pylist())) == [3, 7]
+    status, _, error = _import(path, "--fields", "logprob=meta.lp")
+    assert status == 2 and "--fields logprob=meta.lp: no turn or step holds 'meta.lp', so this changes nothing" in error
+
+
+def test_one_action_for_every_step_of_a_short_log_is_refused_too(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps({"episode": e, "observation": f"o{e}{t}", "action": "OK", "reward": 1.0}) + "\n"
+                            for e in range(2) for t in range(2)))
+    status, _, error = _import(path)
+    assert status == 2 and "one action string, 'OK', is 4 of 4 steps (100%)" in error
+    assert _import(path, "--allow-degenerate")[0] == 0

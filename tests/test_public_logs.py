@@ -395,6 +395,34 @@ def test_swiftsage_scienceworld_histories_load_nested_with_running_scores_and_an
     assert any("--step-observation after" in line for line in unflagged.readings)
 
 
+def test_intercode_sql_human_trajectories_load_with_each_rows_observation_the_answer_to_its_action(capsys):
+    """InterCode's human SQL sessions: episodes keyed by task id, each a ``query`` and step rows
+    under ``trajectory`` whose observation is the database's answer to the row's action, and a
+    0/1 ``reward`` per episode."""
+    path = MORE / "intercode_sql_human_last10.json"
+    episodes = json.loads(path.read_text())
+    rows = [e["trajectory"] for e in episodes.values()]
+    solved = sum(e["reward"] == 1.0 for e in episodes.values())
+    source = LogSource(str(path), step_observation="after", fields={"opening": "query"})
+    table, summary = inspect_logs(source, cell="intercode")
+    assert _counts(table) == (len(episodes), sum(map(len, rows)), solved) == (10, 62, 9)
+    for i, (episode, steps) in enumerate(zip(episodes.values(), rows)):
+        read = table.filter(pa.compute.equal(table["episode"], i)).to_pylist()
+        assert [r["action"] for r in read] == [step["action"] for step in steps]
+        assert [r["next_observation"] for r in read] == [step["observation"] for step in steps]
+        assert [r["observation"] for r in read] == [episode["query"]] + [step["observation"] for step in steps[:-1]]
+        assert sum(r["reward"] for r in read) == episode["reward"]
+    assert summary.mapping["conversations"] == "trajectory" and summary.mapping["reward"] == "reward"
+    assert summary.readings["step rows whose observation is the answer to the row's action (--step-observation "
+                            "after)"] == len(episodes)
+    # the query alone, with the rows read as before their actions, would stand before the first answer: refused
+    argv = ["import", str(path), "--env", "hotpotqa", "--fields", "opening=query"]
+    assert cli.main(argv) == 2
+    assert "--fields opening=query: step rows read as what the agent saw before each action" in capsys.readouterr().err
+    assert cli.main([*argv, "--step-observation", "after"]) == 0
+    assert f"episodes:  {len(episodes)}   steps: 62   successes: {solved}" in capsys.readouterr().out
+
+
 def test_lats_debug_log_is_refused_as_not_a_trajectory_log(capsys):
     """LATS's tree-search run on HotpotQA, its Python logging output, prompts and all."""
     path = MORE / "lats_hotpotqa_tot_10it.log"

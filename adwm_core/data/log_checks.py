@@ -1,9 +1,10 @@
 """What the imported episodes say about how they were read, checked before anything is written.
 
-- **One action for nearly every step.** In logs of ``LEAST_STEPS_CHECKED`` steps or more, an
-  action string that is ``DEGENERATE_SHARE`` of the steps or more (or the only one) means the
-  agent's lines were not found — RAFA's critic log writes "OK." for every action. Refused, with
-  the string and its share, unless ``LogSource.allow_degenerate``.
+- **One action for nearly every step.** An action string that is every step of logs of
+  ``LEAST_STEPS_ONE_ACTION`` steps or more, or ``DEGENERATE_SHARE`` of the steps of logs of
+  ``LEAST_STEPS_CHECKED`` or more, means the agent's lines were not found — RAFA's critic log
+  writes "OK." for every action. Refused, with the string and its share, unless
+  ``LogSource.allow_degenerate``.
 - **Lines the harness repeats.** A short line (up to ``LONGEST_REPEATED`` characters; a room's
   description is longer) found in the first observation of many episodes (at least
   ``REPEATED_LEAST`` and ``REPEATED_SHARE`` of them) beside other lines, never in the
@@ -11,8 +12,10 @@
   task's own line ("Your task is to: …"), is likely the harness's ("Here is the task:", a
   memory header, a placeholder): reported with its count and the ``--strip`` pattern that
   removes it, digits read as any.
-- **Options that change nothing.** A ``fields`` key no episode, turn or step row holds (checked
-  before the episodes are read), a ``--strip`` pattern that matches no line,
+- **Options that change nothing.** A ``fields`` key no episode, turn or step row holds where it
+  is read (a log-probability, role or text on turns and rows, the turns on episodes), or an
+  opening named for step rows read with the observation before each action (checked before the
+  episodes are read), a ``--strip`` pattern that matches no line,
   ``--step-observation`` without step rows, ``--reward`` without rewards per step,
   ``--outcome-line`` that matches nothing: each is refused, never ignored.
 - **Openings it cannot tell.** Episodes whose opening may be an instruction or the first step
@@ -27,12 +30,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..specs import LogSource
-from .log_steps import STEP_ROWS_KEY
+from .log_steps import STEP_ROWS_KEY, is_step_list
 from .log_text import FROM_OUTCOME_LINE, TASK_LINE
 from .log_turns import Counts, Problems, raw_turns
 from .log_values import has
 
 LEAST_STEPS_CHECKED = 10
+LEAST_STEPS_ONE_ACTION = 3
 DEGENERATE_SHARE = 0.9
 REPEATED_LEAST = 3
 REPEATED_SHARE = 0.3
@@ -40,14 +44,16 @@ REPEATED_SHOWN = 5
 SHORTEST_REPEATED = 3  # characters: shorter lines ("OK.", "--") are not worth a report
 LONGEST_REPEATED = 80
 REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+TURN_ROLES = frozenset({"logprob", "role", "text"})  # fields read on turns and step rows only
+EPISODE_ROLES = frozenset({"conversations"})  # fields read on the episode only
 
 
 def check_actions(actions: Sequence[str], source: LogSource, problems: Problems) -> None:
     """Refuse logs whose steps nearly all take one action (the module's rule)."""
-    if source.allow_degenerate or len(actions) < LEAST_STEPS_CHECKED:
+    if source.allow_degenerate or len(actions) < LEAST_STEPS_ONE_ACTION:
         return
     action, n = Counter(actions).most_common(1)[0]
-    if n / len(actions) >= DEGENERATE_SHARE:
+    if n == len(actions) or (len(actions) >= LEAST_STEPS_CHECKED and n / len(actions) >= DEGENERATE_SHARE):
         problems.add(source.path, "(actions)", f"one action string, {action!r:.60}, is {n} of {len(actions)} steps "
                      f"({n / len(actions):.0%}): a world model learns nothing of what actions do from it. Check which "
                      "lines are the agent's (--agent-prefix, --fields), or import the logs as they are with "
@@ -81,18 +87,28 @@ def _pattern(row: str) -> str:
 
 
 def check_fields(episodes: Sequence[Any], source: LogSource, problems: Problems) -> None:
-    """Refuse a ``fields`` key that no episode, turn or step row holds: it would change nothing."""
-    missing = [(role, key) for role, key in source.fields.items()
-               if not any(has(value, key) or any(has(turn, key) for turn in raw_turns(value, source))
-                          for value in episodes)]
-    if not missing:
-        return
+    """Refuse a ``fields`` key that no episode, turn or step row holds where it is read, and an
+    opening named for step rows read as before their actions: either would change nothing, or
+    read wrong."""
+    def held(role: str, key: str, value: Any) -> bool:
+        return (role not in TURN_ROLES and has(value, key)) \
+            or (role not in EPISODE_ROLES and any(has(turn, key) for turn in raw_turns(value, source)))
+
+    missing = [(role, key) for role, key in source.fields.items() if not any(held(role, key, v) for v in episodes)]
     keys = [key for value in episodes[:20] for key in value if key != STEP_ROWS_KEY]
     keys += [key for value in episodes[:20] for turn in raw_turns(value, source)[:1] for key in turn]
     shown = ", ".join(map(str, list(dict.fromkeys(keys))[:12]))
     for role, key in missing:
-        problems.add(source.path, f"--fields {role}={key}", f"no episode, turn or step holds {key!r}, so this changes "
-                     f"nothing; keys of the episodes and their turns: {shown} (a nested one as a dotted path, a.b)")
+        where = ("turn or step" if role in TURN_ROLES else "episode" if role in EPISODE_ROLES
+                 else "episode, turn or step")
+        problems.add(source.path, f"--fields {role}={key}", f"no {where} holds {key!r}, so this changes nothing; keys "
+                     f"of the episodes and their turns: {shown} (a nested one as a dotted path, a.b)")
+    opening = source.fields.get("opening")
+    if opening is not None and source.step_observation != "after" \
+            and any(is_step_list(raw_turns(value, source)) for value in episodes):
+        problems.add(source.path, f"--fields opening={opening}", "step rows read as what the agent saw before each "
+                     "action open on the first row's observation, and an opening would stand before it: name one "
+                     "only with --step-observation after (each row's observation the answer to its action)")
 
 
 def check_options(source: LogSource, counts: Counts, file_readings: Counter, problems: Problems) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..policies.parsing import has_action_cue, parse_action
 from ..specs import LogSource
+from .log_steps import STEP_ROWS_KEY
 from .log_turns import Counts, Problems, Turn, is_thought, raw_turns, turns_of, unlabelled_after_thought
 from .log_values import OutcomeKeys, as_number, decreasing, finite, flag, has, is_score_key, lookup
 
@@ -53,6 +54,13 @@ TASK_OPENING = re.compile(r"(^|\[SEP\])\s*(question|task|claim|goal|instruction)
                           re.IGNORECASE | re.MULTILINE)
 FIX_VALUE = "; correct it in the logs, or name the key that holds it with --fields"
 CUMULATIVE = "episodes whose per-step {key!r} is a running score, read as its per-step differences"
+NO_OPENING = {
+    "json": "the episode must open with what the agent saw; where it is kept apart, name it with --fields opening=KEY",
+    "text": "the episode must open with what the agent saw (its task, question or room) above its first action; where "
+            "ReAct's numbering restarts with no question before it, write the question above its 'Thought 1:'",
+    "bare list": "a list of messages must open with what the agent saw (a user turn); give it one, or give the "
+                 "episode as an object with its opening under a key named by --fields opening=KEY",
+}
 NO_OUTCOME = {
     "json": "missing: no reward nor success on the episode or its turns; name the key with --fields reward=KEY (or "
             "--fields success=KEY; a dotted path where it is nested), or, where the logs hold no outcome at all, add "
@@ -166,8 +174,7 @@ def steps_of(value: Mapping, source: LogSource, keys: OutcomeKeys, rewards: Step
                 steps[-1]["next_observation"] = turn.text
             pending = turn
         elif pending is None:
-            problems.add(at, turn.where, "an action turn with no observation before it: the episode must open with "
-                         "what the agent saw; where it is kept apart, name it with --fields opening=KEY")
+            problems.add(at, turn.where, "an action turn with no observation before it: " + NO_OPENING[origin])
         elif is_thought(turn) and source.thoughts == "fold":
             counts.thoughts += 1
             thoughts.append(turn.text.strip())
@@ -285,7 +292,7 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
         if episode_reward is None and success is not None:
             episode_reward, counts.reward_from_success = float(success), counts.reward_from_success + 1
         if episode_reward is None:
-            shown = f" (keys here: {', '.join(map(str, list(value)[:8]))})" if origin == "json" else ""
+            shown = f" (keys here: {', '.join(map(str, _keys_here(value)[:10]))})" if origin == "json" else ""
             problems.add(at, keys.reward or "reward", NO_OUTCOME[origin] + shown)
             return None
         for s in steps:
@@ -315,6 +322,13 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
               "variation": identity["variation"] if identity["variation"] is not None else line,
               "seed": identity["seed"] or 0}
     return [{**common, **s} for s in steps]
+
+
+def _keys_here(value: Mapping) -> list:
+    """An episode record's keys, and for one of step rows (log_steps.py) the rows' keys."""
+    rows = value.get(STEP_ROWS_KEY)
+    keys = [key for key in value if key != STEP_ROWS_KEY]
+    return list(dict.fromkeys(keys + [key for row in rows for key in row] if isinstance(rows, list) else keys))
 
 
 def _differences(steps: list[dict]) -> None:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from ..specs import LogSource
 from .log_steps import grouped_steps
 from .log_text import TRANSCRIPT_KEY, text_episodes
-from .log_turns import TURN_KEYS, is_turn
+from .log_turns import TURN_KEYS, is_message_list, turn_list_keys
 from .log_values import LogFormatError, has
 
 LOG_SUFFIXES = (".jsonl", ".json", ".txt", ".log", ".parquet")
@@ -166,7 +166,7 @@ def _is_json_record(line: str) -> bool:
 
 def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[Record]]:
     if isinstance(whole, list):
-        if whole and all(is_turn(turn) for turn in whole):
+        if is_message_list(whole):
             return "one bare list of messages", [Record(path, 1, whole, kind="bare list")]
         return _grouped_steps("JSON array of episodes", "JSON array of steps",
                               [Record(path, i, value) for i, value in enumerate(whole, start=1)], source)
@@ -176,12 +176,12 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
     if _is_episode(whole, source):
         return "one JSON episode", [Record(path, 1, whole)]
     if len(whole) == 1 and isinstance(next(iter(whole.values())), list) \
-            and not all(is_turn(turn) for turn in next(iter(whole.values()))):
+            and not is_message_list(next(iter(whole.values()))):
         (key, values), = whole.items()
         return _grouped_steps(f"JSON object {{{key!r}: [episodes]}}", f"JSON object {{{key!r}: [steps]}}",
                               [Record(path, i, value) for i, value in enumerate(values, start=1)], source)
     lists = [key for key, value in whole.items() if isinstance(value, list) and value
-             and all(isinstance(e, Mapping) and _is_episode(e, source) for e in value)]
+             and all(isinstance(e, Mapping) and (_is_episode(e, source) or turn_list_keys(e)) for e in value)]
     if len(lists) == 1:  # episodes under one key, beside other keys (a run's config, its scores)
         return f"JSON object, episodes under {lists[0]!r}", [
             Record(path, i, value) for i, value in enumerate(whole[lists[0]], start=1)]
@@ -196,7 +196,7 @@ def _json_records(path: str, whole: Any, source: LogSource) -> tuple[str, list[R
         return "JSON object of groups of episodes keyed by id", records
     if values and all(isinstance(value, (Mapping, list)) for value in values):
         return "JSON object of episodes keyed by id", [
-            Record(path, i, value, key=key, kind="json" if isinstance(value, Mapping) else "bare list")
+            Record(path, i, value, key=key, kind="bare list" if is_message_list(value) else "json")
             for i, (key, value) in enumerate(whole.items(), start=1)]
     return "one JSON episode", [Record(path, 1, whole)]  # its turn key unnamed yet: log_turns says which to name
 
@@ -214,7 +214,7 @@ def _grouped_steps(episodes: str, steps: str, records: list[Record], source: Log
     if grouped is not None:
         return steps, grouped
     for record in records:
-        if isinstance(record.value, list) and record.value and all(is_turn(turn) for turn in record.value):
+        if is_message_list(record.value):
             record.kind = "bare list"
     return episodes, records
 

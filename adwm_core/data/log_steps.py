@@ -40,6 +40,11 @@ def is_step_row(value: Any) -> bool:
         and value.get("from") is None and value.get("role") is None
 
 
+def is_step_list(value: Any) -> bool:
+    """A non-empty list of step rows: an episode's steps, one record each."""
+    return isinstance(value, list) and bool(value) and all(is_step_row(row) for row in value)
+
+
 def _keys(source: LogSource | None) -> dict[str, str]:
     return {role: (LOG_FIELDS[role] if source is None else source.key(role)) for role in ("reward", "logprob",
                                                                                         "success")}
@@ -111,7 +116,7 @@ def grouped_steps(records: list, source: LogSource | None = None) -> list | None
     """``records`` (log_files.Record) of single steps grouped into one record per episode, its
     rows under ``STEP_ROWS_KEY`` — or None where they are not all steps."""
     values = [r.value for r in records]
-    if not values or not all(is_step_row(v) for v in values):
+    if not is_step_list(values):
         return None
     named = None if source is None else source.fields.get("episode_id")
     key = named or next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)

@@ -12,18 +12,21 @@ A text file holds one transcript or several. A new episode begins
   harness's "Environment #3: Success" stub) is no episode either, and is counted;
 - at a new task, once the episode holds an agent line: a ``Question:`` or ``Task:`` line, or
   one that opens "Your task is to", with the paragraph it starts (the lines since the last
-  empty one);
+  empty one, or since the line ``LogSource.outcome_line`` matches);
 - where ReAct's numbering goes back (``Thought 1:`` after ``Observation 3:``, or after
   ``Observation 1:``), with the paragraph before it (the question).
 
-Never are two tasks read as one episode. The outcome of an episode is its STATUS line; else the
-line ``LogSource.outcome_line`` (a regular expression whose first group is a reward or a
-success flag) matches in it; else the last section header above it, where that header names
-one outcome ("BEGIN CORRECT AGENTS": a success; INCORRECT, FAIL, HALTED: a failure). Each
-such reading is counted in the import summary.
+Never are two tasks read as one episode. Where lines run on from the agent's last line into a
+new task with no empty line (or outcome line) between, they may end the last answer or open the
+new task: the file is refused, with the edit or flag that tells. The outcome of an episode is
+its STATUS line; else the line ``LogSource.outcome_line`` (a regular expression whose first
+group is a reward or a success flag) matches in it; else the last section header above it,
+where that header names one outcome ("BEGIN CORRECT AGENTS": a success; INCORRECT, FAIL,
+HALTED: a failure). Each such reading is counted in the import summary.
 
-A file that opens with Python logging records (``2024-03-21 20:13:37,532 - INFO - …``) is a
-debug log, not a trajectory log, and is refused as such.
+A file with Python logging records among its first lines (``2024-03-21 20:13:37,532 - INFO -
+…``, ``INFO:root:…``, absl's ``I0321 20:13:37.532 …``) is a debug log, not a trajectory log, and
+is refused as such.
 """
 
 from __future__ import annotations
@@ -46,9 +49,12 @@ LABEL_ORDER = {"thought": 0, "action": 1, "observation": 2}  # within one number
 ACTION_LABEL = re.compile(r"^\s*action\s*\d*\s*:", re.IGNORECASE)
 SUCCESS_WORDS = re.compile(r"\b(correct|success|successful|succeeded|solved|passed)\b", re.IGNORECASE)
 FAILURE_WORDS = re.compile(r"\b(incorrect|wrong|fail|failed|failure|halted|unsolved|unsuccessful)\b", re.IGNORECASE)
-LOG_RECORD = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:")
+LOG_RECORD = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:"
+                        r"|^[DIWEF]\d{4} \d{2}:\d{2}:\d{2}")
 LEAST_LOG_RECORDS = 3
+OPENING_LINES = 5  # a debug log has a logging record among its first non-empty lines (a banner may come first)
 
+BEGUN_BY = {"task": "a new task", "numbering": "ReAct's numbering restarts"}
 SPLIT_AT = {"task": "episodes begun in text at a new task (a 'Question:', 'Task:' or 'Your task is to' line)",
             "numbering": "episodes begun in text where ReAct's numbering restarts",
             "header": "episodes in text ended at a section header (a rule of -, =, # or *)"}
@@ -106,7 +112,14 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
         else:
             boundary = _boundary(current, row, source)
             if boundary is not None:
-                moved = _paragraph_before(current, source)
+                start = _paragraph_start(current, source)
+                if _runs_on(current, start, source):
+                    raise LogFormatError(
+                        f"{path}:{number}: an episode begins here ({BEGUN_BY[boundary]}), but the lines above it, from "
+                        f"line {current.rows[start][0]}, follow the agent's last line with no empty line between: "
+                        "they may end the last answer or open this task. Put an empty line where this task's text "
+                        "begins, or name the line that ends each episode with --outcome-line REGEX")
+                moved, current.rows = current.rows[start:], current.rows[:start]
                 close()
                 current.rows = moved
                 readings[SPLIT_AT[boundary]] += 1
@@ -122,25 +135,29 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
     if any(not stub for _, _, stub in done):  # else no block has an agent line: each is kept, to be refused
         readings[STUBS] += sum(stub for _, _, stub in done)
         done = [entry for entry in done if not entry[2]]
-    records = [(episode.rows[0][0] if episode.rows else episode.ended_at, _record(episode, status, source, readings))
-               for episode, status, _ in done]
+    records = [(episode.rows[0][0] if episode.rows else episode.ended_at,
+                _record(path, episode, status, source, readings)) for episode, status, _ in done]
     return _layout(len(records), has_status, readings), records, readings
 
 
-def _record(episode: _Episode, status: bool | None, source: LogSource, readings: Counter) -> dict:
+def _record(path: str, episode: _Episode, status: bool | None, source: LogSource, readings: Counter) -> dict:
     record: dict = {TRANSCRIPT_KEY: episode.text()}
     if status is not None:
         record["success"] = status
-    if source.outcome_line is not None:
-        match = next((m for _, row in episode.rows if (m := re.search(source.outcome_line, row))), None)
-        if match is not None:
-            value = match.group(1) if match.groups() else match.group(0)
-            number, _ = as_number(value)
-            if number is not None:
-                record["reward"] = number
-            elif flag(value) is not None:
-                record["success"] = flag(value)
-            readings[FROM_OUTCOME_LINE] += number is not None or flag(value) is not None
+    found = next(((line, match) for line, row in episode.rows if (match := _outcome_match(row, source))), None)
+    if found is not None:
+        line, match = found
+        value = match.group(1)
+        reward, success = as_number(value)[0], flag(value)
+        if reward is None and success is None:
+            raise LogFormatError(f"{path}:{line}: --outcome-line {source.outcome_line!r} matches this line, but its "
+                                 f"first group, {value!r}, is no reward nor true/false (correct/incorrect, "
+                                 "success/fail); make the group catch the number or the flag")
+        if reward is not None:
+            record["reward"] = reward
+        else:
+            record["success"] = success
+        readings[FROM_OUTCOME_LINE] += 1
     if "success" not in record and "reward" not in record and episode.section is not None:
         record["success"] = episode.section
         readings[FROM_SECTION] += 1
@@ -158,9 +175,10 @@ def _layout(episodes: int, has_status: bool, readings: Counter) -> str:
 
 
 def _refuse_debug_log(path: str, lines: list[str]) -> None:
-    opening = next((row for row in lines if row.strip()), "")
+    first_lines = [row for row in lines if row.strip()][:OPENING_LINES]
+    opening = next((row for row in first_lines if LOG_RECORD.match(row)), None)
     records = sum(1 for row in lines if LOG_RECORD.match(row))
-    if LOG_RECORD.match(opening) and records >= LEAST_LOG_RECORDS:
+    if opening is not None and records >= LEAST_LOG_RECORDS:
         raise LogFormatError(f"{path}: not a trajectory log: a debug log, {records} of its lines are logging records "
                              f"({opening.strip()[:70]!r}…) with prompts and program state between them. Write the "
                              "agent's episodes out — JSONL turns with an outcome, or a transcript whose agent lines "
@@ -213,14 +231,27 @@ def _place(label: re.Match) -> tuple[int, int]:
     return int(label.group(2)), LABEL_ORDER[label.group(1).lower()]
 
 
-def _paragraph_before(episode: _Episode, source: LogSource) -> list[tuple[int, str]]:
-    """The rows of the paragraph that ends ``episode`` so far, taken out of it: the opening of
-    the task that begins at the next line (none where it runs on from the agent's last line)."""
+def _paragraph_start(episode: _Episode, source: LogSource) -> int:
+    """Where the paragraph that ends ``episode`` so far begins (the opening of the task that
+    begins at the next line): the index of the first row after the last empty, agent, numbered
+    or outcome row; the episode's length where the task's line follows such a row at once."""
     start = len(episode.rows)
-    while start and episode.rows[start - 1][1].strip() and not _is_agent_line(episode.rows[start - 1][1], source) \
-            and not NUMBERED_LABEL.match(episode.rows[start - 1][1]):
+    while start and not _ends_paragraph(episode.rows[start - 1][1], source):
         start -= 1
-    if start and episode.rows[start - 1][1].strip():
-        return []  # no empty line between the agent's last line and this one: it answers that line
-    moved, episode.rows = episode.rows[start:], episode.rows[:start]
-    return moved
+    return start
+
+
+def _ends_paragraph(row: str, source: LogSource) -> bool:
+    return not row.strip() or _is_agent_line(row, source) or NUMBERED_LABEL.match(row) is not None \
+        or _outcome_match(row, source) is not None
+
+
+def _runs_on(episode: _Episode, start: int, source: LogSource) -> bool:
+    """Whether the paragraph from ``start`` follows the agent's (or a numbered) line with no
+    empty or outcome line between: it may be that line's answer or the next task's opening."""
+    above = episode.rows[start - 1][1] if start else ""
+    return start < len(episode.rows) and bool(above.strip()) and _outcome_match(above, source) is None
+
+
+def _outcome_match(row: str, source: LogSource) -> re.Match | None:
+    return None if source.outcome_line is None else re.search(source.outcome_line, row)

@@ -2,9 +2,11 @@
 transcript reads into observation and action turns.
 
 **Where.** The turn list is found under ``conversations``, ``messages``, ``traj``,
-``trajectory``, ``history``, ``dialog``, ``dialogue``, ``turns`` or ``transcript``, or one
-object down (ScienceWorld's ``history: {taskDescription, history: [...]}``, read as
-``history.history``), or at the key or dotted path ``LogSource.fields["conversations"]`` names.
+``trajectory``, ``history``, ``dialog``, ``dialogue``, ``turns`` or ``transcript``; else by
+content, under the one key of any name that holds a list of turns or of step rows (AgentGym's
+``transitions``); else one object down (ScienceWorld's ``history: {taskDescription, history:
+[...]}``, read as ``history.history``); or at the key or dotted path
+``LogSource.fields["conversations"]`` names.
 
 **A list.** Each turn has from/value or role/content (``fields["role"]``, ``fields["text"]``).
 Observation roles: human, user, observation, environment, env, tool; action roles: gpt,
@@ -35,7 +37,7 @@ from typing import Any
 
 from ..policies.parsing import has_action_cue
 from ..specs import LogSource
-from .log_steps import STEP_ROWS_KEY, is_step_row, step_turns
+from .log_steps import STEP_ROWS_KEY, is_step_list, step_turns
 from .log_text import TRANSCRIPT_KEY
 from .log_values import has, lookup
 
@@ -97,15 +99,26 @@ def is_turn(value: Any) -> bool:
                                                                                   or "content" in value)
 
 
+def is_message_list(value: Any) -> bool:
+    """A non-empty list of turns: an episode's messages with no wrapper around them."""
+    return isinstance(value, list) and bool(value) and all(is_turn(turn) for turn in value)
+
+
+def turn_list_keys(value: Mapping) -> list:
+    """The keys of ``value`` that hold a list of turns or of step rows: turns found by content."""
+    return [key for key, held in value.items() if is_message_list(held) or is_step_list(held)]
+
+
 def turn_paths(value: Mapping, source: LogSource) -> list[str]:
     """The keys or dotted paths of ``value`` that could hold its turns (one, where it is clear)."""
     named = source.fields.get("conversations")
     if named is not None:
         return [named] if has(value, named) else []
     present = [key for key in (*TURN_KEYS, TRANSCRIPT_KEY) if value.get(key) is not None]
-    rows = value.get(STEP_ROWS_KEY)
-    present += [STEP_ROWS_KEY] if isinstance(rows, list) and rows and all(is_step_row(r) for r in rows) else []
+    present += [STEP_ROWS_KEY] if is_step_list(value.get(STEP_ROWS_KEY)) else []
     keys = [key for key in present if value[key] not in ("", [])] or present[:1]  # an empty one: no step
+    if not keys:
+        keys = turn_list_keys(value)
     if not keys:  # one object down: {"data": {"messages": [...]}}
         keys = [f"{outer}.{inner}" for outer, nested in value.items() if isinstance(nested, Mapping)
                 for inner in TURN_KEYS if isinstance(nested.get(inner), list)]
@@ -156,7 +169,7 @@ def turns_of(value: Mapping, source: LogSource, problems: Problems, at: str, cou
         problems.add(at, key, f"expected a list of turns or a transcript, got {type(turns).__name__}{nested}")
         return None
     wheres = [f"{key}[{i}]" for i in range(len(turns))]
-    if turns and all(is_step_row(row) for row in turns):
+    if is_step_list(turns):
         turns, rows, reading = step_turns(turns, source, opened=bool(opening))
         wheres = [f"{key}[{row}]" for row in rows]
         counts.readings[reading] += reading is not None

@@ -26,7 +26,7 @@ class LogFormatError(ValueError):
 
 FLAG_SPELLINGS = {True: True, False: False, "true": True, "false": False, "1": True, "0": False, "yes": True,
                   "no": False, "success": True, "succeeded": True, "won": True, "win": True, "fail": False,
-                  "failed": False, "failure": False, "lost": False}
+                  "failed": False, "failure": False, "lost": False, "correct": True, "incorrect": False}
 
 
 def lookup(value: Any, path: str, default: Any = None) -> Any:
@@ -51,7 +51,8 @@ def has(value: Any, path: str) -> bool:
 
 def flag(value: Any) -> bool | None:
     """A flag as evaluators write it — true/false, 1/0 (AgentGym's ``"success": 1``), yes/no,
-    success/fail, as strings in any case — as a bool; None for anything else."""
+    success/fail, correct/incorrect (ReAct's "Answer is CORRECT"), as strings in any case — as a
+    bool; None for anything else."""
     key = value.strip().lower() if isinstance(value, str) else value
     if isinstance(key, float) and key.is_integer():
         key = int(key)

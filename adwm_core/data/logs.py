@@ -45,7 +45,7 @@ from .log_checks import check_actions, check_fields, check_options, repeated_lin
 from .log_episode import count_lines, step_rewards, steps_of
 from .log_files import LogFormatError, Unreadable, cached_dataset, is_trajectories, read_files
 from .log_turns import TURN_KEYS, Counts, Problems
-from .log_values import outcome_keys
+from .log_values import lookup, outcome_keys
 
 MAX_LISTED_PROBLEMS = 20
 SUMMARY_FILE = "import.json"  # beside an imported trajectories file
@@ -128,7 +128,8 @@ def inspect_logs(source: LogSource, *, cell: str) -> tuple[pa.Table, ImportSumma
         else:
             steps = steps_of(value, source, keys, rewards, counts, problems, record.at, record.line, record.kind)
             if steps:
-                episodes.append((record.key if record.key is not None else value.get(source.key("episode_id")), steps))
+                identity = record.key if record.key is not None else lookup(value, source.key("episode_id"))
+                episodes.append((identity, steps))
     if not episodes and not problems.found:
         problems.add(source.path, "(file)", "holds no episode with a step: is it an empty list, or the wrong file?")
     if not problems.found:  # what the episodes say as a whole, once each of them reads
