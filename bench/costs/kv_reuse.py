@@ -1,7 +1,8 @@
 """A pretrained LLM's decisions with and without key/value reuse, in one run (issue 74, part 1).
 
-`python -m bench.costs.kv_reuse [--cell CELL] [--episodes N] [--batch-size B]`: SmolLM2-135M-Instruct
-(transformers backend, prompt variant p0) plays N greedy episodes (ε = 0: every step is a
+`python -m bench.costs.kv_reuse [--cell CELL] [--model tiny] [--episodes N] [--batch-size B]`: SmolLM2-135M-Instruct
+(or, with ``--model tiny``, the default local cell's tiny GPT-2 at its last checkpoint on that cell's
+environment; transformers backend, prompt variant p0) plays N greedy episodes (ε = 0: every step is a
 decision) of the cell's environment through the episode runner, as a ground-truth stage plays
 them (2 workers × 8 engines: up to 16 episodes decide in one call), once reading every prompt
 whole as the backend did before key/value reuse (:class:`WholePromptLM`, the code of 9a7d461) and once
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 
-from bench.common import RESULTS, cell_config, machine
+from bench.common import CHECKPOINTS, RESULTS, cell_config, default_env, machine, tiny_family
 
 SMOLLM2 = "offline:smollm2-135m-instruct"
 
@@ -86,17 +87,15 @@ def whole_prompt_lm(path: str, batch_size: int):
     return WholePromptLM()
 
 
-def side(env, n_episodes: int, batch_size: int, before: bool) -> dict:
+def side(env, path: str, n_episodes: int, batch_size: int, before: bool) -> dict:
     """Play and score with the backend before key/value reuse or today's; returns timings, token
     counts and what was played."""
     from adwm_core.collection import episode_specs
     from adwm_core.envs.runner import EpisodeRunner
     from adwm_core.policies.base import LLMPolicy, PolicyAgent
     from adwm_core.policies.hf_backend import TransformersLM
-    from adwm_core.policies.local_models import offline_model_dir
     from adwm_core.policies.prompts import episode_histories
 
-    path = offline_model_dir(SMOLLM2)
     lm = whole_prompt_lm(path, batch_size) if before else TransformersLM(path, batch_size=batch_size)
     policy = LLMPolicy(lm, env.name, "p0")
     specs = episode_specs(env.instances(), range(n_episodes), seed=42)
@@ -125,14 +124,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default="test-b2-twx-sorting-cross",
                         help="the cell whose environment is played (its config only: no stage of it runs)")
+    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16, help="the backend's batch (the runner asks up to 16)")
     args = parser.parse_args()
-    env = cell_config(args.cell).env
-    before = side(env, args.episodes, args.batch_size, before=True)
-    after = side(env, args.episodes, args.batch_size, before=False)
+    if args.model == "tiny":
+        env, path, where = default_env(), tiny_family()[max(CHECKPOINTS, key=CHECKPOINTS.get)], "the default local cell"
+    else:
+        from adwm_core.policies.local_models import offline_model_dir
+
+        env, path, where = cell_config(args.cell).env, offline_model_dir(SMOLLM2), f"cell `{args.cell}`"
+    before = side(env, path, args.episodes, args.batch_size, before=True)
+    after = side(env, path, args.episodes, args.batch_size, before=False)
     found = {
-        "cell": args.cell, "env": env.name, "task": env.task, "episodes": args.episodes, "batch_size": args.batch_size,
+        "model": args.model, "where": where, "env": env.name, "task": env.task, "episodes": args.episodes, "batch_size": args.batch_size,
         "before": {k: v for k, v in before.items() if k not in ("actions", "responses", "logprobs")},
         "after": {k: v for k, v in after.items() if k not in ("actions", "responses", "logprobs")},
         "same_actions": before["actions"] == after["actions"], "same_responses": before["responses"] == after["responses"],
@@ -142,31 +147,32 @@ def main() -> None:
     found["speedup_per_decision"] = before["seconds_per_decision"] / after["seconds_per_decision"]
     found["cpu_speedup_per_decision"] = before["cpu_seconds_per_decision"] / after["cpu_seconds_per_decision"]
     found["speedup_per_scored_step"] = before["score_seconds_per_step"] / after["score_seconds_per_step"]
-    (RESULTS / "kv_reuse.json").write_text(json.dumps(found, indent=2))
-    b, a = found["before"], found["after"]
-    lines = [
-        "# SmolLM2 decisions with and without key/value reuse",
-        "",
-        __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(),
-        "",
-        f"Cell `{args.cell}` ({env.name}/{env.task}), {args.episodes} episodes at ε = 0, backend batch "
-        f"{args.batch_size}; {machine()['cpus']} CPUs, {machine()['processor']}, {found['machine']['date']}.",
-        "",
-        "| | decisions | s per decision (CPU s) | prompt tokens asked / read per decision | scored steps | "
-        "s per scored step (CPU s) |",
-        "|---|---|---|---|---|---|",
-        *(f"| {name} | {r['decisions']} | {r['seconds_per_decision']:.3f} ({r['cpu_seconds_per_decision']:.3f}) | "
-          f"{r['tokens_asked_per_decision']:.0f} / {r['tokens_read_per_decision']:.0f} | {r['scored_steps']} | "
-          f"{r['score_seconds_per_step']:.3f} ({r['score_cpu_seconds_per_step']:.3f}) |"
-          for name, r in (("before (9a7d461: every prompt read whole)", b), ("today's backend", a))),
-        "",
-        f"Per decision {found['speedup_per_decision']:.1f}× fewer seconds ({found['cpu_speedup_per_decision']:.1f}× "
-        f"fewer CPU seconds); per scored step {found['speedup_per_scored_step']:.1f}×. Same actions: "
-        f"{found['same_actions']}; same responses: {found['same_responses']}; largest |Δ log π| "
-        f"{found['max_abs_logprob_difference']:.1e}.",
-        "",
-        f"Machine: `{json.dumps(found['machine'])}`",
-    ]
+    path = RESULTS / "kv_reuse.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else {}
+    runs[f"{args.model} on {where}"] = found
+    path.write_text(json.dumps({"runs": runs}, indent=2))
+    write(runs)
+
+
+def write(runs: dict) -> None:
+    """bench/results/kv_reuse.md: a table of every measured run (the latest per model and place)."""
+    lines = ["# A policy's decisions with and without key/value reuse", "",
+             __doc__.split("\n\n", 1)[1].rsplit("→", 1)[0].strip(), "",
+             "| model, environment (episodes at ε = 0, batch) | measured | backend | decisions | s per decision "
+             "(CPU s) | prompt tokens asked / read per decision | s per scored step (CPU s) | same actions, responses "
+             "| largest \\|Δ log π\\| |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, run in runs.items():
+        for side_name, r in (("before (9a7d461)", run["before"]), ("today's", run["after"])):
+            lines.append(
+                f"| {name}: {run['env']}/{run['task']} ({run['episodes']}, {run['batch_size']}) | "
+                f"{run['machine']['date']}, {run['machine']['cpus']} CPUs | {side_name} | {r['decisions']} | "
+                f"{r['seconds_per_decision']:.3f} ({r['cpu_seconds_per_decision']:.3f}) | "
+                f"{r['tokens_asked_per_decision']:.0f} / {r['tokens_read_per_decision']:.0f} | "
+                f"{r['score_seconds_per_step']:.3f} ({r['score_cpu_seconds_per_step']:.3f}) | "
+                f"{run['same_actions']}, {run['same_responses']} | {run['max_abs_logprob_difference']:.1e} |")
+        lines.append(f"| | | **ratio** | | **{run['speedup_per_decision']:.1f}×** ({run['cpu_speedup_per_decision']:.1f}× "
+                     f"CPU) | | **{run['speedup_per_scored_step']:.1f}×** | | |")
+    lines += ["", f"Machine of the latest run: `{json.dumps(list(runs.values())[-1]['machine'])}`"]
     (RESULTS / "kv_reuse.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
