@@ -621,12 +621,3 @@ def test_fields_read_where_they_are_used_a_dotted_id_and_a_log_prob_kept_on_the_
                       .to_pylist())) == [3, 7]
     status, _, error = _import(path, "--fields", "logprob=meta.lp")
     assert status == 2 and "--fields logprob=meta.lp: no turn or step holds 'meta.lp', so this changes nothing" in error
-
-
-def test_one_action_for_every_step_of_a_short_log_is_refused_too(tmp_path):
-    path = tmp_path / "steps.jsonl"
-    path.write_text("".join(json.dumps({"episode": e, "observation": f"o{e}{t}", "action": "OK", "reward": 1.0}) + "\n"
-                            for e in range(2) for t in range(2)))
-    status, _, error = _import(path)
-    assert status == 2 and "one action string, 'OK', is 4 of 4 steps (100%)" in error
-    assert _import(path, "--allow-degenerate")[0] == 0

@@ -1,10 +1,9 @@
 """What the imported episodes say about how they were read, checked before anything is written.
 
-- **One action for nearly every step.** An action string that is every step of logs of
-  ``LEAST_STEPS_ONE_ACTION`` steps or more, or ``DEGENERATE_SHARE`` of the steps of logs of
-  ``LEAST_STEPS_CHECKED`` or more, means the agent's lines were not found — RAFA's critic log
-  writes "OK." for every action. Refused, with the string and its share, unless
-  ``LogSource.allow_degenerate``.
+- **One action for nearly every step.** In logs of ``LEAST_STEPS_CHECKED`` steps or more, an
+  action string that is ``DEGENERATE_SHARE`` of the steps or more (or the only one) means the
+  agent's lines were not found — RAFA's critic log writes "OK." for every action. Refused, with
+  the string and its share, unless ``LogSource.allow_degenerate``.
 - **Lines the harness repeats.** A short line (up to ``LONGEST_REPEATED`` characters; a room's
   description is longer) found in the first observation of many episodes (at least
   ``REPEATED_LEAST`` and ``REPEATED_SHARE`` of them) beside other lines, never in the
@@ -36,7 +35,6 @@ from .log_turns import Counts, Problems, raw_turns
 from .log_values import has
 
 LEAST_STEPS_CHECKED = 10
-LEAST_STEPS_ONE_ACTION = 3
 DEGENERATE_SHARE = 0.9
 REPEATED_LEAST = 3
 REPEATED_SHARE = 0.3
@@ -50,10 +48,10 @@ EPISODE_ROLES = frozenset({"conversations"})  # fields read on the episode only
 
 def check_actions(actions: Sequence[str], source: LogSource, problems: Problems) -> None:
     """Refuse logs whose steps nearly all take one action (the module's rule)."""
-    if source.allow_degenerate or len(actions) < LEAST_STEPS_ONE_ACTION:
+    if source.allow_degenerate or len(actions) < LEAST_STEPS_CHECKED:
         return
     action, n = Counter(actions).most_common(1)[0]
-    if n == len(actions) or (len(actions) >= LEAST_STEPS_CHECKED and n / len(actions) >= DEGENERATE_SHARE):
+    if n / len(actions) >= DEGENERATE_SHARE:
         problems.add(source.path, "(actions)", f"one action string, {action!r:.60}, is {n} of {len(actions)} steps "
                      f"({n / len(actions):.0%}): a world model learns nothing of what actions do from it. Check which "
                      "lines are the agent's (--agent-prefix, --fields), or import the logs as they are with "
