@@ -93,14 +93,22 @@ def test_importance_sampling_reads_the_logged_steps_aligned(estimates, tiny_beha
 
 def test_dm_ignores_the_policy_and_fqe_fits_one_network_per_epsilon_and_seed(estimates, tiny_behaviour):
     """On the session's world model (the default recipe, as the cells' baselines stage uses it): DM
-    reads R_θ(e(a_t | o_t), h̄_t), the reward of each logged action in its observation."""
+    reads R_θ(e(a_t | o_t), h̄_t), the reward of each logged action in its observation.
+
+    How close a reward head of WM_STEPS = 200 optimiser steps comes to the log's mean return was
+    measured over world-model seeds 0–3 at 2 and at 1 torch threads (2-core x86_64, 2026-11-29;
+    the thread count changed nothing past 1e-6): DM − log mean = −0.054, −0.064, −0.137, +0.151
+    (log mean −0.232). The old bound, 0.05, was sized on one run and failed on seed 0. The bound
+    is now that spread plus 0.05, and DM must carry the log's sign: a DM that read no reward (0)
+    or the wrong sign fails."""
     rows = _by(estimates)
     dm = {r["value"] for k, r in rows.items() if k[0] == "DM"}
     assert len(dm) == 1  # policy-invariant by construction, and deterministic
     returns = defaultdict(float)
     for r in read_table(tiny_behaviour, TRAJECTORIES).to_pylist():
         returns[r["episode"]] += GAMMA ** r["t"] * r["reward"]
-    assert dm.pop() == pytest.approx(np.mean(list(returns.values())), abs=0.05)  # the reward head fits the logs
+    logged, value = np.mean(list(returns.values())), dm.pop()
+    assert np.sign(value) == np.sign(logged) and value == pytest.approx(logged, abs=0.2)  # the head reads the rewards
     fqe = {k[1:]: r["value"] for k, r in rows.items() if k[0] == "FQE"}
     assert len(set(fqe.values())) == len(fqe)  # a separate Q-network per (ε, seed)
     for eps in EPSILONS:
