@@ -340,6 +340,20 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class Recommended:
+    """The one number per (agent, ε) to read (``OffPolicyEvaluation.recommended``)."""
+
+    source: str  # the estimator chosen, or why none could be
+    estimates: Any  # DataFrame per (agent, ε): value, lower, upper (calibrated on the bench's errors)
+    verdicts: Any  # DataFrame per pair of points: a, b, difference, low, high, better (None: cannot tell), live_episodes
+    excluded: dict  # estimator → why it was not eligible here
+    text: str  # what `adwm evaluate` prints
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class LiveTopUp:
     """ADWM with live episodes (``OffPolicyEvaluation.live_top_up``)."""
 
@@ -413,6 +427,26 @@ class OffPolicyEvaluation:
             if (interval or "bootstrap") == ci and _selected(name, self.estimators):
                 picked.append({**row, "estimator": name})
         return picked
+
+    def recommended(self, alpha: float | None = None) -> Recommended:
+        """The recommended estimate (ope/statistics/recommend.py): its source, Ĵ of every (agent, ε)
+        with its interval calibrated on the bench's errors, the verdicts on every pair of points
+        (``better`` None: cannot tell, with the ``live_episodes`` per point that would likely decide
+        it), and the estimators not eligible here with why."""
+        import pandas as pd
+
+        from .ope.statistics.recommend import point_key
+
+        with fsspec.open(f"{self.run(alpha)}/{pipeline.stage('report').outputs['curves']}") as f:
+            curves = json.load(f)
+        reading = curves["recommended"]
+        rows = [{"agent": agent, "epsilon": epsilon, "value": reading["values"][label], "lower": reading["low"][label],
+                 "upper": reading["high"][label]}
+                for agent, epsilon in zip(curves["policy"], curves["epsilon"])
+                for label in [point_key(agent, epsilon)] if label in reading["values"]]
+        frame = pd.DataFrame(rows, columns=["agent", "epsilon", "value", "lower", "upper"])
+        return Recommended(reading["source"], frame.set_index(["agent", "epsilon"]),
+                           pd.DataFrame(reading["verdicts"]), dict(reading["excluded"]), "\n".join(reading["lines"]))
 
     def estimate_policy_values(self):
         """Ĵ of every (agent, ε): a DataFrame indexed by agent and ε, a column per estimator."""

@@ -187,6 +187,14 @@ def _behaviour(cell: CellConfig) -> dict:
     return section
 
 
+def _bench_calibration() -> str | None:
+    """The shipped bench's errors, which the report's recommended estimate reads, by content."""
+    from .fingerprints import content_fingerprint
+    from .ope.statistics.recommend import SHIPPED
+
+    return content_fingerprint(SHIPPED) if os.path.exists(SHIPPED) else None
+
+
 def _maybe(condition: bool, *names: str) -> tuple[str, ...]:
     return names if condition else ()
 
@@ -222,7 +230,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("baselines", lambda cell, policy: {"baselines": cell.baselines, "policy": policy.name},
           {"estimates": "estimates.parquet", "not_applicable": "not_applicable.json"}, "adwm_core.stages.baselines",
           inputs=lambda cell: ("behaviour", "logprobs", "world-model"), per_policy=True),
-    Stage("report", lambda cell: {"cell": cell.name},
+    Stage("report", lambda cell: {"cell": cell.name, "bench": _bench_calibration()},
           {"report": "report.md", "results": "results.json", "curves": "curves.json",
            "plot": "estimates_vs_truth.png", "estimates": "estimates.parquet", "rollouts": "rollouts.parquet"},
           "adwm_core.stages.report",

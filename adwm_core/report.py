@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
 from .ranking import PrintedInterval, compare
 from .ope.statistics.calibration import topped_up_verdicts
+from .ope.statistics.recommend import BenchCalibration, Recommendation, point_key, recommend
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
 from .ope.statistics.metrics import (normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval,
@@ -42,6 +44,15 @@ RESULT_COLUMNS = ("estimator", "rho", "rho_ci_low", "rho_ci_high", "rho_ci_degen
 Point = tuple[str, float]  # (π_e name, ε): one policy of the evaluated family
 INTERVAL_MARK = "@"  # <estimator>@<interval>: the estimator's Ĵ with another interval
 DIAGNOSTICS = ("log_share", "off_log_distance", "ess", "top_weight_share")  # estimates columns (ope/statistics/diagnostics.py)
+
+
+RECOMMENDED = "recommended"  # the report's row and curves entry of the recommended estimate
+HEADLINE = f"{ADWM}:reward_sum"
+
+
+def on_the_return_scale(estimator: str) -> bool:
+    """Whether an estimator's Ĵ is a return (``…:success_similarity`` is a cosine: ranked, never recommended)."""
+    return not estimator.endswith(":success_similarity")
 
 
 def estimate_curves(estimates: pa.Table, points: list[Point]) -> dict[str, list[list[SignedLog]]]:
@@ -102,6 +113,52 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
             "n_seeds": len(per_seed),
         })
     return rows, curves
+
+
+def recommended_reading(cell: str, curves: dict, rollouts: pa.Table | None, return_range: tuple[float, float],
+                        bench: BenchCalibration, confidence: float) -> Recommendation:
+    """The recommended estimate of every point (ope/statistics/recommend.py) from the curves'
+    seed means, ADWM's share of steps the log answered, the importance weights' smallest ESS and
+    the spread of ADWM's imagined returns at each point; the cell's ground truth is not read."""
+    labels = _point_keys(curves)
+    estimates = {name: dict(zip(labels, values)) for name, values in curves["estimators"].items()
+                 if on_the_return_scale(name)}
+    diagnostics = curves.get("diagnostics", {})
+    variance = {}
+    if rollouts is not None and rollouts.num_rows:
+        mine = rollouts.filter(pc.equal(rollouts["estimator"], ADWM)).select(["policy", "epsilon", "value"])
+        by_point = defaultdict(list)
+        for row in mine.to_pylist():
+            by_point[point_key(row["policy"], row["epsilon"])].append(row["value"])
+        variance = {label: float(np.var(values, ddof=1)) for label, values in by_point.items() if len(values) > 1}
+    return recommend(estimates, return_range=return_range, bench=bench, cell=cell, alpha=1 - confidence,
+                     answered=diagnostics.get(HEADLINE, {}).get("log_share", float("nan")),
+                     min_ess={name: d["ess"] for name, d in diagnostics.items() if "ess" in d},
+                     return_variance=variance)
+
+
+def recommended_row(reading: Recommendation, curves: dict, truth: pa.Table) -> dict | None:
+    """The recommended estimate graded like any estimator's row, its calibrated intervals' coverage
+    and width, and its verdicts' share decided of the pairs the truth splits and their precision."""
+    if not reading.values:
+        return None
+    labels, j = _point_keys(curves), curves["ground_truth"]
+    values = np.array([reading.values[label] for label in labels])
+    rank = spearman_with_interval(values, j)
+    stderr = {point_key(r["policy"], r["epsilon"]): r["stderr"] for r in truth.to_pylist()}
+    scores = verdict_scores(reading.verdicts, dict(zip(labels, j)), stderr)
+    return {"estimator": RECOMMENDED, "rho": rank.rho, "rho_ci_low": rank.ci_low, "rho_ci_high": rank.ci_high,
+            "rho_ci_degenerate": rank.degenerate, "rho_p": rank.p_value, "rho_seeds": [rank.rho],
+            "rho_seed_mean": rank.rho, "rho_seed_sd": 0.0, **_errors(values, values, j),
+            "coverage": float(np.mean([reading.low[p] <= v <= reading.high[p] for p, v in zip(labels, j)])),
+            "width": float(2 * reading.half_width / np.ptp(j)) if np.ptp(j) > 0 else float("nan"),
+            "decided": scores.decided, "precision": scores.precision, "n_seeds": 1}
+
+
+def recommended_lines(curves: dict) -> list[str]:
+    """The report's section on the recommended estimate."""
+    reading = curves.get(RECOMMENDED)
+    return ["## Recommended", "", *reading["lines"], ""] if reading else []
 
 
 def interval_coverage(estimates: pa.Table, estimator: str, truth: dict[Point, float]) -> dict[str, float]:
@@ -254,6 +311,11 @@ def interval_lines(estimates: pa.Table) -> list[str]:
             f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in first_seed_rows(estimates)]
 
 
+def _point_keys(curves: dict) -> list[str]:
+    """Every point's full name, ``policy ε=…`` (ope/statistics/recommend.py's ``point_key``)."""
+    return [point_key(p, e) for p, e in zip(curves["policy"], curves["epsilon"])]
+
+
 def _point_labels(curves: dict) -> list[str]:
     if len(set(curves["policy"])) == 1:
         return [f"ε={e:g}" for e in curves["epsilon"]]
@@ -290,7 +352,8 @@ def markdown(cell: str, rows: list[dict], curves: dict) -> str:
               for name, values in curves["estimators"].items()]
     extra = not_applicable_lines(curves)
     lines += [""] + [f"- {line}" for line in extra] if extra else []
-    sections = [*interval_method_lines(curves), *diagnostics_lines(curves), *comparison_lines(curves)]
+    sections = [*recommended_lines(curves), *interval_method_lines(curves), *diagnostics_lines(curves),
+                *comparison_lines(curves)]
     if curves.get("answers"):
         epsilon = min(curves["epsilon"])
         sections += ["## What the log cannot tell", "", *(f"- {line}" for line in
@@ -407,35 +470,48 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
     return lines
 
 
-def plot(curves: dict, path, title: str) -> None:
-    """Ĵ over ε, one panel per π_e, one line per estimator and ground truth, each min–max
-    normalised over all points (ranks are what ρ grades; the estimators' scales differ by
-    orders of magnitude)."""
+def plot(curves: dict, path, title: str, return_range: tuple[float, float]) -> None:
+    """Ĵ over ε in the return's own units, one panel per π_e: the ground truth, the recommended
+    estimate with its calibrated band, and every other estimator on the return scale faded, each
+    in a colour of its own; one with a value outside ``return_range`` is left off the axes and
+    named below them."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    def normalised(values) -> np.ndarray:
-        v = np.asarray(values, dtype=np.float64)
-        return (v - v.min()) / np.ptp(v) if np.ptp(v) > 0 else np.full_like(v, 0.5)
-
-    lines = ([("ground truth", normalised(curves["ground_truth"]), {"color": "k", "linewidth": 3})]
-             if curves["ground_truth"] is not None else [])
-    lines += [(name, normalised(values), {"marker": "o", "linewidth": 1.2})
-              for name, values in curves["estimators"].items()]
+    low, high = return_range
+    others = {name: np.asarray(values, float) for name, values in curves["estimators"].items()
+              if on_the_return_scale(name)}
+    outside = sorted(name for name, v in others.items() if not (np.all(np.isfinite(v)) and
+                                                                np.all((v >= low) & (v <= high))))
+    shown = [name for name in others if name not in outside]
+    colours = pyplot.get_cmap("tab20")(np.linspace(0, 1, max(len(shown), 1), endpoint=False))
+    reading = curves.get(RECOMMENDED) or {}
+    labels = _point_keys(curves)
     policies = list(dict.fromkeys(curves["policy"]))
-    figure, panels = pyplot.subplots(1, len(policies), figsize=(7 * len(policies), 4.5), sharey=True, squeeze=False)
+    figure, panels = pyplot.subplots(1, len(policies), figsize=(7 * len(policies), 4.8), sharey=True, squeeze=False)
     for panel, policy in zip(panels[0], policies):
         at = [i for i, p in enumerate(curves["policy"]) if p == policy]
-        for name, values, style in lines:
-            panel.plot([curves["epsilon"][i] for i in at], values[at], label=name, **style)
-        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title)
-    panels[0][0].set_ylabel("Ĵ, min–max normalised")
+        x = [curves["epsilon"][i] for i in at]
+        for name, colour in zip(shown, colours):
+            panel.plot(x, others[name][at], color=colour, alpha=0.35, linewidth=1, marker=".", label=name)
+        if reading.get("values"):
+            value = [reading["values"][labels[i]] for i in at]
+            panel.fill_between(x, [reading["low"][labels[i]] for i in at], [reading["high"][labels[i]] for i in at],
+                               color="tab:red", alpha=0.18, label=f"{RECOMMENDED}: calibrated interval")
+            panel.plot(x, value, color="tab:red", linewidth=2.5, marker="o", label=f"{RECOMMENDED} ({reading['source']})")
+        if curves["ground_truth"] is not None:
+            panel.plot(x, [curves["ground_truth"][i] for i in at], color="k", linewidth=3, label="ground truth J")
+        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title, ylim=(low, high))
+    panels[0][0].set_ylabel("Ĵ (return)")
     panels[0][-1].legend(fontsize=7, ncol=2)
     if len(policies) > 1:
         figure.suptitle(title)
-    figure.tight_layout()
+    if outside:
+        figure.text(0.01, 0.01, f"off the axes (a value outside the return range [{low:g}, {high:g}]): "
+                    + ", ".join(outside), fontsize=7)
+    figure.tight_layout(rect=(0, 0.04 if outside else 0, 1, 1))
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
 
@@ -453,12 +529,24 @@ def read_reasons(paths: Sequence[str]) -> dict[str, str]:
 def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons: Mapping[str, str],
                  outputs: Mapping[str, str], keep: Callable[[str], None], *, rollouts: pa.Table | None = None,
                  answers: Mapping[str, Mapping] | None = None, confidence: float = 0.95,
-                 n_resamples: int = 1000) -> tuple[list[dict], dict]:
+                 n_resamples: int = 1000, return_range: tuple[float, float] = (-1.0, 1.0),
+                 bench: BenchCalibration | None = None) -> tuple[list[dict], dict]:
     """The cell's report files at ``outputs`` (role → path for each of report, results, curves and
     plot; on any fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
     ``truth`` (a cell that cannot be run) the report is ungraded. ``rollouts`` (ADWM's, every π_e)
-    give the points' verdicts, ``answers`` (π_e → the ADWM stage's answers) what the log cannot tell."""
+    give the points' verdicts, ``answers`` (π_e → the ADWM stage's answers) what the log cannot tell;
+    the recommended estimate reads the environment's ``return_range`` and the ``bench`` (default:
+    the one this package ships)."""
     rows, curves = main_results(truth, estimates)
+    reading = recommended_reading(cell, curves, rollouts, return_range, bench or BenchCalibration.shipped(), confidence)
+    curves[RECOMMENDED] = {"source": reading.source, "values": reading.values, "low": reading.low,
+                           "high": reading.high, "answered": reading.answered, "bench_cells": reading.bench_cells,
+                           "bench_rho": reading.bench_rho, "excluded": reading.excluded, "lines": reading.lines(),
+                           "verdicts": [{"a": v.a, "b": v.b, "better": v.better, "difference": v.difference,
+                                         "low": v.low, "high": v.high, "live_episodes": v.live_episodes}
+                                        for v in reading.verdicts]}
+    graded = recommended_row(reading, curves, truth) if truth is not None else None
+    rows += [graded] if graded else []
     curves["not_applicable"] = dict(reasons)
     curves["answers"] = dict(answers or {})
     if rollouts is not None:
@@ -470,7 +558,8 @@ def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons
                               ("curves", json.dumps(curves, indent=2))):
             with open(local[role], "w") as f:
                 f.write(content)
-        plot(curves, local["plot"], f"{cell}: Ĵ over ε" + (" against ground truth" if truth is not None else ""))
+        plot(curves, local["plot"], f"{cell}: Ĵ over ε" + (" against ground truth" if truth is not None else ""),
+             return_range)
         for role, path in local.items():
             fs, target = fsspec.core.url_to_fs(outputs[role])
             fs.put_file(path, target)
@@ -495,4 +584,9 @@ def report_metrics(rows: list[dict], curves: dict) -> dict[str, float]:
     for estimator, by_method in curves.get("intervals", {}).items():
         metrics.update({f"{estimator.replace(':', '_')}.{k}_{method}": float(v)
                         for method, graded in by_method.items() for k, v in graded.items()})
+    reading = curves.get(RECOMMENDED) or {}
+    for label, value in reading.get("values", {}).items():  # the headline: Ĵ and its calibrated interval per point
+        name = re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", label.replace(" ε=", ".eps"))
+        metrics.update({f"{RECOMMENDED}.{name}": value, f"{RECOMMENDED}.{name}.low": reading["low"][label],
+                        f"{RECOMMENDED}.{name}.high": reading["high"][label]})
     return metrics

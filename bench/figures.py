@@ -23,12 +23,13 @@ from bench.common import ADWM, artifact, cell_config
 
 def report_results(report, cell: str | None = None) -> dict[str, dict] | None:
     """``{estimator: {"rho", "nmae", "coverage", "width", "decided", "precision"}}`` of a finished
-    report (None: none); ``decided`` and ``precision`` where ``cell``'s ground truth is finished."""
+    report (None: none); ``decided`` and ``precision`` where ``cell``'s ground truth is finished
+    (the recommended estimate's from its own row: its calibrated verdicts)."""
     if report is None:
         return None
     with open(report.file("results")) as f:
-        results = {r["estimator"]: {key: r.get(key, float("nan")) for key in ("rho", "nmae", "coverage", "width")}
-                   for r in json.load(f)}
+        results = {r["estimator"]: {key: r[key] for key in ("rho", "nmae", "coverage", "width", "decided", "precision")
+                                    if key in r} for r in json.load(f)}  # the recommended row grades its verdicts
     for estimator, graded in (verdict_grades(report, cell) if cell else {}).items():
         results.setdefault(estimator, {}).update(graded)
     return results
@@ -84,3 +85,15 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
     low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x), n_resamples=2000,
                                      confidence=0.95, seed=seed)
     return float(x.mean()), float(low), float(high)
+
+
+def cell_results(report, cell: str) -> dict[str, dict] | None:
+    """:func:`report_results` of a finished report, with ADWM topped up by live episodes
+    (``ADWM+live8``: bench/studies/verdicts.py) where the cell's ground truth holds them."""
+    from bench.studies.verdicts import LIVE, live_results
+
+    results = report_results(report, cell)
+    live = live_results(cell) if results is not None else None
+    if live is not None:
+        results[LIVE] = live
+    return results

@@ -26,7 +26,7 @@ from adwm_core import pipeline
 from adwm_core.provenance import source_version
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS
 from bench.common import RESULTS, admitted_cells, cell_config, test_batches
-from bench.figures import mean_with_interval, report_results, truth_split_pairs
+from bench.figures import cell_results, mean_with_interval, truth_split_pairs
 
 LEDGER = RESULTS / "ledger.jsonl"
 
@@ -73,7 +73,7 @@ def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
         report = pipeline.run_all(config)
         stage_keys[cell] = {f"{step.name}" + (f"@{step.policy.name}" if step.policy else ""):
                             pipeline.locate(config, step.name, step.policy).key for step in pipeline.plan(config)}
-        figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": report_results(report, cell)}
+        figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": cell_results(report, cell)}
     entry = {"batch": batch, "date": time.strftime("%Y-%m-%d %H:%M"), "commit": source_version(),
              "headline": HEADLINE, "cells": admitted, "default": default_digest(stage_keys),
              "stage_keys": stage_keys, "figures": figures}

@@ -9,8 +9,8 @@ runs: the estimator stages for an estimator setting, the world model too for a w
   seconds it took and, per estimator, ρ / NMAE / coverage of the 95 % intervals / decided /
   precision of the verdicts; per estimator the mean of each over the cells whose truth splits at
   least 3 pairs (ρ with its 95 % bootstrap interval over cells), and mean ρ per environment group;
-  the manifest of every stage's key and whether it is finished (bench/results/manifest.json); and
-  the README's results block;
+  the manifest of every stage's key and whether it is finished (bench/results/manifest.json); the
+  README's results block; and the bench's errors the recommended estimate reads (bench/calibrate.py);
 - with ``--set`` (repeatable; a dotted key of the cell YAML, the value read as YAML), as its config
   with the settings changed, beside the default's rows (run too, where not finished) →
   bench/results/loop/<settings>.{md,json}: per estimator the paired Δρ (candidate − default) per
@@ -30,15 +30,17 @@ import numpy as np
 
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig
+from adwm_core.ope.statistics.recommend import SHIPPED, BenchCalibration
 from adwm_core.provenance import source_version
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS, CellFigures, decide
+from bench.calibrate import from_reports
 from bench.common import REPO, RESULTS, cell_config, development_cells, machine, slug
-from bench.figures import mean_with_interval, report_results, truth_split_pairs
+from bench.figures import cell_results, mean_with_interval, truth_split_pairs
 from bench.tables.heldout import parse_settings, variant_path
 
 GRADES = ("rho", "nmae", "coverage", "decided", "precision")
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
-README_ESTIMATORS = (HEADLINE, "FQE", "WIS", "DR", "kNN-WM:reward_sum")
+README_ESTIMATORS = ("recommended", HEADLINE, "FQE", "WIS", "DR", "kNN-WM:reward_sum")
 
 
 def run_cell(source: str) -> dict:
@@ -52,7 +54,7 @@ def run_cell(source: str) -> dict:
         return {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}",
                 "seconds": time.perf_counter() - started, "group": config.env.name}
     return {"group": config.env.name, "split_pairs": truth_split_pairs(config),
-            "estimators": report_results(report, source), "seconds": time.perf_counter() - started,
+            "estimators": cell_results(report, source), "seconds": time.perf_counter() - started,
             "stages": manifest_entry(config)}
 
 
@@ -152,6 +154,9 @@ def default_run(cells: list[str], whole: bool) -> dict:
     (RESULTS / "bench.md").write_text("\n".join(lines) + "\n")
     if whole:
         update_readme(rows, found, report)
+        calibrated = from_reports(cells)  # the recommended estimate's bench, from these reports (bench/calibrate.py)
+        BenchCalibration(calibrated, report["commit"]).save(SHIPPED)
+        print(f"{SHIPPED}: the bench's errors of {len(calibrated)} cells")
     print("\n".join(lines))
     return report
 

@@ -111,7 +111,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from adwm_core.ope.answers import RANKED_BY
     from adwm_core.pipeline import stage
     from adwm_core.ranking import PrintedInterval, rank_agents, ranking_lines
-    from adwm_core.report import cannot_tell_lines, interval_lines, not_applicable_lines, topped_up_lines, trust_lines
+    from adwm_core.report import (cannot_tell_lines, interval_lines, not_applicable_lines, recommended_lines,
+                                  topped_up_lines, trust_lines)
 
     if base_url:
         base_url, mode = endpoint(base_url, mode)
@@ -141,7 +142,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         curves = json.load(f)
     estimates = read_table(f"{folder}/{files['estimates']}", ESTIMATES)
     printed = PrintedInterval.of(curves.get("answers", {}).values())
-    print(f"\nĴ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
+    print("\n" + "\n".join(recommended_lines(curves)))
+    print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
     print("\n".join(interval_lines(estimates)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))

@@ -108,3 +108,19 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
     assert "SEEN: read 3 times under 2 defaults" in title
     assert batch_table("third", ledger)[4].startswith("| test-b3-a | 6 | +0.30")  # the latest reading is shown
     assert standing("another", ledger) == "unread"
+
+
+def test_a_cells_report_curves_become_its_bench_record_on_the_return_scale():
+    """bench/calibrate.py: the points, J, the declared return range (TextWorld-Express: [−1, 1])
+    and ADWM's answered share of a report's curves; neither the recommended row nor a cosine."""
+    from bench.calibrate import bench_cell
+
+    curves = {"policy": ["tiny@p0", "tiny@p0"], "epsilon": [0.0, 1.0], "ground_truth": [0.8, 0.1],
+              "estimators": {"ADWM:reward_sum": [0.7, 0.2], "ADWM:success_similarity": [0.9, 0.8], "FQE": [0.5, 0.4],
+                             "recommended": [0.7, 0.2]},
+              "diagnostics": {"ADWM:reward_sum": {"log_share": 0.4}}}
+    cell = bench_cell("local-simonsays", curves)
+    assert (cell.group, cell.low, cell.high, cell.answered) == ("textworld-express", -1.0, 1.0, 0.4)
+    assert cell.truth == {"tiny@p0 ε=0": 0.8, "tiny@p0 ε=1": 0.1}
+    assert set(cell.estimates) == {"ADWM:reward_sum", "FQE"} and cell.estimates["FQE"]["tiny@p0 ε=1"] == 0.4
+    assert bench_cell("local-simonsays", {**curves, "ground_truth": None}) is None

@@ -354,6 +354,10 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     assert out[out.index("\nbest: "):].splitlines()[1].startswith("best: ")
     cannot = out[out.index("what the log cannot tell"):]
     assert all(f"{agent} at ε=0: " in cannot for agent in ("early@p0", "late@p0")), out
+    recommended = out[out.index("Recommended: "):out.index("Ĵ [95 %")].splitlines()  # the headline, first
+    assert out.index("Recommended: ") < out.index("Ĵ [95 %") and "bench cells" in recommended[0], out
+    assert sum(line.strip().startswith(("early@p0 ε=", "late@p0 ε=")) for line in recommended) == 4, out
+    assert sum("cannot tell" in line or "is better" in line for line in recommended) == 6, out  # every pair of points
 
     cell = os.path.join(os.environ["ADWM_HOME"], "cells", "logs-ranked-first6")
     assert len(glob.glob(os.path.join(cell, "world-model", "*", "_COMPLETE"))) == 1
@@ -450,6 +454,13 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     assert {pair.a, pair.b} == {"late@p0", "early@p0"} and pair.lower <= pair.upper
     assert (selection.best is None) == (pair.better is None)
     assert (selection.ranking.log_lower <= selection.ranking.log_upper).all()
+    recommended = ope.recommended()
+    assert recommended.source in values.columns and "Recommended: " + recommended.source in str(recommended)
+    assert set(recommended.estimates.index) == set(values.index)
+    assert ((recommended.estimates.lower <= recommended.estimates.value)
+            & (recommended.estimates.value <= recommended.estimates.upper)).all()
+    assert len(recommended.verdicts) == 6 and recommended.verdicts.better.isna().eq(
+        recommended.verdicts.live_episodes.notna() | (recommended.verdicts.difference == 0)).all()
     said = ope.cannot_tell()
     assert set(said) == {"late@p0", "early@p0"}
     assert all(abs(sum(s["shares"].values()) - 1) < 1e-9 and s["steps"] > 0 for s in said.values())

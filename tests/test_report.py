@@ -4,7 +4,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.report import RESULT_COLUMNS, main_results, markdown, plot, summary_lines
+from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
+from adwm_core.report import (RECOMMENDED, RESULT_COLUMNS, main_results, markdown, plot, recommended_reading,
+                              recommended_row, summary_lines)
 
 EPSILONS = (0.0, 0.5, 1.0)
 # two π_e: "dpo" better than "prm" at every ε, values falling with ε
@@ -52,7 +54,7 @@ def test_without_ground_truth_the_report_has_estimates_only(tmp_path):
     assert np.allclose(curves["estimators"]["mirror"], [TRUTH[p] for p in sorted(TRUTH)])
     text = markdown("ungraded", rows, curves)
     assert "No ground truth" in text and "Spearman" not in text and "| mirror |" in text
-    plot(curves, str(tmp_path / "plot.png"), "ungraded")
+    plot(curves, str(tmp_path / "plot.png"), "ungraded", (0.0, 1.0))
     assert (tmp_path / "plot.png").stat().st_size > 5_000
 
 
@@ -161,3 +163,28 @@ def test_a_top_up_line_says_when_the_live_episodes_leave_no_width_to_trust():
     assert "no width to trust" in lines[2] and " 0.80 100%" in lines[3]  # λ and the share of starts matched
     assert "not narrower" not in lines[3] and "not narrower than the live episodes alone" in lines[4]
     assert lines[5] == "verdicts with the live episodes, at ε=0:" and "a@p0 ε=0 vs b@p0 ε=0" in lines[6]
+
+
+def test_the_report_recommends_the_estimator_the_bench_trusts_and_grades_its_calibrated_interval(tmp_path):
+    """On a bench where "mirror" errs by 0.02 and "within" by 0.5, the report recommends "mirror"
+    (the cell's own truth unread), its interval holds J at every point, its verdicts on the pairs
+    the truth splits are right, and the plot names "within" (outside the return range) below its
+    axes instead of drawing it."""
+    rng = np.random.default_rng(0)
+    labels = [f"{p} ε={e:g}" for p, e in sorted(TRUTH)]
+    bench = BenchCalibration(tuple(BenchCell(f"c{i}", "env", 0.0, 1.0, 0.9, truth, {
+        "mirror": {k: v + rng.normal(0, 0.02) for k, v in truth.items()},
+        "within": {k: v + rng.normal(0, 0.5) for k, v in truth.items()}})
+        for i in range(8) for truth in [dict(zip(labels, rng.uniform(0, 1, len(labels))))]))
+    truth = truth_table().append_column("stderr", pa.array([0.01] * len(TRUTH)))
+    rows, curves = main_results(truth, estimates_table())
+    reading = recommended_reading("cross", curves, None, (0.0, 1.0), bench, 0.95)
+    assert reading.source == "mirror" and "within" in reading.excluded  # within's prm points exceed 1
+    row = recommended_row(reading, curves, truth)
+    assert row["estimator"] == RECOMMENDED and row["rho"] == pytest.approx(1.0) and row["coverage"] == 1.0
+    assert row["precision"] == 1.0 and row["decided"] > 0
+    curves[RECOMMENDED] = {"source": reading.source, "values": reading.values, "low": reading.low,
+                           "high": reading.high, "lines": reading.lines()}
+    assert "## Recommended" in markdown("cross", rows + [row], curves)
+    plot(curves, str(tmp_path / "plot.png"), "cross", (0.0, 1.0))
+    assert (tmp_path / "plot.png").stat().st_size > 5_000

@@ -13,12 +13,20 @@ import fsspec
 import pyarrow as pa
 
 from ..data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, read_table, write_table
+from ..ope.statistics.bounds import PROTOCOL, ReturnRange
 from ..report import read_reasons, report_metrics, write_report
 
 if TYPE_CHECKING:
     from ..pipeline import StageRun
 
 REPORTED = ("report", "results", "curves", "plot")
+
+
+def declared_return_range(cell) -> tuple[float, float]:
+    """An episode's return range as the cell's environment declares it; where it declares none,
+    the protocol's step range [−1, 1], which bounds the return of the normalised-score games."""
+    returns = ReturnRange.declared(cell.env.name)
+    return tuple(returns.episode) if returns.episode is not None else PROTOCOL.reward
 
 
 def compute(run: StageRun) -> None:
@@ -38,5 +46,5 @@ def compute(run: StageRun) -> None:
     rows, curves = write_report(run.cell.name, estimates, truth, read_reasons(run.each_input("baselines", "not_applicable")),
                                 {role: run.output(role) for role in REPORTED}, run.tracker.keep, rollouts=rollouts,
                                 answers=answers, confidence=run.cell.adwm.confidence,
-                                n_resamples=run.cell.adwm.n_bootstrap)
+                                n_resamples=run.cell.adwm.n_bootstrap, return_range=declared_return_range(run.cell))
     run.tracker.metrics(report_metrics(rows, curves))

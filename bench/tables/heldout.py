@@ -51,7 +51,7 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
-from bench.studies.verdicts import LIVE_EPISODES, live_results
+from bench.studies.verdicts import LIVE, LIVE_EPISODES, live_results
 from bench.common import (ADWM, RESULTS, TEST, artifact, cell_config, development_cells, ground_truth, machine,
                           slug, test_batches, world_model_histories)
 from bench.figures import mean_with_interval, report_results
@@ -60,7 +60,6 @@ from adwm_core.provenance import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 PAPER = "ADWM (paper)"  # ADWM under adwm.preset: paper (the diffusion model answers every step), a variant run
-LIVE = f"ADWM+live{LIVE_EPISODES}"  # ADWM topped up by that many live episodes per point (bench.studies.verdicts)
 SHOWN = (ADWM, PAPER, LIVE, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
 
 

@@ -1,0 +1,255 @@
+"""One recommended estimate per agent and point, chosen by a rule that reads only the logs and the
+bench's past errors, never the evaluated cell's ground truth; its interval and paired verdicts
+calibrated on those errors.
+
+The bench (``BenchCalibration``) holds, per development cell, each estimator's Ĵ and the ground
+truth J at every point, the declared return range [lo, hi] and the share of π_e's imagined steps
+the log answered. For a cell with estimates Ĵ_e(p), that share s and range [lo, hi]:
+
+- **similar cells** B: the bench cells on the same side of ``ANSWERED_SPLIT`` as s (all of them
+  where fewer than ``MIN_SIMILAR`` are), the evaluated cell itself left out where the bench holds it;
+- **admissible** estimators: those the bench measured, finite, inside [lo, hi] at every point and
+  not degenerate (importance weights whose effective sample size is under ``MIN_ESS`` episodes);
+- **the choice**: the admissible estimator with the highest mean Spearman ρ over B (ties: the
+  smaller calibrated half-width), one estimator for every point of the cell, so the ranking it
+  gives is that estimator's;
+- **the interval**: Ĵ ± q (hi − lo), clipped to [lo, hi], q the split-conformal quantile of
+  |Ĵ − J| / (hi − lo) over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where
+  n is too small);
+- **verdicts**: for a pair (a, b), Ĵ_a − Ĵ_b ± q₂ (hi − lo), q₂ the same quantile of
+  |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / (hi − lo) over B's pairs; "cannot tell" where that straddles 0,
+  with the live episodes per point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉
+  (σ_p the spread of the returns at p, as ADWM's imagined rollouts of p give it; d = Ĵ_a − Ĵ_b:
+  80 % power at level α).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from itertools import combinations
+
+import numpy as np
+from scipy import stats
+
+from .metrics import spearman
+
+ANSWERED_SPLIT = 0.5  # cells whose log answered at least half of π_e's imagined steps, and the others
+MIN_SIMILAR = 5  # fewer bench cells on the evaluated cell's side: calibrate on all of them
+MIN_ESS = 1.5  # importance weights carried by about one episode are degenerate
+POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
+
+
+def point_key(policy: str, epsilon: float) -> str:
+    """A point's name in the bench file and in the recommendation, as the report labels it."""
+    return f"{policy} ε={float(epsilon):g}"
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One development cell as the bench measured it."""
+
+    name: str
+    group: str  # the environment
+    low: float  # the declared return range
+    high: float
+    answered: float  # the share of π_e's imagined steps the log answered (mean over points)
+    truth: dict[str, float]  # point → J
+    estimates: dict[str, dict[str, float]]  # estimator → point → Ĵ
+
+    def normalised_errors(self, estimator: str) -> list[float]:
+        """|Ĵ − J| / (hi − lo) at every point the estimator read."""
+        values = self.estimates.get(estimator, {})
+        return [abs(values[p] - j) / (self.high - self.low) for p, j in self.truth.items()
+                if p in values and math.isfinite(values[p])]
+
+    def normalised_pair_errors(self, estimator: str) -> list[float]:
+        """|(Ĵ_a − Ĵ_b) − (J_a − J_b)| / (hi − lo) over every pair of points the estimator read."""
+        values = self.estimates.get(estimator, {})
+        read = [p for p in self.truth if p in values and math.isfinite(values[p])]
+        return [abs((values[a] - values[b]) - (self.truth[a] - self.truth[b])) / (self.high - self.low)
+                for a, b in combinations(read, 2)]
+
+    def rho(self, estimator: str) -> float:
+        values = self.estimates.get(estimator, {})
+        read = [p for p in self.truth if p in values and math.isfinite(values[p])]
+        return spearman([values[p] for p in read], [self.truth[p] for p in read]) if len(read) >= 3 else float("nan")
+
+
+@dataclass(frozen=True)
+class BenchCalibration:
+    """The bench's measured errors, as ``python -m bench.loop`` writes them (``commit``: the code
+    the cells ran at)."""
+
+    cells: tuple[BenchCell, ...]
+    commit: str = ""
+
+    @classmethod
+    def load(cls, path: str) -> "BenchCalibration":
+        with open(path) as f:
+            raw = json.load(f)
+        try:
+            return cls(tuple(BenchCell(**cell) for cell in raw["cells"]), raw.get("commit", ""))
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a bench calibration file ({error}); `python -m bench.loop` writes it") from None
+
+    @classmethod
+    def shipped(cls) -> "BenchCalibration":
+        """The bench this package ships (``SHIPPED``); an empty one where none was written."""
+        return cls.load(SHIPPED) if os.path.exists(SHIPPED) else cls(())
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({"commit": self.commit, "cells": [asdict(c) for c in self.cells]}, f, indent=1)
+
+    @cached_property
+    def rhos(self) -> dict[tuple[str, str], float]:
+        """(cell, estimator) → the estimator's ρ on the cell (computed once)."""
+        return {(c.name, e): c.rho(e) for c in self.cells for e in c.estimates}
+
+    def similar(self, answered: float, leave_out: str | None = None) -> list[BenchCell]:
+        """The bench cells whose log answered π_e as much as this one's (module docstring); a cell
+        whose share is unknown (NaN) counts on either side."""
+        others = [c for c in self.cells if c.name != leave_out]
+        if math.isnan(answered):
+            return others
+        side = [c for c in others if math.isnan(c.answered) or
+                (c.answered >= ANSWERED_SPLIT) == (answered >= ANSWERED_SPLIT)]
+        return side if len(side) >= MIN_SIMILAR else others
+
+
+def conformal_quantile(scores: Sequence[float], alpha: float) -> float:
+    """The ⌈(n + 1)(1 − α)⌉-th smallest of n scores (split conformal); inf where that exceeds n."""
+    ordered = np.sort(np.asarray(scores, float))
+    rank = math.ceil((len(ordered) + 1) * (1 - alpha))
+    return float(ordered[rank - 1]) if rank <= len(ordered) else math.inf
+
+
+def live_episodes_to_decide(difference: float, variance: float, alpha: float) -> int | None:
+    """k = ⌈(z_{1−α/2} + z_power)² (σ_a² + σ_b²) / d²⌉ live episodes per point, ``variance`` = σ_a² + σ_b²
+    (None: d = 0 or the variance unknown)."""
+    if difference == 0 or not math.isfinite(variance) or not math.isfinite(difference):
+        return None
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(POWER)
+    return max(2, math.ceil(z ** 2 * variance / difference ** 2))
+
+
+@dataclass(frozen=True)
+class RecommendedVerdict:
+    a: str
+    b: str
+    difference: float
+    low: float
+    high: float
+    live_episodes: int | None  # where it cannot tell: live episodes per point that would likely decide
+
+    @property
+    def better(self) -> str | None:
+        return self.a if self.low > 0 else self.b if self.high < 0 else None
+
+    def line(self) -> str:
+        span = f"Ĵ_a − Ĵ_b = {self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+        if self.better is not None:
+            return f"{self.better} is better ({self.a} vs {self.b}: {span})"
+        more = (f"about {self.live_episodes} live episodes per point would likely decide it"
+                if self.live_episodes else "no difference to detect")
+        return f"cannot tell {self.a} from {self.b} ({span}); {more}"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The recommended estimate of every point, its source and what the rule read."""
+
+    source: str  # the estimator chosen, or why none was
+    values: dict[str, float]  # point → Ĵ
+    low: dict[str, float]
+    high: dict[str, float]
+    verdicts: list[RecommendedVerdict]
+    answered: float
+    bench_cells: list[str]  # the cells calibrating it
+    bench_rho: float  # the chosen estimator's mean ρ over them
+    half_width: float  # q (hi − lo)
+    alpha: float = 0.05
+    bench_commit: str = ""  # the code the bench's cells ran at
+    excluded: dict[str, str] = field(default_factory=dict)  # estimator → why it was not eligible
+
+    def lines(self) -> list[str]:
+        if not self.values:
+            return [f"Recommended: none ({self.source})"]
+        alike = ("" if math.isnan(self.answered) else
+                 f" whose log answered π_e {'as much as' if self.answered >= ANSWERED_SPLIT else 'as little as'} this "
+                 f"one's ({self.answered:.0%} of imagined steps)")
+        head = (f"Recommended: {self.source} (mean ρ {self.bench_rho:+.2f} on {len(self.bench_cells)} bench cells{alike}, "
+                f"measured at {self.bench_commit or 'an unrecorded commit'}); "
+                f"intervals ±{self.half_width:.3g} from the bench's errors at {1 - self.alpha:.0%}")
+        rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
+        return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
+                *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
+
+
+def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[str, float],
+                low: float, high: float, measured: set[str]) -> dict[str, str]:
+    """Estimator → why it may not be recommended here (module docstring); eligible ones absent."""
+    slack = 1e-9 * (high - low)
+    reasons = {}
+    for name, values in estimates.items():
+        bad = [p for p, v in values.items() if not math.isfinite(v)]
+        outside = [p for p, v in values.items() if math.isfinite(v) and not low - slack <= v <= high + slack]
+        if name not in measured:
+            reasons[name] = "the bench has not measured it"
+        elif bad:
+            reasons[name] = f"no finite value at {', '.join(bad)}"
+        elif outside:
+            reasons[name] = f"outside the return range [{low:g}, {high:g}] at {', '.join(outside)}"
+        elif min_ess.get(name, math.inf) < MIN_ESS:
+            reasons[name] = f"its weights rest on about one episode (ESS {min_ess[name]:.2f} < {MIN_ESS})"
+    return reasons
+
+
+def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tuple[float, float], answered: float,
+              bench: BenchCalibration, return_variance: Mapping[str, float] = {},
+              min_ess: Mapping[str, float] = {}, alpha: float = 0.05, cell: str | None = None) -> Recommendation:
+    """The recommended estimate of a cell from its estimators' values (estimator → point → Ĵ), the
+    declared return range, the share of π_e's imagined steps the log answered and the bench
+    (``return_variance``: point → the returns' variance there; ``min_ess``: estimator → its
+    smallest effective sample size); no ground truth of the cell is read (``cell`` names it only
+    to leave it out of the bench)."""
+    low, high = return_range
+    if not high > low:
+        raise ValueError(f"the return range must be an interval, got [{low}, {high}]")
+    similar = bench.similar(answered, leave_out=cell)
+    measured = {name for c in similar for name in c.estimates}
+    excluded = eligibility(estimates, min_ess, low, high, measured)
+    eligible = [name for name in estimates if name not in excluded]
+    if not similar or not eligible:
+        why = "the bench holds no cell" if not similar else "no estimator is eligible"
+        return Recommendation(why, {}, {}, {}, [], answered, [c.name for c in similar], math.nan, math.inf, alpha,
+                              bench.commit, excluded)
+
+    def trust(name: str) -> tuple[float, float]:
+        rhos = [r for r in (bench.rhos.get((c.name, name), math.nan) for c in similar) if math.isfinite(r)]
+        errors = [e for c in similar for e in c.normalised_errors(name)]
+        return (float(np.mean(rhos)) if rhos else -math.inf, -conformal_quantile(errors, alpha))
+
+    chosen = max(eligible, key=trust)
+    rho = trust(chosen)[0]
+    width = high - low
+    q = min(conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha), 1.0) * width
+    q2 = min(conformal_quantile([e for c in similar for e in c.normalised_pair_errors(chosen)], alpha), 1.0) * width
+    values = dict(estimates[chosen])
+    verdicts = []
+    for a, b in combinations(values, 2):
+        d = values[a] - values[b]
+        lo_d, hi_d = d - q2, d + q2
+        undecided = lo_d <= 0 <= hi_d
+        variance = return_variance.get(a, math.nan) + return_variance.get(b, math.nan)
+        verdicts.append(RecommendedVerdict(a, b, d, lo_d, hi_d,
+                                           live_episodes_to_decide(d, variance, alpha) if undecided else None))
+    return Recommendation(chosen, values, {p: max(low, v - q) for p, v in values.items()},
+                          {p: min(high, v + q) for p, v in values.items()}, verdicts, answered,
+                          [c.name for c in similar], rho, q, alpha, bench.commit, excluded)

@@ -1,0 +1,110 @@
+"""The recommended estimate: chosen from the logs and the bench's errors, never the cell's ground
+truth; intervals and verdicts calibrated on the bench."""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, conformal_quantile,
+                                                live_episodes_to_decide, recommend)
+
+POINTS = [f"pi ε={e:g}" for e in (0.0, 0.25, 0.5, 0.75, 1.0)]
+
+
+def synthetic_cell(rng, name: str, noise: dict[str, float], answered: float = 0.8, group: str = "env") -> BenchCell:
+    """Truth J descending over the points in [0, 1]; each estimator reads J + N(0, noise)."""
+    truth = dict(zip(POINTS, np.sort(rng.uniform(0, 1, len(POINTS)))[::-1].tolist()))
+    estimates = {e: {p: float(np.clip(j + rng.normal(0, s), 0, 1)) for p, j in truth.items()} for e, s in noise.items()}
+    return BenchCell(name, group, 0.0, 1.0, answered, truth, estimates)
+
+
+def test_the_recommendation_reads_no_ground_truth_of_the_cell_it_scores():
+    """Nothing in the signature carries the cell's truth, and where the bench holds the cell
+    itself, its truth there changes nothing: it is left out of the calibration."""
+    assert not any("truth" in name for name in inspect.signature(recommend).parameters)
+    rng = np.random.default_rng(0)
+    bench = [synthetic_cell(rng, f"c{i}", {"A": 0.05, "B": 0.3}) for i in range(12)]
+    target = bench[0]
+    told = BenchCalibration(tuple(bench))
+    lied = BenchCalibration((BenchCell(target.name, target.group, 0, 1, target.answered,
+                                       {p: 1 - j for p, j in target.truth.items()}, target.estimates), *bench[1:]))
+    kwargs = dict(return_range=(0.0, 1.0), answered=0.8, cell=target.name)
+    one, two = (recommend(target.estimates, bench=b, **kwargs) for b in (told, lied))
+    assert one == two
+    assert target.name not in one.bench_cells and one.source == "A"  # the estimator the bench ranks best
+
+
+def test_calibrated_intervals_cover_at_their_nominal_rate_on_a_synthetic_bench():
+    """60 cells whose estimator errs by N(0, 0.1): each cell's 95 % interval, calibrated on the 59
+    others, holds J at about 95 % of all points and a 90 % one at about 90 % (measured over seeds
+    0–4: 0.950–0.953 and 0.897–0.903; the bounds below leave 0.04–0.05 of margin)."""
+    rng = np.random.default_rng(1)
+    cells = [synthetic_cell(rng, f"c{i}", {"A": 0.1}) for i in range(60)]
+    bench = BenchCalibration(tuple(cells))
+    for alpha, lo, hi in ((0.05, 0.91, 0.99), (0.10, 0.85, 0.95)):
+        held = [r.low[p] <= c.truth[p] <= r.high[p] for c in cells
+                for r in [recommend(c.estimates, bench=bench, return_range=(0, 1), answered=0.8, alpha=alpha,
+                                    cell=c.name)] for p in POINTS]
+        assert lo <= np.mean(held) <= hi, (alpha, np.mean(held))
+
+
+def test_a_pair_the_calibrated_difference_cannot_split_is_cannot_tell_with_the_live_episodes_to_decide():
+    rng = np.random.default_rng(2)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.05}) for i in range(20)))
+    estimates = {"A": {"near@0": 0.50, "near@1": 0.49, "far@0": 0.05}}
+    spread = {"near@0": 0.16, "near@1": 0.16, "far@0": 0.01}  # returns' variance at each point
+    r = recommend(estimates, bench=bench, return_range=(0, 1), answered=0.8, return_variance=spread)
+    verdicts = {(v.a, v.b): v for v in r.verdicts}
+    close = verdicts[("near@0", "near@1")]
+    assert close.low < 0 < close.high and close.better is None
+    assert close.live_episodes == live_episodes_to_decide(0.01, 0.32, 0.05) > 1000
+    assert "cannot tell" in close.line() and str(close.live_episodes) in close.line()
+    assert verdicts[("near@0", "far@0")].better == "near@0" and verdicts[("near@0", "far@0")].live_episodes is None
+
+
+def test_estimates_outside_the_return_range_or_resting_on_one_episode_are_never_recommended():
+    """A weighted estimator the bench ranks best is passed over where its value leaves the declared
+    range (1e+229) or its ESS is one episode, and the summary says why."""
+    rng = np.random.default_rng(3)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"WIS": 0.01, "FQE": 0.2}) for i in range(10)))
+    values = {p: 0.5 for p in POINTS}
+    common = dict(bench=bench, return_range=(0, 1), answered=0.8)
+    assert recommend({"WIS": values, "FQE": values}, **common).source == "WIS"
+    r = recommend({"WIS": {**values, POINTS[0]: 1e229}, "FQE": values}, **common)
+    assert r.source == "FQE" and "outside the return range" in r.excluded["WIS"]
+    r = recommend({"WIS": values, "FQE": values}, min_ess={"WIS": 1.0}, **common)
+    assert r.source == "FQE" and "ESS" in r.excluded["WIS"]
+    r = recommend({"WIS": {**values, POINTS[0]: math.nan}}, **common)
+    assert r.values == {} and "no estimator is eligible" in r.lines()[0]
+
+
+def test_cells_whose_log_answered_little_are_calibrated_on_such_cells():
+    """The choice and the width follow the bench cells on the evaluated cell's side of the
+    answered share: there B is the better estimator and the errors are larger."""
+    rng = np.random.default_rng(4)
+    covered = [synthetic_cell(rng, f"hi{i}", {"A": 0.02, "B": 0.3}, answered=0.9) for i in range(8)]
+    sparse = [synthetic_cell(rng, f"lo{i}", {"A": 0.4, "B": 0.1}, answered=0.2) for i in range(8)]
+    bench = BenchCalibration(tuple(covered + sparse))
+    estimates = {"A": dict.fromkeys(POINTS, 0.5), "B": dict.fromkeys(POINTS, 0.5)}
+    common = dict(bench=bench, return_range=(0, 1))
+    well, poorly = recommend(estimates, answered=0.95, **common), recommend(estimates, answered=0.1, **common)
+    assert (well.source, poorly.source) == ("A", "B")
+    assert set(poorly.bench_cells) == {c.name for c in sparse}
+    assert well.half_width < poorly.half_width
+
+
+def test_the_conformal_quantile_is_the_finite_sample_one():
+    assert conformal_quantile(list(range(1, 20)), 0.05) == 19  # ⌈20 · 0.95⌉ = 19th of 19
+    assert conformal_quantile(list(range(1, 10)), 0.05) == math.inf  # too few scores for 95 %
+
+
+def test_a_bench_file_round_trips_and_a_wrong_one_says_what_writes_it(tmp_path):
+    rng = np.random.default_rng(5)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.1}) for i in range(3)), commit="abc")
+    bench.save(str(tmp_path / "bench.json"))
+    assert BenchCalibration.load(str(tmp_path / "bench.json")) == bench
+    (tmp_path / "bad.json").write_text('{"rows": []}')
+    with pytest.raises(ValueError, match="bench.loop"):
+        BenchCalibration.load(str(tmp_path / "bad.json"))
