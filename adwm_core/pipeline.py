@@ -234,7 +234,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           {"report": "report.md", "results": "results.json", "curves": "curves.json",
            "plot": "estimates_vs_truth.png", "estimates": "estimates.parquet", "rollouts": "rollouts.parquet"},
           "adwm_core.stages.report",
-          inputs=lambda cell: (*_maybe(cell.ground_truth is not None, "ground-truth"), "adwm", "baselines")),
+          inputs=lambda cell: (*_maybe(cell.ground_truth is not None, "ground-truth"), "behaviour", "adwm", "baselines")),
 )}
 
 

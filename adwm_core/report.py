@@ -116,7 +116,7 @@ def main_results(ground_truth: pa.Table | None, estimates: pa.Table, *, seed: in
 
 
 def recommended_reading(cell: str, curves: dict, rollouts: pa.Table | None, return_range: tuple[float, float],
-                        bench: BenchCalibration, confidence: float) -> Recommendation:
+                        scale: float | None, bench: BenchCalibration, confidence: float) -> Recommendation:
     """The recommended estimate of every point (ope/statistics/recommend.py) from the curves'
     seed means, ADWM's share of steps the log answered, the importance weights' smallest ESS and
     the spread of ADWM's imagined returns at each point; the cell's ground truth is not read."""
@@ -131,7 +131,7 @@ def recommended_reading(cell: str, curves: dict, rollouts: pa.Table | None, retu
         for row in mine.to_pylist():
             by_point[point_key(row["policy"], row["epsilon"])].append(row["value"])
         variance = {label: float(np.var(values, ddof=1)) for label, values in by_point.items() if len(values) > 1}
-    return recommend(estimates, return_range=return_range, bench=bench, cell=cell, alpha=1 - confidence,
+    return recommend(estimates, return_range=return_range, scale=scale, bench=bench, cell=cell, alpha=1 - confidence,
                      answered=diagnostics.get(HEADLINE, {}).get("log_share", float("nan")),
                      min_ess={name: d["ess"] for name, d in diagnostics.items() if "ess" in d},
                      return_variance=variance)
@@ -151,7 +151,8 @@ def recommended_row(reading: Recommendation, curves: dict, truth: pa.Table) -> d
             "rho_ci_degenerate": rank.degenerate, "rho_p": rank.p_value, "rho_seeds": [rank.rho],
             "rho_seed_mean": rank.rho, "rho_seed_sd": 0.0, **_errors(values, values, j),
             "coverage": float(np.mean([reading.low[p] <= v <= reading.high[p] for p, v in zip(labels, j)])),
-            "width": float(2 * reading.half_width / np.ptp(j)) if np.ptp(j) > 0 else float("nan"),
+            "width": float(np.median([reading.high[p] - reading.low[p] for p in labels]) / np.ptp(j))
+            if np.ptp(j) > 0 else float("nan"),
             "decided": scores.decided, "precision": scores.precision, "n_seeds": 1}
 
 
@@ -530,15 +531,16 @@ def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons
                  outputs: Mapping[str, str], keep: Callable[[str], None], *, rollouts: pa.Table | None = None,
                  answers: Mapping[str, Mapping] | None = None, confidence: float = 0.95,
                  n_resamples: int = 1000, return_range: tuple[float, float] = (-1.0, 1.0),
-                 bench: BenchCalibration | None = None) -> tuple[list[dict], dict]:
+                 scale: float | None = None, bench: BenchCalibration | None = None) -> tuple[list[dict], dict]:
     """The cell's report files at ``outputs`` (role → path for each of report, results, curves and
     plot; on any fsspec root), every file but the results handed to ``keep``; the rows and curves. Without
     ``truth`` (a cell that cannot be run) the report is ungraded. ``rollouts`` (ADWM's, every π_e)
     give the points' verdicts, ``answers`` (π_e → the ADWM stage's answers) what the log cannot tell;
-    the recommended estimate reads the environment's ``return_range`` and the ``bench`` (default:
-    the one this package ships)."""
+    the recommended estimate reads the cell's ``return_range``, the ``scale`` its errors are
+    measured in (stages/report.py) and the ``bench`` (default: the one this package ships)."""
     rows, curves = main_results(truth, estimates)
-    reading = recommended_reading(cell, curves, rollouts, return_range, bench or BenchCalibration.shipped(), confidence)
+    reading = recommended_reading(cell, curves, rollouts, return_range, scale, bench or BenchCalibration.shipped(),
+                                  confidence)
     curves[RECOMMENDED] = {"source": reading.source, "values": reading.values, "low": reading.low,
                            "high": reading.high, "answered": reading.answered, "bench_cells": reading.bench_cells,
                            "bench_rho": reading.bench_rho, "excluded": reading.excluded, "lines": reading.lines(),

@@ -111,16 +111,34 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
 
 
 def test_a_cells_report_curves_become_its_bench_record_on_the_return_scale():
-    """bench/calibrate.py: the points, J, the declared return range (TextWorld-Express: [−1, 1])
-    and ADWM's answered share of a report's curves; neither the recommended row nor a cosine."""
+    """bench/calibrate.py: the points, J, the declared return range (TextWorld-Express: [−1, 1]),
+    its width as the scale, and ADWM's answered share of a report's curves; neither the
+    recommended row nor a cosine."""
     from bench.calibrate import bench_cell
 
     curves = {"policy": ["tiny@p0", "tiny@p0"], "epsilon": [0.0, 1.0], "ground_truth": [0.8, 0.1],
               "estimators": {"ADWM:reward_sum": [0.7, 0.2], "ADWM:success_similarity": [0.9, 0.8], "FQE": [0.5, 0.4],
                              "recommended": [0.7, 0.2]},
               "diagnostics": {"ADWM:reward_sum": {"log_share": 0.4}}}
-    cell = bench_cell("local-simonsays", curves)
-    assert (cell.group, cell.low, cell.high, cell.answered) == ("textworld-express", -1.0, 1.0, 0.4)
+    cell = bench_cell("local-simonsays", curves, logged=False)
+    assert (cell.group, cell.low, cell.high, cell.scale, cell.answered) == ("textworld-express", -1.0, 1.0, 2.0, 0.4)
     assert cell.truth == {"tiny@p0 ε=0": 0.8, "tiny@p0 ε=1": 0.1}
     assert set(cell.estimates) == {"ADWM:reward_sum", "FQE"} and cell.estimates["FQE"]["tiny@p0 ε=1"] == 0.4
     assert bench_cell("local-simonsays", {**curves, "ground_truth": None}) is None
+    assert bench_cell("local-textworld", curves, logged=False) is None  # no declared range, no log: no scale
+
+
+def test_where_the_environment_declares_no_return_range_the_scale_is_the_logged_returns_span():
+    """TextWorld pays ±1 a step and declares no episode range: the range is the horizon times the
+    step range, the scale the span of the logged episodes' returns (no truth read)."""
+    import pyarrow as pa
+
+    from adwm_core.stages.report import return_range_and_scale
+    from bench.common import cell_config
+
+    config = cell_config("local-textworld")
+    steps = pa.table({"policy": ["a"] * 5, "episode": [0, 0, 1, 1, 2], "reward": [1.0, 1.0, -1.0, 0.0, 0.5]})
+    (low, high), scale = return_range_and_scale(config, steps)
+    assert (low, high) == (-config.env.max_steps, config.env.max_steps) and scale == 3.0  # returns 2, −1, 0.5
+    assert return_range_and_scale(config, None)[1] is None
+    assert return_range_and_scale(config, steps.slice(0, 2).set_column(2, "reward", pa.array([0.0, 0.0])))[1] is None

@@ -17,7 +17,7 @@ def synthetic_cell(rng, name: str, noise: dict[str, float], answered: float = 0.
     """Truth J descending over the points in [0, 1]; each estimator reads J + N(0, noise)."""
     truth = dict(zip(POINTS, np.sort(rng.uniform(0, 1, len(POINTS)))[::-1].tolist()))
     estimates = {e: {p: float(np.clip(j + rng.normal(0, s), 0, 1)) for p, j in truth.items()} for e, s in noise.items()}
-    return BenchCell(name, group, 0.0, 1.0, answered, truth, estimates)
+    return BenchCell(name, group, 0.0, 1.0, 1.0, answered, truth, estimates)
 
 
 def test_the_recommendation_reads_no_ground_truth_of_the_cell_it_scores():
@@ -28,7 +28,7 @@ def test_the_recommendation_reads_no_ground_truth_of_the_cell_it_scores():
     bench = [synthetic_cell(rng, f"c{i}", {"A": 0.05, "B": 0.3}) for i in range(12)]
     target = bench[0]
     told = BenchCalibration(tuple(bench))
-    lied = BenchCalibration((BenchCell(target.name, target.group, 0, 1, target.answered,
+    lied = BenchCalibration((BenchCell(target.name, target.group, 0, 1, 1, target.answered,
                                        {p: 1 - j for p, j in target.truth.items()}, target.estimates), *bench[1:]))
     kwargs = dict(return_range=(0.0, 1.0), answered=0.8, cell=target.name)
     one, two = (recommend(target.estimates, bench=b, **kwargs) for b in (told, lied))

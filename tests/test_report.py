@@ -172,13 +172,13 @@ def test_the_report_recommends_the_estimator_the_bench_trusts_and_grades_its_cal
     axes instead of drawing it."""
     rng = np.random.default_rng(0)
     labels = [f"{p} ε={e:g}" for p, e in sorted(TRUTH)]
-    bench = BenchCalibration(tuple(BenchCell(f"c{i}", "env", 0.0, 1.0, 0.9, truth, {
+    bench = BenchCalibration(tuple(BenchCell(f"c{i}", "env", 0.0, 1.0, 1.0, 0.9, truth, {
         "mirror": {k: v + rng.normal(0, 0.02) for k, v in truth.items()},
         "within": {k: v + rng.normal(0, 0.5) for k, v in truth.items()}})
         for i in range(8) for truth in [dict(zip(labels, rng.uniform(0, 1, len(labels))))]))
     truth = truth_table().append_column("stderr", pa.array([0.01] * len(TRUTH)))
     rows, curves = main_results(truth, estimates_table())
-    reading = recommended_reading("cross", curves, None, (0.0, 1.0), bench, 0.95)
+    reading = recommended_reading("cross", curves, None, (0.0, 1.0), None, bench, 0.95)
     assert reading.source == "mirror" and "within" in reading.excluded  # within's prm points exceed 1
     row = recommended_row(reading, curves, truth)
     assert row["estimator"] == RECOMMENDED and row["rho"] == pytest.approx(1.0) and row["coverage"] == 1.0

@@ -10,10 +10,11 @@ import json
 from typing import TYPE_CHECKING
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 
-from ..data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, read_table, write_table
-from ..ope.statistics.bounds import PROTOCOL, ReturnRange
+from ..data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, TRAJECTORIES, read_table, write_table
+from ..ope.statistics.bounds import ReturnRange
 from ..report import read_reasons, report_metrics, write_report
 
 if TYPE_CHECKING:
@@ -22,11 +23,22 @@ if TYPE_CHECKING:
 REPORTED = ("report", "results", "curves", "plot")
 
 
-def declared_return_range(cell) -> tuple[float, float]:
-    """An episode's return range as the cell's environment declares it; where it declares none,
-    the protocol's step range [−1, 1], which bounds the return of the normalised-score games."""
+def return_range_and_scale(cell, trajectories: pa.Table | None) -> tuple[tuple[float, float], float | None]:
+    """What the recommended estimate reads of the cell (ope/statistics/recommend.py): the return
+    range — the environment's declared episode range, else its step range times the horizon
+    (``env.max_steps``) — and the scale its errors are measured in: the declared range's width,
+    else the span of the logged episodes' returns (None where the log is not at hand or its
+    returns do not spread)."""
     returns = ReturnRange.declared(cell.env.name)
-    return tuple(returns.episode) if returns.episode is not None else PROTOCOL.reward
+    if returns.episode is not None:
+        low, high = returns.episode
+        return (float(low), float(high)), float(high - low)
+    low, high = (float(cell.env.max_steps * r) for r in returns.reward)
+    if trajectories is None:
+        return (low, high), None
+    episode = [c for c in ("policy", "episode") if c in trajectories.column_names]
+    spread = float(np.ptp(trajectories.group_by(episode).aggregate([("reward", "sum")])["reward_sum"].to_numpy()))
+    return (low, high), spread if spread > 0 else None
 
 
 def compute(run: StageRun) -> None:
@@ -38,6 +50,7 @@ def compute(run: StageRun) -> None:
     rollouts = pa.concat_tables([read_table(path, ROLLOUTS) for path in run.each_input("adwm", "rollouts")])
     write_table(estimates, run.output("estimates"), ESTIMATES)
     write_table(rollouts, run.output("rollouts"), ROLLOUTS)
+    return_range, scale = return_range_and_scale(run.cell, read_table(run.input("behaviour", "trajectories"), TRAJECTORIES))
     answers = {}
     for path in run.each_input("adwm", "answers"):
         with fsspec.open(path) as f:
@@ -46,5 +59,5 @@ def compute(run: StageRun) -> None:
     rows, curves = write_report(run.cell.name, estimates, truth, read_reasons(run.each_input("baselines", "not_applicable")),
                                 {role: run.output(role) for role in REPORTED}, run.tracker.keep, rollouts=rollouts,
                                 answers=answers, confidence=run.cell.adwm.confidence,
-                                n_resamples=run.cell.adwm.n_bootstrap, return_range=declared_return_range(run.cell))
+                                n_resamples=run.cell.adwm.n_bootstrap, return_range=return_range, scale=scale)
     run.tracker.metrics(report_metrics(rows, curves))

@@ -3,21 +3,24 @@ bench's past errors, never the evaluated cell's ground truth; its interval and p
 calibrated on those errors.
 
 The bench (``BenchCalibration``) holds, per development cell, each estimator's Ĵ and the ground
-truth J at every point, the declared return range [lo, hi] and the share of π_e's imagined steps
-the log answered. For a cell with estimates Ĵ_e(p), that share s and range [lo, hi]:
+truth J at every point, the return range [lo, hi] (the environment's declared one, else the
+horizon times its step range), the scale S errors are measured in (the width of a declared
+range, else the span of the logged episodes' returns: both read without the truth, so every cell,
+the bench's and the user's, gets its scale by the same rule) and the share of π_e's imagined
+steps the log answered. For a cell with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
 
 - **similar cells** B: the bench cells on the same side of ``ANSWERED_SPLIT`` as s (all of them
   where fewer than ``MIN_SIMILAR`` are), the evaluated cell itself left out where the bench holds it;
-- **admissible** estimators: those the bench measured, finite, inside [lo, hi] at every point and
-  not degenerate (importance weights whose effective sample size is under ``MIN_ESS`` episodes);
+- **admissible** estimators: those whose ranking the bench measured (DM, one value for every
+  point, ranks nothing), finite, inside [lo, hi] at every point and not degenerate (importance
+  weights whose effective sample size is under ``MIN_ESS`` episodes);
 - **the choice**: the admissible estimator with the highest mean Spearman ρ over B (ties: the
   smaller calibrated half-width), one estimator for every point of the cell, so the ranking it
   gives is that estimator's;
-- **the interval**: Ĵ ± q (hi − lo), clipped to [lo, hi], q the split-conformal quantile of
-  |Ĵ − J| / (hi − lo) over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where
-  n is too small);
-- **verdicts**: for a pair (a, b), Ĵ_a − Ĵ_b ± q₂ (hi − lo), q₂ the same quantile of
-  |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / (hi − lo) over B's pairs; "cannot tell" where that straddles 0,
+- **the interval**: Ĵ ± q S, clipped to [lo, hi], q the split-conformal quantile of |Ĵ − J| / S
+  over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where n is too small);
+- **verdicts**: for a pair (a, b), Ĵ_a − Ĵ_b ± q₂ S, q₂ the same quantile of
+  |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / S over B's pairs; "cannot tell" where that straddles 0,
   with the live episodes per point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉
   (σ_p the spread of the returns at p, as ADWM's imagined rollouts of p give it; d = Ĵ_a − Ĵ_b:
   80 % power at level α).
@@ -56,23 +59,24 @@ class BenchCell:
 
     name: str
     group: str  # the environment
-    low: float  # the declared return range
+    low: float  # the return range
     high: float
+    scale: float  # what errors are measured in (module docstring)
     answered: float  # the share of π_e's imagined steps the log answered (mean over points)
     truth: dict[str, float]  # point → J
     estimates: dict[str, dict[str, float]]  # estimator → point → Ĵ
 
     def normalised_errors(self, estimator: str) -> list[float]:
-        """|Ĵ − J| / (hi − lo) at every point the estimator read."""
+        """|Ĵ − J| / S at every point the estimator read."""
         values = self.estimates.get(estimator, {})
-        return [abs(values[p] - j) / (self.high - self.low) for p, j in self.truth.items()
+        return [abs(values[p] - j) / self.scale for p, j in self.truth.items()
                 if p in values and math.isfinite(values[p])]
 
     def normalised_pair_errors(self, estimator: str) -> list[float]:
-        """|(Ĵ_a − Ĵ_b) − (J_a − J_b)| / (hi − lo) over every pair of points the estimator read."""
+        """|(Ĵ_a − Ĵ_b) − (J_a − J_b)| / S over every pair of points the estimator read."""
         values = self.estimates.get(estimator, {})
         read = [p for p in self.truth if p in values and math.isfinite(values[p])]
-        return [abs((values[a] - values[b]) - (self.truth[a] - self.truth[b])) / (self.high - self.low)
+        return [abs((values[a] - values[b]) - (self.truth[a] - self.truth[b])) / self.scale
                 for a, b in combinations(read, 2)]
 
     def rho(self, estimator: str) -> float:
@@ -201,7 +205,7 @@ def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[s
         bad = [p for p, v in values.items() if not math.isfinite(v)]
         outside = [p for p, v in values.items() if math.isfinite(v) and not low - slack <= v <= high + slack]
         if name not in measured:
-            reasons[name] = "the bench has not measured it"
+            reasons[name] = "the bench has no ranking of it (not measured, or one value for every point: DM)"
         elif bad:
             reasons[name] = f"no finite value at {', '.join(bad)}"
         elif outside:
@@ -212,18 +216,22 @@ def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[s
 
 
 def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tuple[float, float], answered: float,
+              scale: float | None = None,
               bench: BenchCalibration, return_variance: Mapping[str, float] = {},
               min_ess: Mapping[str, float] = {}, alpha: float = 0.05, cell: str | None = None) -> Recommendation:
     """The recommended estimate of a cell from its estimators' values (estimator → point → Ĵ), the
-    declared return range, the share of π_e's imagined steps the log answered and the bench
-    (``return_variance``: point → the returns' variance there; ``min_ess``: estimator → its
+    return range, the share of π_e's imagined steps the log answered, the scale errors are measured
+    in (None: the range's width) and the bench (``return_variance``: point → the returns' variance there; ``min_ess``: estimator → its
     smallest effective sample size); no ground truth of the cell is read (``cell`` names it only
     to leave it out of the bench)."""
     low, high = return_range
     if not high > low:
         raise ValueError(f"the return range must be an interval, got [{low}, {high}]")
+    scale = high - low if scale is None else scale
+    if not scale > 0:
+        raise ValueError(f"the scale errors are measured in must be positive, got {scale}")
     similar = bench.similar(answered, leave_out=cell)
-    measured = {name for c in similar for name in c.estimates}
+    measured = {name for c in similar for name in c.estimates if math.isfinite(bench.rhos.get((c.name, name), math.nan))}
     excluded = eligibility(estimates, min_ess, low, high, measured)
     eligible = [name for name in estimates if name not in excluded]
     if not similar or not eligible:
@@ -239,8 +247,8 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     chosen = max(eligible, key=trust)
     rho = trust(chosen)[0]
     width = high - low
-    q = min(conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha), 1.0) * width
-    q2 = min(conformal_quantile([e for c in similar for e in c.normalised_pair_errors(chosen)], alpha), 1.0) * width
+    q = min(conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha) * scale, width)
+    q2 = min(conformal_quantile([e for c in similar for e in c.normalised_pair_errors(chosen)], alpha) * scale, width)
     values = dict(estimates[chosen])
     verdicts = []
     for a, b in combinations(values, 2):
