@@ -12,7 +12,8 @@ steps the log answered. For a cell with estimates Ĵ_e(p), that share s, range [
 - **similar cells** B: the bench cells on the same side of ``ANSWERED_SPLIT`` as s (all of them
   where fewer than ``MIN_SIMILAR`` are), the evaluated cell itself left out where the bench holds it;
 - **admissible** estimators: those whose ranking the bench measured (DM, one value for every
-  point, ranks nothing), finite, inside [lo, hi] at every point and not degenerate (importance
+  point, ranks nothing), finite, inside [lo, hi] at every point (give or take ``RANGE_SLACK`` of
+  its width) and not degenerate (importance
   weights whose effective sample size is under ``MIN_ESS`` episodes);
 - **the choice**: the admissible estimator with the highest mean Spearman ρ over B (ties: the
   smaller calibrated half-width), one estimator for every point of the cell, so the ranking it
@@ -45,6 +46,8 @@ ANSWERED_SPLIT = 0.5  # cells whose log answered at least half of π_e's imagine
 MIN_SIMILAR = 5  # fewer bench cells on the evaluated cell's side: calibrate on all of them
 MIN_ESS = 1.5  # importance weights carried by about one episode are degenerate
 POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
+RANGE_SLACK = 0.05  # of the range's width: a model's sum of rewards may overshoot a bound a little (ADWM −1.046 at J = −1)
+MOST_LIVE = 10_000  # past this many live episodes per point, "cannot tell" says so rather than a count
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
@@ -160,8 +163,9 @@ class RecommendedVerdict:
         span = f"Ĵ_a − Ĵ_b = {self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
         if self.better is not None:
             return f"{self.better} is better ({self.a} vs {self.b}: {span})"
-        more = (f"about {self.live_episodes} live episodes per point would likely decide it"
-                if self.live_episodes else "no difference to detect")
+        more = ("no difference to detect" if not self.live_episodes else
+                f"more than {MOST_LIVE:,} live episodes per point would be needed" if self.live_episodes > MOST_LIVE
+                else f"about {self.live_episodes} live episodes per point would likely decide it")
         return f"cannot tell {self.a} from {self.b} ({span}); {more}"
 
 
@@ -199,7 +203,7 @@ class Recommendation:
 def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[str, float],
                 low: float, high: float, measured: set[str]) -> dict[str, str]:
     """Estimator → why it may not be recommended here (module docstring); eligible ones absent."""
-    slack = 1e-9 * (high - low)
+    slack = RANGE_SLACK * (high - low)
     reasons = {}
     for name, values in estimates.items():
         bad = [p for p, v in values.items() if not math.isfinite(v)]
