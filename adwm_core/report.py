@@ -126,11 +126,11 @@ def recommended_reading(cell: str, curves: dict, rollouts: pa.Table | None, retu
     diagnostics = curves.get("diagnostics", {})
     variance = {}
     if rollouts is not None and rollouts.num_rows:
-        mine = rollouts.filter(pc.equal(rollouts["estimator"], ADWM)).select(["policy", "epsilon", "value"])
-        by_point = defaultdict(list)
-        for row in mine.to_pylist():
-            by_point[point_key(row["policy"], row["epsilon"])].append(row["value"])
-        variance = {label: float(np.var(values, ddof=1)) for label, values in by_point.items() if len(values) > 1}
+        mine = rollouts.filter(pc.equal(rollouts["estimator"], ADWM))
+        spread = mine.group_by(["policy", "epsilon"]).aggregate(
+            [("value", "variance", pc.VarianceOptions(ddof=1)), ("value", "count")])
+        variance = {point_key(r["policy"], r["epsilon"]): r["value_variance"] for r in spread.to_pylist()
+                    if r["value_count"] > 1}
     return recommend(estimates, return_range=return_range, scale=scale, bench=bench, cell=cell, alpha=1 - confidence,
                      answered=diagnostics.get(HEADLINE, {}).get("log_share", float("nan")),
                      min_ess={name: d["ess"] for name, d in diagnostics.items() if "ess" in d},
