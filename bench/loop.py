@@ -251,7 +251,7 @@ def main() -> None:
     if args.set:
         candidate_run(cells, parse_settings(args.set))
     else:
-        default_run(cells, whole=cells == development)
+        default_run(cells, whole=set(cells) == set(development))
 
 
 if __name__ == "__main__":
