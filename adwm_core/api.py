@@ -54,6 +54,7 @@ from .data.log_steps import episode_of_steps
 from .data.logs import ImportSummary, inspect_logs, read_logs
 from .envs import EnvironmentUnavailable, check_env_task
 from .ope.statistics.calibration import Point, ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
+from .ope.statistics.recommend import Recommendation, point_key, with_live
 
 CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
 WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
@@ -172,14 +173,31 @@ def live_file(path: str, agents: Sequence[PolicySpec]) -> dict[Point, list[tuple
     return {(names[policy], epsilon): episodes for (policy, epsilon), episodes in points.items()}
 
 
+def live_episodes(config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None = None
+                  ) -> dict[Point, list[tuple[str, float]]]:
+    """The live episodes (start, return) by point: ``live``, else those the cell's ground-truth stages played."""
+    if live is not None:
+        return live
+    found = {}
+    for policy in config.evaluation.policies:
+        episodes = read_table(pipeline.finished(config, "ground-truth", policy).file("episodes"), TRAJECTORIES)
+        found.update(live_by_point(episodes))
+    return found
+
+
+def recommended_with_live(record: Mapping, config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None
+                          ) -> Recommendation:
+    """The report's recommended reading (``record``) with the live episodes folded in under the same
+    calibration (ope/statistics/recommend.py's ``with_live``)."""
+    episodes = live_episodes(config, live)
+    return with_live(Recommendation.from_record(record),
+                     {point_key(*point): [g for _, g in runs] for point, runs in episodes.items()})
+
+
 def live_top_up(config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None = None) -> list[ToppedUp]:
     """Each point's ADWM estimate topped up by its live episodes (ope/statistics/calibration.py):
     ``live`` by point, else the episodes the cell's ground-truth stages played."""
-    if live is None:
-        live = {}
-        for policy in config.evaluation.policies:
-            episodes = read_table(pipeline.finished(config, "ground-truth", policy).file("episodes"), TRAJECTORIES)
-            live.update(live_by_point(episodes))
+    live = live_episodes(config, live)
     imagined = {}
     for policy in config.evaluation.policies:
         imagined.update(read_imagined(pipeline.finished(config, "adwm", policy).file("samples")))
@@ -432,21 +450,24 @@ class OffPolicyEvaluation:
         """The recommended estimate (ope/statistics/recommend.py): its source, Ĵ of every (agent, ε)
         with its interval calibrated on the bench's errors, the verdicts on every pair of points
         (``better`` None: cannot tell, with the ``live_episodes`` per point that would likely decide
-        it), and the estimators not eligible here with why."""
+        it), and the estimators not eligible here with why. With live episodes (``live=K`` or
+        ``live_logs``) they are folded in under the same calibration."""
         import pandas as pd
-
-        from .ope.statistics.recommend import point_key
 
         with fsspec.open(f"{self.run(alpha)}/{pipeline.stage('report').outputs['curves']}") as f:
             curves = json.load(f)
-        reading = curves["recommended"]
-        rows = [{"agent": agent, "epsilon": epsilon, "value": reading["values"][label], "lower": reading["low"][label],
-                 "upper": reading["high"][label]}
+        reading = (recommended_with_live(curves["recommended"], self.config, self._live) if self._live_asked
+                   else Recommendation.from_record(curves["recommended"]))
+        rows = [{"agent": agent, "epsilon": epsilon, "value": reading.values[label], "lower": reading.low[label],
+                 "upper": reading.high[label]}
                 for agent, epsilon in zip(curves["policy"], curves["epsilon"])
-                for label in [point_key(agent, epsilon)] if label in reading["values"]]
+                for label in [point_key(agent, epsilon)] if label in reading.values]
         frame = pd.DataFrame(rows, columns=["agent", "epsilon", "value", "lower", "upper"])
-        return Recommended(reading["source"], frame.set_index(["agent", "epsilon"]),
-                           pd.DataFrame(reading["verdicts"]), dict(reading["excluded"]), "\n".join(reading["lines"]))
+        verdicts = pd.DataFrame([{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
+                                  "better": v.better, "live_episodes": v.live_episodes} for v in reading.verdicts],
+                                columns=["a", "b", "difference", "low", "high", "better", "live_episodes"])
+        return Recommended(reading.source, frame.set_index(["agent", "epsilon"]), verdicts, dict(reading.excluded),
+                           "\n".join(reading.lines()))
 
     def estimate_policy_values(self):
         """Ĵ of every (agent, ε): a DataFrame indexed by agent and ε, a column per estimator."""

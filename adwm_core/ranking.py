@@ -135,8 +135,14 @@ def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -
 
 
 def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison], estimator: str,
-                  epsilon: float, interval_name: str = "bootstrap") -> list[str]:
-    """The ranking and the verdicts as the command line prints them."""
+                  epsilon: float, interval_name: str = "bootstrap", withheld: str | None = None) -> list[str]:
+    """The ranking and the verdicts as the command line prints them; ``withheld`` (why the
+    estimator's intervals are not to be printed) keeps the order and Ĵ, drops the intervals and verdicts."""
+    if withheld:
+        return [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; {withheld}, and so are its "
+                "verdicts: read the recommended estimate's)",
+                *(f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  {{{a.bounds_low:.4g}, {a.bounds_high:.4g}}}"
+                  for i, a in enumerate(ranked, start=1))]
     lines = [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; [{interval_name} interval], "
              "{bounds the log alone identifies})"]
     lines += [f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  [{a.ci_low:.4g}, {a.ci_high:.4g}]  "

@@ -32,7 +32,7 @@ from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
 from .ranking import PrintedInterval, compare
 from .ope.statistics.calibration import topped_up_verdicts
-from .ope.statistics.recommend import BenchCalibration, Recommendation, point_key, recommend
+from .ope.statistics.recommend import BenchCalibration, Recommendation, point_key, recommend, withheld
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
 from .ope.statistics.metrics import (normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval,
@@ -306,10 +306,16 @@ def first_seed_rows(estimates: pa.Table) -> list[dict]:
                   key=lambda r: (r["estimator"], r["policy"], r["epsilon"]))
 
 
-def interval_lines(estimates: pa.Table) -> list[str]:
-    """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of its first seed, a line each."""
-    return [f"{r['estimator']:<26} {r['policy']:<20} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  "
-            f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]" for r in first_seed_rows(estimates)]
+def interval_lines(estimates: pa.Table, coverage: Mapping[str, float]) -> list[str]:
+    """Ĵ [95 % interval] of every estimator at every (π_e, ε) point of its first seed, a line each;
+    an interval whose bench ``coverage`` (estimator → share of points held) is under the floor is
+    withheld and says why (ope/statistics/recommend.py's ``withheld``)."""
+    lines = []
+    for r in first_seed_rows(estimates):
+        why = withheld(r["estimator"], coverage)
+        interval = f"({why})" if why else f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+        lines.append(f"{r['estimator']:<26} {r['policy']:<20} ε={r['epsilon']:<5g} Ĵ = {r['value']:.4g}  {interval}")
+    return lines
 
 
 def _point_keys(curves: dict) -> list[str]:
@@ -541,12 +547,7 @@ def write_report(cell: str, estimates: pa.Table, truth: pa.Table | None, reasons
     rows, curves = main_results(truth, estimates)
     reading = recommended_reading(cell, curves, rollouts, return_range, scale, bench or BenchCalibration.shipped(),
                                   confidence)
-    curves[RECOMMENDED] = {"source": reading.source, "values": reading.values, "low": reading.low,
-                           "high": reading.high, "answered": reading.answered, "bench_cells": reading.bench_cells,
-                           "bench_rho": reading.bench_rho, "excluded": reading.excluded, "lines": reading.lines(),
-                           "verdicts": [{"a": v.a, "b": v.b, "better": v.better, "difference": v.difference,
-                                         "low": v.low, "high": v.high, "live_episodes": v.live_episodes}
-                                        for v in reading.verdicts]}
+    curves[RECOMMENDED] = reading.record()
     graded = recommended_row(reading, curves, truth) if truth is not None else None
     rows += [graded] if graded else []
     curves["not_applicable"] = dict(reasons)

@@ -2,14 +2,15 @@
 (adwm_core/ope/statistics/bench_calibration.json, read by ope/statistics/recommend.py; issue 73).
 
 `python -m bench.calibrate [--from-main-results]`: per development cell with a finished report under today's code, each
-estimator's seed-mean Ĵ and the ground truth J at every point, the environment's declared return
-range and the share of π_e's imagined steps the log answered (the bench loop runs it after a
+estimator's seed-mean Ĵ and the share of points its own intervals held J, the ground truth J and its
+standard error at every point, the environment's declared return range and the share of π_e's imagined steps the log answered (the bench loop runs it after a
 default run). `python -m bench.calibrate --from-main-results`: the same from the curves of
 bench/results/main_results.json, the only per-point figures committed before the loop's first run
 (their commit is recorded, and the recommended estimate names it). Either way it then grades the
 recommended estimate on the bench itself, each cell recommended from the others alone
 (leave-one-cell-out): ρ, NMAE, the coverage of its intervals, the share of the pairs of points it
-decides and the precision of those verdicts → bench/results/recommended.{md,json}.
+decides and the precision of those verdicts, alone and with live episodes folded in →
+bench/results/recommended.{md,json}.
 Test cells never enter it: their figures come through the ledger alone.
 """
 
@@ -22,15 +23,20 @@ import math
 import numpy as np
 
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
-from adwm_core.ope.statistics.recommend import SHIPPED, BenchCalibration, BenchCell, point_key, recommend
+from adwm_core.ope.statistics.recommend import (SHIPPED, BenchCalibration, BenchCell, Recommendation, point_key,
+                                                recommend, with_live)
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.stages.report import return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
+from bench.figures import report_results
+from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES, finished_points
 
 
-def bench_cell(name: str, curves: dict, logged: bool = True) -> BenchCell | None:
-    """A cell's record from its report's curves (None: no ground truth in them, or no scale: an
+def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str, float] | None = None,
+               stderr: dict[str, float] | None = None) -> BenchCell | None:
+    """A cell's record from its report's curves, each estimator's ``coverage`` of its own intervals
+    and J's standard error by point (None: no ground truth in the curves, or no scale: an
     environment that declares no return range, its behaviour log not at hand or not ``logged``)."""
     if curves.get("ground_truth") is None:
         return None
@@ -44,18 +50,36 @@ def bench_cell(name: str, curves: dict, logged: bool = True) -> BenchCell | None
     answered = curves.get("diagnostics", {}).get(HEADLINE, {}).get("log_share", math.nan)
     return BenchCell(name, config.env.name, low, high, scale, answered, dict(zip(labels, curves["ground_truth"])),
                      {estimator: dict(zip(labels, values)) for estimator, values in curves["estimators"].items()
-                      if estimator != RECOMMENDED and on_the_return_scale(estimator)})
+                      if estimator != RECOMMENDED and on_the_return_scale(estimator)},
+                     coverage or {}, stderr or {})
 
 
-def from_reports(cells: list[str]) -> tuple[BenchCell, ...]:
-    """The records of the cells whose report is finished under today's code."""
-    found = []
+def live_returns(name: str) -> tuple[dict[str, float], dict[str, list[float]]] | None:
+    """J's standard error and the ground truth's episode returns, by point, of a finished cell."""
+    found = finished_points(name)
+    if found is None:
+        return None
+    _, _, episodes, _, stderr = found
+    return ({point_key(*p): s for p, s in stderr.items()},
+            {point_key(*p): [g for _, g in runs] for p, runs in episodes.items()})
+
+
+def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dict[str, list[float]]]]:
+    """The records of the cells whose report is finished under today's code, and their ground
+    truth's episode returns by point (for the grades with live episodes)."""
+    found, returns = [], {}
     for name in cells:
         report = artifact(name, "report", required=False)
         if report is not None:
             with open(report.file("curves")) as f:
-                found.append(bench_cell(name, json.load(f)))
-    return tuple(c for c in found if c is not None)
+                curves = json.load(f)
+            coverage = {e: r["coverage"] for e, r in (report_results(report, name) or {}).items()
+                        if r.get("coverage") is not None}
+            live = live_returns(name)
+            found.append(bench_cell(name, curves, coverage=coverage, stderr=live[0] if live else None))
+            if live:
+                returns[name] = live[1]
+    return tuple(c for c in found if c is not None), returns
 
 
 def from_main_results() -> tuple[tuple[BenchCell, ...], str]:
@@ -68,40 +92,61 @@ def from_main_results() -> tuple[tuple[BenchCell, ...], str]:
     return tuple(c for c in cells if c is not None), ",".join(commits)
 
 
-def leave_one_cell_out(bench: BenchCalibration) -> dict[str, dict]:
-    """Per bench cell, the recommended estimate from the other cells alone, graded on its truth (a
-    pair counts as split where its truths differ at all: the file keeps no standard errors)."""
+def grades(reading: Recommendation, cell: BenchCell) -> dict:
+    """The reading graded on the cell's truth: ρ, NMAE, coverage, verdicts decided (of the pairs the
+    truth splits; every pair whose truths differ where the record has no standard errors) and precision."""
+    points = list(reading.values)
+    j = [cell.truth[p] for p in points]
+    scores = verdict_scores(reading.verdicts, cell.truth, {p: cell.truth_stderr.get(p, 0.0) for p in points})
+    return {"rho": spearman([reading.values[p] for p in points], j),
+            "nmae": normalised_absolute_error([reading.values[p] for p in points], j) if np.ptp(j) > 0 else math.nan,
+            "coverage": float(np.mean([reading.low[p] <= cell.truth[p] <= reading.high[p] for p in points])),
+            "decided": scores.decided, "precision": scores.precision}
+
+
+def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[float]]] | None = None) -> dict[str, dict]:
+    """Per bench cell, the recommended estimate from the other cells alone, graded on its truth; and
+    where ``live`` holds the cell's ground-truth returns by point, the same with ``LIVE_EPISODES`` of
+    them folded in (``with_live``; the same episode numbers at every point, ``LIVE_DRAWS`` draws)."""
     graded = {}
     for cell in bench.cells:
         reading = recommend(cell.estimates, return_range=(cell.low, cell.high), answered=cell.answered, bench=bench,
-                            cell=cell.name)
+                            cell=cell.name, scale=cell.scale)
         if not reading.values:
             graded[cell.name] = {"source": reading.source}
             continue
-        points = list(reading.values)
-        j = [cell.truth[p] for p in points]
-        scores = verdict_scores(reading.verdicts, cell.truth, dict.fromkeys(points, 0.0))
-        graded[cell.name] = {
-            "source": reading.source, "rho": spearman([reading.values[p] for p in points], j),
-            "nmae": normalised_absolute_error([reading.values[p] for p in points], j) if np.ptp(j) > 0 else math.nan,
-            "coverage": float(np.mean([reading.low[p] <= cell.truth[p] <= reading.high[p] for p in points])),
-            "half_width": reading.half_width / (cell.high - cell.low), "decided": scores.decided,
-            "precision": scores.precision}
+        graded[cell.name] = {"source": reading.source, **grades(reading, cell),
+                             "half_width": reading.half_width / (cell.high - cell.low)}
+        returns = (live or {}).get(cell.name)
+        if returns and all(len(returns.get(p, ())) >= LIVE_EPISODES for p in reading.values):
+            rng, n = np.random.default_rng(0), min(len(returns[p]) for p in reading.values)
+            draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}), cell)
+                     for drawn in (rng.choice(n, LIVE_EPISODES, replace=False) for _ in range(LIVE_DRAWS))]
+            graded[cell.name]["live"] = {k: float(np.nanmean([d[k] for d in draws])) for k in draws[0]}
     return graded
 
 
 def write_grades(bench: BenchCalibration, graded: dict[str, dict]) -> None:
     keys = ("rho", "nmae", "coverage", "half_width", "decided", "precision")
-    rows = [f"| {name} | {g['source']} | " + " | ".join("–" if g.get(k) is None or g[k] != g[k] else f"{g[k]:.2f}"
-                                                        for k in keys) + " |" for name, g in graded.items()]
-    means = [np.nanmean([g[k] for g in graded.values() if k in g]) for k in keys]
+    live_keys = ("coverage", "decided", "precision")
+
+    def cells(values: list) -> str:
+        return " | ".join("–" if v is None or v != v else f"{v:.2f}" for v in values)
+
+    rows = [f"| {name} | {g['source']} | " + cells([g.get(k) for k in keys]) + " | "
+            + cells([g.get("live", {}).get(k) for k in live_keys]) + " |" for name, g in graded.items()]
+    means = [np.nanmean([g[k] for g in graded.values() if k in g] or [np.nan]) for k in keys]
+    live_means = [np.nanmean([g["live"][k] for g in graded.values() if "live" in g] or [np.nan]) for k in live_keys]
     lines = ["# The recommended estimate on the bench, each cell from the others alone", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Bench: {len(bench.cells)} cells measured at `{bench.commit}` ({SHIPPED.rsplit('/', 1)[-1]}); "
-             f"95 % intervals; half-width over the return range.", "",
-             "| cell | recommended | ρ | NMAE | coverage | half-width | decided | precision |",
-             "|---|---|---|---|---|---|---|---|", *rows,
-             "| **mean** | | " + " | ".join(f"{m:.2f}" for m in means) + " |", "", f"Machine: `{json.dumps(machine())}`"]
+             f"95 % intervals; half-width over the return range; decided: of the pairs of points the truth splits. "
+             f"With {LIVE_EPISODES} live episodes per point folded in (`with_live`, the mean of {LIVE_DRAWS} draws "
+             "from the ground truth's episodes): coverage / decided / precision.", "",
+             "| cell | recommended | ρ | NMAE | coverage | half-width | decided | precision | "
+             f"+live{LIVE_EPISODES} coverage | decided | precision |", "|---|---|---|---|---|---|---|---|---|---|---|",
+             *rows, "| **mean** | | " + cells(means) + " | " + cells(live_means) + " |", "",
+             f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "recommended.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "recommended.json").write_text(json.dumps({"commit": bench.commit, "cells": graded}, indent=2))
     print("\n".join(lines))
@@ -112,18 +157,19 @@ def main() -> None:
     parser.add_argument("--from-main-results", action="store_true",
                         help="from bench/results/main_results.json's curves instead of today's reports")
     args = parser.parse_args()
+    live = {}
     if args.from_main_results:
         cells, commit = from_main_results()
     else:
         from adwm_core.provenance import source_version
 
-        cells, commit = from_reports(development_cells()), source_version()
+        (cells, live), commit = from_reports(development_cells()), source_version()
     if not cells:
         raise SystemExit("no development cell has a finished report under today's code: run `python -m bench.loop`")
     bench = BenchCalibration(cells, commit)
     bench.save(SHIPPED)
     print(f"{SHIPPED}: {len(cells)} cells ({', '.join(c.name for c in cells)}) at {commit}")
-    write_grades(bench, leave_one_cell_out(bench))
+    write_grades(bench, leave_one_cell_out(bench, live))
 
 
 if __name__ == "__main__":

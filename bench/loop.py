@@ -154,7 +154,7 @@ def default_run(cells: list[str], whole: bool) -> dict:
     (RESULTS / "bench.md").write_text("\n".join(lines) + "\n")
     if whole:
         update_readme(rows, found, report)
-        calibrated = from_reports(cells)  # the recommended estimate's bench, from these reports (bench/calibrate.py)
+        calibrated, _ = from_reports(cells)  # the recommended estimate's bench, from these reports (bench/calibrate.py)
         BenchCalibration(calibrated, report["commit"]).save(SHIPPED)
         print(f"{SHIPPED}: the bench's errors of {len(calibrated)} cells")
     print("\n".join(lines))

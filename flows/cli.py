@@ -104,12 +104,14 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     import fsspec
 
-    from adwm_core.api import agent, check_live, endpoint, evaluation_cell, live_top_up, seed_overrides
+    from adwm_core.api import (agent, check_live, endpoint, evaluation_cell, live_top_up, recommended_with_live,
+                               seed_overrides)
     from adwm_core.cell import parse_assignments
     from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
     from adwm_core.data.logs import inspect_logs
     from adwm_core.ope.answers import RANKED_BY
     from adwm_core.pipeline import stage
+    from adwm_core.ope.statistics.recommend import BenchCalibration, withheld
     from adwm_core.ranking import PrintedInterval, rank_agents, ranking_lines
     from adwm_core.report import (cannot_tell_lines, interval_lines, not_applicable_lines, recommended_lines,
                                   topped_up_lines, trust_lines)
@@ -143,9 +145,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     estimates = read_table(f"{folder}/{files['estimates']}", ESTIMATES)
     printed = PrintedInterval.of(curves.get("answers", {}).values())
     print("\n" + "\n".join(recommended_lines(curves)))
+    if args.live or args.live_logs:
+        print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live).lines()))
+    coverage = BenchCalibration.shipped().interval_coverage
     print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
-    print("\n".join(interval_lines(estimates)))
+    print("\n".join(interval_lines(estimates, coverage)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     epsilon = min(epsilons)
     print("\nwhat the log cannot tell\n" + "\n".join(cannot_tell_lines(curves.get("answers", {}), epsilon)))
@@ -153,7 +158,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         rollouts = read_table(f"{folder}/{files['rollouts']}", ROLLOUTS).to_pylist()
         ranked = rank_agents(rollouts, epsilon=epsilon, confidence=config.adwm.confidence,
                              n_resamples=config.adwm.n_bootstrap, printed=printed)
-        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon, printed.name)))
+        print("\n" + "\n".join(ranking_lines(*ranked, RANKED_BY, epsilon, printed.name,
+                                              withheld(RANKED_BY, coverage))))
     if args.live or args.live_logs:
         print("\n" + "\n".join(topped_up_lines(live_top_up(config, live), config.adwm.confidence)))
     print(f"\nreport   {folder}/{files['report']}\nplot     {folder}/{files['plot']}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, conformal_quantile,
-                                                live_episodes_to_decide, recommend)
+                                                live_episodes_to_decide, recommend, with_live, withheld)
 
 POINTS = [f"pi ε={e:g}" for e in (0.0, 0.25, 0.5, 0.75, 1.0)]
 
@@ -124,3 +124,48 @@ def test_a_small_overshoot_of_the_range_is_kept_and_a_far_one_is_not():
     assert near.source == "A" and near.high[POINTS[0]] == 1.0
     far = recommend({"A": {**dict.fromkeys(POINTS, 0.5), POINTS[0]: 1.2}}, **common)
     assert far.values == {} and "outside the return range" in far.excluded["A"]
+
+
+def test_live_episodes_narrow_the_calibrated_interval_and_keep_its_coverage():
+    """60 cells whose estimator errs by N(0, 0.1), each given 8 live episodes per point (returns
+    Bernoulli(J)) folded in under the same calibration (``with_live``): the intervals narrow and
+    still hold J at about 95 % of points, and the verdicts decide more pairs than without the live
+    episodes (measured over seeds 0–4: coverage 0.943–0.963, mean width 0.90–0.91 of the
+    calibrated one alone, 9–36 more pairs decided; the bounds leave 0.03 and 0.04 of margin)."""
+    rng = np.random.default_rng(4)
+    cells = [synthetic_cell(rng, f"c{i}", {"A": 0.1}) for i in range(60)]
+    bench = BenchCalibration(tuple(cells))
+    held, widths, decided = [], [[], []], [0, 0]
+    for c in cells:
+        alone = recommend(c.estimates, bench=bench, return_range=(0, 1), answered=0.8, cell=c.name)
+        live = with_live(alone, {p: rng.binomial(1, j, 8).tolist() for p, j in c.truth.items()})
+        assert live.live == 8 and live.source == alone.source and "+ 8 live episodes per point" in live.lines()[0]
+        held += [live.low[p] <= j <= live.high[p] for p, j in c.truth.items()]
+        widths[0] += [alone.high[p] - alone.low[p] for p in POINTS]
+        widths[1] += [live.high[p] - live.low[p] for p in POINTS]
+        decided[0] += sum(v.better is not None for v in alone.verdicts)
+        decided[1] += sum(v.better is not None for v in live.verdicts)
+    assert np.mean(held) >= 0.91, np.mean(held)
+    assert np.mean(widths[1]) <= 0.95 * np.mean(widths[0]) and decided[1] > decided[0]
+
+
+def test_live_episodes_alone_decide_where_the_bench_calibrates_nothing():
+    """A bench that gives no finite interval (whole range) leaves the live mean as the estimate."""
+    bench = BenchCalibration(tuple(synthetic_cell(np.random.default_rng(5), f"c{i}", {"A": 0.1}) for i in range(3)))
+    alone = recommend({"A": {"a": 0.6, "b": 0.4}}, bench=bench, return_range=(0, 1), answered=0.8)
+    assert alone.low == {"a": 0.0, "b": 0.0} and alone.high == {"a": 1.0, "b": 1.0}  # 15 scores: no 95 % quantile
+    live = with_live(alone, {"a": [1.0] * 6 + [0.0] * 2, "b": [0.0] * 8})
+    assert live.values["a"] == pytest.approx(0.75, abs=0.05) and live.values["b"] == pytest.approx(0.0, abs=0.05)
+    assert live.low["b"] < live.high["b"]  # eight returns alike still carry width
+    with pytest.raises(ValueError, match="at least 2 live episodes"):
+        with_live(alone, {"a": [1.0], "b": [0.0]})
+
+
+def test_an_estimators_interval_that_held_j_too_rarely_on_the_bench_is_withheld():
+    coverage = BenchCalibration((
+        BenchCell("c0", "env", 0, 1, 1, 0.8, {"p": 0.5}, {"A": {"p": 0.5}}, {"A": 0.9, "B": 0.5}),
+        BenchCell("c1", "env", 0, 1, 1, 0.8, {"p": 0.5}, {"A": {"p": 0.5}}, {"A": 0.8, "B": 0.3}))).interval_coverage
+    assert coverage == pytest.approx({"A": 0.85, "B": 0.4})
+    assert withheld("A", coverage) is None
+    assert withheld("B", coverage) == "interval withheld: it held J at 0.40 of the bench's points"
+    assert "never measured" in withheld("C", coverage)

@@ -1,10 +1,12 @@
 """The cell report over several π_e (ranked together, as HotpotQA-cross) and without ground truth."""
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
+from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell, Recommendation
 from adwm_core.report import (RECOMMENDED, RESULT_COLUMNS, main_results, markdown, plot, recommended_reading,
                               recommended_row, summary_lines)
 
@@ -183,8 +185,9 @@ def test_the_report_recommends_the_estimator_the_bench_trusts_and_grades_its_cal
     row = recommended_row(reading, curves, truth)
     assert row["estimator"] == RECOMMENDED and row["rho"] == pytest.approx(1.0) and row["coverage"] == 1.0
     assert row["precision"] == 1.0 and row["decided"] > 0
-    curves[RECOMMENDED] = {"source": reading.source, "values": reading.values, "low": reading.low,
-                           "high": reading.high, "lines": reading.lines()}
+    curves[RECOMMENDED] = reading.record()
+    written = json.dumps(curves[RECOMMENDED])
+    assert json.dumps(Recommendation.from_record(json.loads(written)).record()) == written  # the API reads it back
     assert "## Recommended" in markdown("cross", rows + [row], curves)
     plot(curves, str(tmp_path / "plot.png"), "cross", (0.0, 1.0))
     assert (tmp_path / "plot.png").stat().st_size > 5_000

@@ -25,6 +25,14 @@ steps the log answered. For a cell with estimates Ĵ_e(p), that share s, range [
   with the live episodes per point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉
   (σ_p the spread of the returns at p, as ADWM's imagined rollouts of p give it; d = Ĵ_a − Ĵ_b:
   80 % power at level α).
+- **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
+  the same calibration. Its calibrated error is read as a normal prior of sd τ = q S / z
+  (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{K−1, 1−α/2} / z)²,
+  σ̂² taken over the K returns and two pseudo-returns at the range's ends (so K returns that all
+  agree still carry width); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
+  Verdicts alike, with τ₂ = q₂ S / z and s_a² + s_b².
+- **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
+  of the bench's points is not printed (``withheld``); its Ĵ is.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from itertools import combinations
 
@@ -48,6 +56,7 @@ MIN_ESS = 1.5  # importance weights carried by about one episode are degenerate
 POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
 RANGE_SLACK = 0.05  # of the range's width: a model's sum of rewards may overshoot a bound a little (ADWM −1.046 at J = −1)
 MOST_LIVE = 10_000  # past this many live episodes per point, "cannot tell" says so rather than a count
+INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on the bench is not printed
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
@@ -68,6 +77,8 @@ class BenchCell:
     answered: float  # the share of π_e's imagined steps the log answered (mean over points)
     truth: dict[str, float]  # point → J
     estimates: dict[str, dict[str, float]]  # estimator → point → Ĵ
+    coverage: dict[str, float] = field(default_factory=dict)  # estimator → share of points its own intervals held J
+    truth_stderr: dict[str, float] = field(default_factory=dict)  # point → the standard error of J
 
     def normalised_errors(self, estimator: str) -> list[float]:
         """|Ĵ − J| / S at every point the estimator read."""
@@ -119,6 +130,16 @@ class BenchCalibration:
         """(cell, estimator) → the estimator's ρ on the cell (computed once)."""
         return {(c.name, e): c.rho(e) for c in self.cells for e in c.estimates}
 
+    @cached_property
+    def interval_coverage(self) -> dict[str, float]:
+        """Estimator → the mean over the bench's cells of the share of points its own intervals held J."""
+        found: dict[str, list[float]] = {}
+        for cell in self.cells:
+            for name, share in cell.coverage.items():
+                if math.isfinite(share):
+                    found.setdefault(name, []).append(share)
+        return {name: float(np.mean(shares)) for name, shares in found.items()}
+
     def similar(self, answered: float, leave_out: str | None = None) -> list[BenchCell]:
         """The bench cells whose log answered π_e as much as this one's (module docstring); a cell
         whose share is unknown (NaN) counts on either side."""
@@ -128,6 +149,17 @@ class BenchCalibration:
         side = [c for c in others if math.isnan(c.answered) or
                 (c.answered >= ANSWERED_SPLIT) == (answered >= ANSWERED_SPLIT)]
         return side if len(side) >= MIN_SIMILAR else others
+
+
+def withheld(estimator: str, coverage: Mapping[str, float]) -> str | None:
+    """Why ``estimator``'s own interval is not printed (``coverage``: the bench's, by estimator), or
+    None where it held J at no fewer than ``INTERVAL_FLOOR`` of the bench's points."""
+    share = coverage.get(estimator)
+    if share is None:
+        return "interval withheld: the bench never measured its coverage"
+    if share < INTERVAL_FLOOR:
+        return f"interval withheld: it held J at {share:.2f} of the bench's points"
+    return None
 
 
 def conformal_quantile(scores: Sequence[float], alpha: float) -> float:
@@ -185,6 +217,24 @@ class Recommendation:
     alpha: float = 0.05
     bench_commit: str = ""  # the code the bench's cells ran at
     excluded: dict[str, str] = field(default_factory=dict)  # estimator → why it was not eligible
+    pair_half_width: float = math.inf  # q₂ S: the calibrated half-width of a paired difference
+    live: int = 0  # live episodes per point folded in (``with_live``)
+    return_range: tuple[float, float] = (-math.inf, math.inf)
+
+    def record(self) -> dict:
+        """The reading as JSON-ready data (the report's ``curves["recommended"]``), with its printed lines."""
+        found = asdict(self)
+        found["verdicts"] = [{**asdict(v), "better": v.better} for v in self.verdicts]
+        return {**found, "lines": self.lines()}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> "Recommendation":
+        """The reading ``record`` wrote."""
+        found = {k: v for k, v in record.items() if k != "lines"}
+        found["verdicts"] = [RecommendedVerdict(**{k: v for k, v in verdict.items() if k != "better"})
+                             for verdict in record["verdicts"]]
+        found["return_range"] = tuple(record["return_range"])
+        return cls(**found)
 
     def lines(self) -> list[str]:
         if not self.values:
@@ -192,9 +242,12 @@ class Recommendation:
         alike = ("" if math.isnan(self.answered) else
                  f" whose log answered π_e {'as much as' if self.answered >= ANSWERED_SPLIT else 'as little as'} this "
                  f"one's ({self.answered:.0%} of imagined steps)")
-        head = (f"Recommended: {self.source} (mean ρ {self.bench_rho:+.2f} on {len(self.bench_cells)} bench cells{alike}, "
+        live = f" + {self.live} live episodes per point" if self.live else ""
+        head = (f"Recommended: {self.source}{live} (mean ρ {self.bench_rho:+.2f} on {len(self.bench_cells)} bench cells{alike}, "
                 f"measured at {self.bench_commit or 'an unrecorded commit'}); "
-                f"intervals ±{self.half_width:.3g} from the bench's errors at {1 - self.alpha:.0%}")
+                + (f"intervals from the bench's errors (±{self.half_width:.3g}) and the live episodes"
+                   if self.live else f"intervals ±{self.half_width:.3g} from the bench's errors")
+                + f" at {1 - self.alpha:.0%}")
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
                 *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
@@ -264,4 +317,51 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
                                            live_episodes_to_decide(d, variance, alpha) if undecided else None))
     return Recommendation(chosen, values, {p: max(low, v - q) for p, v in values.items()},
                           {p: min(high, v + q) for p, v in values.items()}, verdicts, answered,
-                          [c.name for c in similar], rho, q, alpha, bench.commit, excluded)
+                          [c.name for c in similar], rho, q, alpha, bench.commit, excluded, q2, 0, (low, high))
+
+
+def _live_reading(returns: Sequence[float], return_range: tuple[float, float], z: float) -> tuple[float, float]:
+    """The live mean of K returns and its variance s² (module docstring): σ̂² over the returns and
+    the range's two ends, over K, times (t_{K−1} / z)²."""
+    k = len(returns)
+    if k < 2:
+        raise ValueError(f"at least 2 live episodes per point are needed to fold them in, got {k}")
+    padded = [*returns, *return_range] if all(map(math.isfinite, return_range)) else list(returns)
+    t = stats.t.ppf(1 - stats.norm.sf(z), k - 1)
+    return float(np.mean(returns)), float(np.var(padded, ddof=1)) / k * (t / z) ** 2
+
+
+def _combined(prior: float, prior_sd: float, reading: float, variance: float) -> tuple[float, float]:
+    """Precision-weighted mean of a prior (sd ``prior_sd``: inf reads nothing) and a reading, and its sd."""
+    precision = (0.0 if not math.isfinite(prior_sd) else prior_sd ** -2.0) + 1 / variance
+    mean = ((0.0 if not math.isfinite(prior_sd) else prior / prior_sd ** 2) + reading / variance) / precision
+    return mean, precision ** -0.5
+
+
+def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> Recommendation:
+    """The recommended estimate sharpened by live returns (point → its K live episodes' returns)
+    under the same calibration (module docstring); points without live returns keep their reading."""
+    if not reading.values:
+        return reading
+    z = float(stats.norm.ppf(1 - reading.alpha / 2))
+    low, high = reading.return_range
+    tau, tau2 = reading.half_width / z, reading.pair_half_width / z
+    read = {p: _live_reading(live[p], reading.return_range, z) for p in reading.values if len(live.get(p, ())) > 0}
+    values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
+    for p, (mean, variance) in read.items():
+        value, sd = _combined(reading.values[p], tau, mean, variance)
+        values[p], lows[p], highs[p] = value, max(low, value - z * sd), min(high, value + z * sd)
+    verdicts = []
+    for old in reading.verdicts:
+        if old.a not in read or old.b not in read:
+            verdicts.append(old)
+            continue
+        live_difference = read[old.a][0] - read[old.b][0]
+        d, sd = _combined(old.difference, tau2, live_difference, read[old.a][1] + read[old.b][1])
+        lo_d, hi_d = d - z * sd, d + z * sd
+        spread = len(live[old.a]) * (read[old.a][1] + read[old.b][1])  # σ_a² + σ_b², as the live returns give it
+        verdicts.append(RecommendedVerdict(old.a, old.b, d, lo_d, hi_d,
+                                           live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
+                                           else None))
+    ks = {len(live[p]) for p in read}
+    return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts, live=min(ks) if ks else 0)
