@@ -211,6 +211,43 @@ def candidate_run(cells: list[str], settings: dict) -> dict:
     return report
 
 
+def headline_run(cells: list[str], headline: str) -> dict:
+    """The rule's verdict on putting ``headline`` first in the product instead of ``HEADLINE``: both
+    rows of the same default run, compared cell by cell (bench/ADOPTION.md: "a candidate that
+    proposes another headline") → bench/results/loop/headline-<name>.{md,json} and adoptions.md."""
+    rows, seconds = run_bench({c: c for c in cells})
+    figures = {c: CellFigures(r["group"], r.get("split_pairs") or 0, (r.get("estimators") or {}).get(HEADLINE),
+                              (r.get("estimators") or {}).get(headline)) for c, r in rows.items()}
+    verdict = decide(figures)
+    name, shown = slug({"headline": headline}), f"headline={headline} (default {HEADLINE})"
+    deltas = {c: {k: f.candidate[k] - f.default[k] for k in ("rho", "nmae", "coverage")}
+              for c, f in figures.items() if c in verdict.counted}
+    report = {"headline": headline, "default": HEADLINE, "commit": source_version(), "machine": machine(),
+              "seconds": seconds, "cells": {c: {"default": f.default, "candidate": f.candidate,
+                                                "split_pairs": f.split_pairs, "group": f.group}
+                                            for c, f in figures.items()},
+              "verdict": {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted,
+                          "means": verdict.means, "groups": verdict.groups}}
+    folder = RESULTS / "loop"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
+    lines = [f"# Candidate `{shown}` on the development bench", "",
+             f"{len(cells)} cells in {seconds / 60:.1f} min (finished stages reused) at `{report['commit']}`.", "",
+             f"**Adoption rule (bench/ADOPTION.md): {'ADOPT' if verdict.adopt else 'keep the default'}**", "",
+             *[f"- {reason}" for reason in verdict.reasons], "",
+             f"**Per counted cell, {headline} − {HEADLINE}**", "", "| cell | group | Δρ | ΔNMAE | Δcoverage |",
+             "|---|---|---|---|---|",
+             *[f"| {c} | {figures[c].group} | {d['rho']:+.2f} | {d['nmae']:+.2f} | {d['coverage']:+.2f} |"
+               for c, d in deltas.items()], "", f"Machine: `{json.dumps(machine())}`"]
+    (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
+    with (RESULTS / "adoptions.md").open("a") as log:
+        log.write(f"\n## `{shown}` — {'ADOPT' if verdict.adopt else 'keep the default'} "
+                  f"({machine()['date']}, `{report['commit']}`)\n\n" + "\n".join(f"- {r}" for r in verdict.reasons)
+                  + f"\n- figures: [loop/{name}.md](loop/{name}.md)\n")
+    print("\n".join(lines))
+    return report
+
+
 def update_readme(rows: dict[str, dict], found: dict[str, dict], report: dict) -> None:
     """The README's results block: the headline and four other estimators' ρ per development cell
     and their means, from this run."""
@@ -241,6 +278,8 @@ def main() -> None:
     parser.add_argument("cells", nargs="*", help="development cells to run (default: all of bench/bench.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a candidate setting (a dotted key of the cell YAML); repeatable")
+    parser.add_argument("--headline", metavar="ESTIMATOR",
+                        help=f"the rule's verdict on putting this estimator's row first instead of {HEADLINE}")
     args = parser.parse_args()
     development = development_cells()
     outside = [c for c in args.cells if c not in development]
@@ -248,7 +287,11 @@ def main() -> None:
         raise SystemExit(f"not development cells (bench/bench.yaml): {outside}; test cells are read through "
                          "`python -m bench.ledger read BATCH` only")
     cells = args.cells or development
-    if args.set:
+    if args.set and args.headline:
+        raise SystemExit("--set and --headline are separate candidates: judge one at a time")
+    if args.headline:
+        headline_run(cells, args.headline)
+    elif args.set:
         candidate_run(cells, parse_settings(args.set))
     else:
         default_run(cells, whole=set(cells) == set(development))

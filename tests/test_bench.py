@@ -142,3 +142,24 @@ def test_where_the_environment_declares_no_return_range_the_scale_is_the_logged_
     assert (low, high) == (-config.env.max_steps, config.env.max_steps) and scale == 3.0  # returns 2, −1, 0.5
     assert return_range_and_scale(config, None)[1] is None
     assert return_range_and_scale(config, steps.slice(0, 2).set_column(2, "reward", pa.array([0.0, 0.0])))[1] is None
+
+
+def test_the_loop_judges_another_headline_from_the_same_run_and_logs_its_verdict(tmp_path, monkeypatch):
+    """``bench.loop --headline recommended``: both rows of one default run compared cell by cell
+    under the rule, the verdict written beside its figures and appended to adoptions.md. The cells'
+    rows are given (running 19 real cells takes hours: the loop's own runner is what is replaced)."""
+    import bench.loop as loop
+
+    figures = bench([0.3, 0.2, 0.25, 0.35] * 3)
+    rows = {name: {"group": f.group, "split_pairs": f.split_pairs,
+                   "estimators": {loop.HEADLINE: dict(f.default), "recommended": dict(f.candidate)}}
+            for name, f in figures.items()}
+    monkeypatch.setattr(loop, "run_bench", lambda sources: ({c: rows[c] for c in sources}, 1.0))
+    monkeypatch.setattr(loop, "RESULTS", tmp_path)
+    report = loop.headline_run(list(rows), "recommended")
+    assert report["verdict"]["adopt"] and len(report["verdict"]["counted"]) == len(rows)
+    written = (tmp_path / "loop" / "headline-recommended.md").read_text()
+    assert "ADOPT" in written and "| cell-0 | textworld | +0.30 |" in written
+    assert "`headline=recommended (default ADWM:reward_sum)` — ADOPT" in (tmp_path / "adoptions.md").read_text()
+    few = {c: rows[c] for c in list(rows)[:MIN_CELLS - 1]}
+    assert not loop.headline_run(list(few), "recommended")["verdict"]["adopt"]  # too few cells: the default stays
