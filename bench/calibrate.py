@@ -26,8 +26,7 @@ from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from adwm_core.ope.statistics.recommend import (SHIPPED, BenchCalibration, BenchCell, Recommendation, point_key,
                                                 recommend, with_live)
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
-from adwm_core.data import TRAJECTORIES, read_table
-from adwm_core.stages.report import return_range_and_scale
+from adwm_core.stages.report import logged_rewards, return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
 from bench.figures import report_results
 from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES, finished_points
@@ -42,7 +41,7 @@ def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str,
         return None
     config = cell_config(name)
     behaviour = artifact(config, "behaviour", required=False) if logged else None
-    trajectories = None if behaviour is None else read_table(behaviour.file("trajectories"), TRAJECTORIES)
+    trajectories = None if behaviour is None else logged_rewards(behaviour.file("trajectories"))
     (low, high), scale = return_range_and_scale(config, trajectories)
     if scale is None:
         return None

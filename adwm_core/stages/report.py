@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from ..data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, TRAJECTORIES, read_table, write_table
+from ..data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, read_table, write_table
 from ..ope.statistics.bounds import ReturnRange
 from ..report import read_reasons, report_metrics, write_report
 
@@ -41,6 +42,15 @@ def return_range_and_scale(cell, trajectories: pa.Table | None) -> tuple[tuple[f
     return (low, high), spread if spread > 0 else None
 
 
+def logged_rewards(path: str) -> pa.Table:
+    """The behaviour log's policy, episode and reward columns alone (its texts are never read here;
+    the behaviour stage validated the whole file when it wrote it)."""
+    with fsspec.open(path, "rb") as f:
+        present = pq.read_schema(f).names
+    with fsspec.open(path, "rb") as f:
+        return pq.read_table(f, columns=[c for c in ("policy", "episode", "reward") if c in present])
+
+
 def compute(run: StageRun) -> None:
     """The cell's report; without a ``ground-truth`` input (a cell that cannot be run) it is ungraded."""
     estimates = pa.concat_tables([read_table(path, ESTIMATES) for stage in ("adwm", "baselines")
@@ -50,7 +60,7 @@ def compute(run: StageRun) -> None:
     rollouts = pa.concat_tables([read_table(path, ROLLOUTS) for path in run.each_input("adwm", "rollouts")])
     write_table(estimates, run.output("estimates"), ESTIMATES)
     write_table(rollouts, run.output("rollouts"), ROLLOUTS)
-    return_range, scale = return_range_and_scale(run.cell, read_table(run.input("behaviour", "trajectories"), TRAJECTORIES))
+    return_range, scale = return_range_and_scale(run.cell, logged_rewards(run.input("behaviour", "trajectories")))
     answers = {}
     for path in run.each_input("adwm", "answers"):
         with fsspec.open(path) as f:
