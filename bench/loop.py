@@ -183,9 +183,6 @@ def candidate_run(cells: list[str], settings: dict) -> dict:
               "default_summary": default_found, "paired": paired,
               "verdict": {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted,
                           "means": verdict.means, "groups": verdict.groups}}
-    folder = RESULTS / "loop"
-    folder.mkdir(exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
     estimators = list(found)
     lines = [f"# Candidate `{shown}` on the development bench", "",
              f"{len(cells)} cells: candidate {seconds / 60:.1f} min, default {default_seconds / 60:.1f} min "
@@ -202,13 +199,7 @@ def candidate_run(cells: list[str], settings: dict) -> dict:
               "**Default, per estimator**", "", *summary_lines(default_found), "",
               "**Candidate, per cell**", "", *cell_lines(rows, estimators), "",
               f"Machine: `{json.dumps(machine())}`"]
-    (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
-    with (RESULTS / "adoptions.md").open("a") as log:
-        log.write(f"\n## `{shown}` — {'ADOPT' if verdict.adopt else 'keep the default'} "
-                  f"({machine()['date']}, `{report['commit']}`)\n\n" + "\n".join(f"- {r}" for r in verdict.reasons)
-                  + f"\n- figures: [loop/{name}.md](loop/{name}.md)\n")
-    print("\n".join(lines))
-    return report
+    return logged_verdict(name, shown, report, verdict, lines)
 
 
 def headline_run(cells: list[str], headline: str) -> dict:
@@ -228,9 +219,6 @@ def headline_run(cells: list[str], headline: str) -> dict:
                                             for c, f in figures.items()},
               "verdict": {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted,
                           "means": verdict.means, "groups": verdict.groups}}
-    folder = RESULTS / "loop"
-    folder.mkdir(exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
     lines = [f"# Candidate `{shown}` on the development bench", "",
              f"{len(cells)} cells in {seconds / 60:.1f} min (finished stages reused) at `{report['commit']}`.", "",
              f"**Adoption rule (bench/ADOPTION.md): {'ADOPT' if verdict.adopt else 'keep the default'}**", "",
@@ -239,6 +227,14 @@ def headline_run(cells: list[str], headline: str) -> dict:
              "|---|---|---|---|---|",
              *[f"| {c} | {figures[c].group} | {d['rho']:+.2f} | {d['nmae']:+.2f} | {d['coverage']:+.2f} |"
                for c, d in deltas.items()], "", f"Machine: `{json.dumps(machine())}`"]
+    return logged_verdict(name, shown, report, verdict, lines)
+
+
+def logged_verdict(name: str, shown: str, report: dict, verdict, lines: list[str]) -> dict:
+    """A candidate's figures → bench/results/loop/<name>.{json,md}, its verdict appended to adoptions.md."""
+    folder = RESULTS / "loop"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(report, indent=2))
     (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
     with (RESULTS / "adoptions.md").open("a") as log:
         log.write(f"\n## `{shown}` — {'ADOPT' if verdict.adopt else 'keep the default'} "
