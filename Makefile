@@ -55,9 +55,9 @@ admit: install
 	$(PY) -m bench.tables.heldout --admit
 
 # the development bench (bench/bench.yaml) under the current default, or a candidate judged by
-# bench/ADOPTION.md's rule: make loop [SET="world_model.transitions=250000"]
+# bench/ADOPTION.md's rule: make loop [SET="world_model.transitions=250000"] [HEADLINE=recommended]
 loop: install
-	$(PY) -m bench.loop $(foreach setting,$(SET),--set $(setting))
+	$(PY) -m bench.loop $(foreach setting,$(SET),--set $(setting)) $(if $(HEADLINE),--headline $(HEADLINE))
 
 # a test batch read once, through the ledger: make read-test BATCH=third
 read-test: install
