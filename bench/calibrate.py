@@ -116,13 +116,22 @@ def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[f
             continue
         graded[cell.name] = {"source": reading.source, **grades(reading, cell),
                              "half_width": reading.half_width / (cell.high - cell.low)}
-        returns = (live or {}).get(cell.name)
-        if returns and all(len(returns.get(p, ())) >= LIVE_EPISODES for p in reading.values):
-            rng, n = np.random.default_rng(0), min(len(returns[p]) for p in reading.values)
-            draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}), cell)
-                     for drawn in (rng.choice(n, LIVE_EPISODES, replace=False) for _ in range(LIVE_DRAWS))]
-            graded[cell.name]["live"] = {k: float(np.nanmean([d[k] for d in draws])) for k in draws[0]}
+        topped = live_grades(reading, cell, (live or {}).get(cell.name) or {})
+        if topped is not None:
+            graded[cell.name]["live"] = topped
     return graded
+
+
+def live_grades(reading: Recommendation, cell: BenchCell, returns: dict[str, list[float]]) -> dict | None:
+    """The reading with ``LIVE_EPISODES`` of each point's ground-truth ``returns`` folded in
+    (``with_live``; the same episode numbers at every point), graded, the mean of ``LIVE_DRAWS``
+    draws (None: fewer returns than that at some point)."""
+    if not reading.values or any(len(returns.get(p, ())) < LIVE_EPISODES for p in reading.values):
+        return None
+    rng, n = np.random.default_rng(0), min(len(returns[p]) for p in reading.values)
+    draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}), cell)
+             for drawn in (rng.choice(n, LIVE_EPISODES, replace=False) for _ in range(LIVE_DRAWS))]
+    return {k: float(np.nanmean([d[k] for d in draws])) for k in draws[0]}
 
 
 def write_grades(bench: BenchCalibration, graded: dict[str, dict]) -> None:

@@ -130,8 +130,8 @@ def test_live_episodes_narrow_the_calibrated_interval_and_keep_its_coverage():
     """60 cells whose estimator errs by N(0, 0.1), each given 8 live episodes per point (returns
     Bernoulli(J)) folded in under the same calibration (``with_live``): the intervals narrow and
     still hold J at about 95 % of points, and the verdicts decide more pairs than without the live
-    episodes (measured over seeds 0–4: coverage 0.943–0.963, mean width 0.90–0.91 of the
-    calibrated one alone, 9–36 more pairs decided; the bounds leave 0.03 and 0.04 of margin)."""
+    episodes (measured over seeds 0–4: coverage 0.937–0.960, mean width 0.846–0.868 of the
+    calibrated one alone, 21–48 more pairs decided; the bounds leave 0.037 and 0.08 of margin)."""
     rng = np.random.default_rng(4)
     cells = [synthetic_cell(rng, f"c{i}", {"A": 0.1}) for i in range(60)]
     bench = BenchCalibration(tuple(cells))
@@ -145,7 +145,7 @@ def test_live_episodes_narrow_the_calibrated_interval_and_keep_its_coverage():
         widths[1] += [live.high[p] - live.low[p] for p in POINTS]
         decided[0] += sum(v.better is not None for v in alone.verdicts)
         decided[1] += sum(v.better is not None for v in live.verdicts)
-    assert np.mean(held) >= 0.91, np.mean(held)
+    assert np.mean(held) >= 0.90, np.mean(held)
     assert np.mean(widths[1]) <= 0.95 * np.mean(widths[0]) and decided[1] > decided[0]
 
 

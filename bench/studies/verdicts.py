@@ -36,6 +36,7 @@ from bench.common import artifact, cell_config, development_cells, write_grouped
 CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges", "ADWM+live", "live alone")
 LIVE_EPISODES, LIVE_DRAWS = 8, 100  # K live episodes per point, drawn this many times from the ground truth
 LIVE = f"ADWM+live{LIVE_EPISODES}"  # the bench's row of ADWM topped up by that many live episodes per point
+RECOMMENDED_LIVE = f"recommended+live{LIVE_EPISODES}"  # the recommended estimate with them folded in (with_live)
 
 
 def log_ranges(trajectories: str) -> ReturnRange:

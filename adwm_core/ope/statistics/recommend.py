@@ -27,9 +27,11 @@ steps the log answered. For a cell with estimates Ĵ_e(p), that share s, range [
   80 % power at level α).
 - **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
   the same calibration. Its calibrated error is read as a normal prior of sd τ = q S / z
-  (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{K−1, 1−α/2} / z)²,
-  σ̂² taken over the K returns and two pseudo-returns at the range's ends (so K returns that all
-  agree still carry width); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
+  (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{ν, 1−α/2} / z)²,
+  σ̂² the within-point variance pooled over the cell's points (ν = Σ (K_p − 1) degrees of freedom:
+  a point whose K returns all agree still gets width, and a few returns per point borrow strength
+  from the others; where every point's returns agree, the variance one more return at the range's
+  far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
   Verdicts alike, with τ₂ = q₂ S / z and s_a² + s_b².
 - **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
   of the bench's points is not printed (``withheld``); its Ĵ is.
@@ -320,15 +322,20 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
                           [c.name for c in similar], rho, q, alpha, bench.commit, excluded, q2, 0, (low, high))
 
 
-def _live_reading(returns: Sequence[float], return_range: tuple[float, float], z: float) -> tuple[float, float]:
-    """The live mean of K returns and its variance s² (module docstring): σ̂² over the returns and
-    the range's two ends, over K, times (t_{K−1} / z)²."""
-    k = len(returns)
-    if k < 2:
-        raise ValueError(f"at least 2 live episodes per point are needed to fold them in, got {k}")
-    padded = [*returns, *return_range] if all(map(math.isfinite, return_range)) else list(returns)
-    t = stats.t.ppf(1 - stats.norm.sf(z), k - 1)
-    return float(np.mean(returns)), float(np.var(padded, ddof=1)) / k * (t / z) ** 2
+def _live_readings(live: Mapping[str, Sequence[float]], return_range: tuple[float, float],
+                   z: float) -> dict[str, tuple[float, float]]:
+    """Each point's live mean ḡ and its variance s² (module docstring): the pooled within-point
+    variance over the point's K returns, times (t_ν / z)²; where every return agrees with its
+    point's others, the variance one more return at the range's far end would give."""
+    few = {p: len(returns) for p, returns in live.items() if len(returns) < 2}
+    if few:
+        raise ValueError(f"at least 2 live episodes per point are needed to fold them in, got {few}")
+    dof = sum(len(returns) - 1 for returns in live.values())
+    pooled = sum(float(np.var(returns)) * len(returns) for returns in live.values()) / dof
+    if pooled == 0:
+        pooled = ((return_range[1] - return_range[0]) / 2) ** 2 / (dof + 1)
+    inflation = (stats.t.ppf(1 - stats.norm.sf(z), dof) / z) ** 2
+    return {p: (float(np.mean(returns)), pooled / len(returns) * inflation) for p, returns in live.items()}
 
 
 def _combined(prior: float, prior_sd: float, reading: float, variance: float) -> tuple[float, float]:
@@ -346,7 +353,7 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
     z = float(stats.norm.ppf(1 - reading.alpha / 2))
     low, high = reading.return_range
     tau, tau2 = reading.half_width / z, reading.pair_half_width / z
-    read = {p: _live_reading(live[p], reading.return_range, z) for p in reading.values if len(live.get(p, ())) > 0}
+    read = _live_readings({p: live[p] for p in reading.values if len(live.get(p, ())) > 0}, reading.return_range, z)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
     for p, (mean, variance) in read.items():
         value, sd = _combined(reading.values[p], tau, mean, variance)
