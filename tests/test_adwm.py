@@ -255,6 +255,26 @@ def test_the_template_level_answers_a_signature_the_log_never_took_by_what_that_
         CarriedOver(bank, fallback, levels=("verb",))
 
 
+def test_carried_over_within_the_instance_never_answers_from_another_task():
+    """"take coin" was logged only under the task "game 1": asked under "game 2", the
+    log-wide carry-over answers it from the other task (it pays 1), the instance-bound one leaves
+    it to the fallback; asked under its own task, both carry it over."""
+    texts = ["a room with a coin", "you took it", "a room with a key"]
+    logged = LoggedTransitions(observations=torch.tensor([0]), actions=["take coin"], next_latents=torch.eye(3)[[1]],
+                               rewards=np.array([1.0]), done=np.array([True]), steps=np.array([0]),
+                               episodes=np.array([0]), tasks=["game 1"])
+    bank = StateBank(texts, ["game 1"] * 3, [None] * 3, torch.eye(3), np.array([0]), torch.eye(3)[[0]], logged)
+    read = np.array([0, 0])
+    query = Query(None, [History(task, (), texts[0], None) for task in ("game 2", "game 1")],
+                  ["take coin", "take coin"], read, torch.eye(3)[read][:, None], torch.zeros(51, 2, 3))
+    fallback = NearestLogged(bank)
+    assert CarriedOver(bank, fallback)(query).source.tolist() == ["carried", "carried"]
+    within = CarriedOver(bank, fallback, within="instance")(query)
+    assert within.source.tolist() == ["nearest", "carried"] and within.reward[1] == 1.0
+    with pytest.raises(ValueError, match="carry-over within"):
+        CarriedOver(bank, fallback, within="episode")
+
+
 def test_a_seed_fixes_every_draw(corridor):
     trajectories, model = corridor
     bank = StateBank.from_log(BehaviourLog(read_table(trajectories, TRAJECTORIES)), model)

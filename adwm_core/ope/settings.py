@@ -89,6 +89,9 @@ class AdwmConfig(Settings):
     # the hand-over's FQE settings (the default preset: FITTED_Q_ITERATION); None: the baselines' (baselines.fqe)
     handover_fqe: FQEConfig | None = None
     carry_over_levels: tuple[CarryOverLevel, ...] = Field(default=("signature",), min_length=1)  # matched in turn
+    # where a carried-over answer may come from: any episode of the log (preferring the same task
+    # description, then the same step), or only episodes of the same task description (the same instance)
+    carry_over_within: Literal["log", "instance"] = "log"
     n_rollouts: int = Field(default=32, ge=1)  # M per seed (app:ope-rollout); the default preset: DEFAULT_ROLLOUTS
     horizon: int = Field(default=30, ge=1)  # H_max
     cfg_scale: float = Field(default=1.0, ge=0)  # λ, ω = 1 + λ

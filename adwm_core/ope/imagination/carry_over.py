@@ -12,7 +12,8 @@ two rooms that both list a north exit. Nothing here names an environment.
 :class:`CarriedOver` answers an off-log (state, action) pair with one logged transition of the
 same signature — its reward, termination and successor — drawn uniformly among those of the
 same task description and step where the log holds some, else of the same task, else of the
-same step, else of any. With the ``template`` level after it, a pair whose signature the log
+same step, else of any (``within="instance"``: of the same task description only, the same step
+first). With the ``template`` level after it, a pair whose signature the log
 never took is matched the same way on its *template*, the signature with every tag replaced by
 ``*`` ("take * from *": the verb and the function words): the log's own record of what that kind
 of action earns. A pair no level matches goes to the fallback transition. The answer is not
@@ -67,12 +68,17 @@ def template(key: Signature) -> Signature:
 
 class CarriedOver:
     """Off-log pairs answered by a logged transition of the same signature (then, at each further
-    level of ``levels``, the same template); ``fallback`` answers the pairs no level matches."""
+    level of ``levels``, the same template), from any episode of the log or (``within="instance"``)
+    from episodes of the same task description only; ``fallback`` answers the pairs no level matches."""
 
-    def __init__(self, bank: StateBank, fallback: Transition, levels: tuple[str, ...] = ("signature",)) -> None:
+    def __init__(self, bank: StateBank, fallback: Transition, levels: tuple[str, ...] = ("signature",),
+                 within: str = "log") -> None:
         if not levels or any(level not in LEVELS for level in levels):
             raise ValueError(f"carry-over levels {levels!r}: each one of {LEVELS}, finest first")
+        if within not in ("log", "instance"):
+            raise ValueError(f"carry-over within {within!r}: 'log' (any episode) or 'instance' (the same task)")
         self.bank, self.fallback = bank, fallback
+        self.preferences = ("task and step", "task") if within == "instance" else ("task and step", "task", "step", "any")
         logged = bank.transitions
         seen: dict[int, frozenset[str]] = defaultdict(frozenset)  # episode → words of its observations so far
         by_key: dict[Signature, list[int]] = defaultdict(list)
@@ -102,9 +108,11 @@ class CarriedOver:
                 continue
             same_task = self.task_codes[candidates] == self.task_code.get(history.task_description, -1)
             same_step = logged.steps[candidates] == t
-            for keep in (same_task & same_step, same_task, same_step):
-                if keep.any():
-                    candidates = candidates[keep]
-                    break
+            masks = {"task and step": same_task & same_step, "task": same_task, "step": same_step,
+                     "any": np.ones_like(same_task)}
+            keep = next((masks[p] for p in self.preferences if masks[p].any()), None)
+            if keep is None:  # nothing of this instance: the fallback answers
+                continue
+            candidates = candidates[keep]
             chosen[j] = candidates[min(int(draws[j] * len(candidates)), len(candidates) - 1)]
         return answered_from_log(logged, chosen, query, self.fallback, same_pair=False)

@@ -191,7 +191,7 @@ def adwm_transition(model: WorldModel, bank: StateBank, config: AdwmConfig,
                              "(q_by_epsilon), or choose AdwmConfig(preset='carry_over') (the model answers them)")
         unmatched = HandOverToValue(model, q_by_epsilon)
     if config.off_log in ("carry_over", "carry_over_fqe"):
-        unmatched = CarriedOver(bank, unmatched, config.carry_over_levels)
+        unmatched = CarriedOver(bank, unmatched, config.carry_over_levels, config.carry_over_within)
     return LoggedSuccessors(bank, unmatched)
 
 
