@@ -123,36 +123,45 @@ def summary_lines(found: dict[str, dict]) -> list[str]:
     return lines
 
 
-def run_bench(sources: dict[str, str]) -> tuple[dict[str, dict], float]:
-    """Each cell (name → its name or variant YAML) run in turn; the rows and the wall seconds."""
+def run_bench(sources: dict[str, str], after_each=None) -> tuple[dict[str, dict], float]:
+    """Each cell (name → its name or variant YAML) run in turn; the rows and the wall seconds
+    (``after_each(rows, seconds)`` is called with the rows so far after every cell)."""
     started, rows = time.perf_counter(), {}
     for cell, source in sources.items():
         print(f"=== {cell} ({len(rows) + 1}/{len(sources)})", flush=True)
         rows[cell] = run_cell(source)
+        if after_each is not None:
+            after_each(rows, time.perf_counter() - started)
     return rows, time.perf_counter() - started
 
 
-def default_run(cells: list[str], whole: bool) -> dict:
-    """The cells under the current default; ``whole`` (every development cell): the manifest and
-    the README's block too."""
-    rows, seconds = run_bench({c: c for c in cells})
+def write_bench(rows: dict[str, dict], seconds: float, of: int) -> tuple[dict, dict, list[str]]:
+    """bench/results/bench.{json,md} from the rows so far (``of``: how many cells the run has)."""
     found = summary(rows)
-    shown = list(found)
     report = {"commit": source_version(), "machine": machine(), "seconds": seconds, "rows": rows, "summary": found}
     (RESULTS / "bench.json").write_text(json.dumps(report, indent=2))
-    if whole:
-        manifest = {"commit": source_version(), "date": machine()["date"],
-                    "cells": {c: r.get("stages") for c, r in rows.items()}}
-        (RESULTS / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    so_far = "" if len(rows) == of else f" (so far: {len(rows)} of the run's {of})"
     lines = ["# The development bench under the current default", "", __doc__.split("\n\n")[1].split("- with")[0].strip(),
-             "", f"{len(cells)} cells in {seconds / 60:.1f} min at `{report['commit']}` "
+             "", f"{len(rows)} cells{so_far} in {seconds / 60:.1f} min at `{report['commit']}` "
              f"({machine()['cpus']} CPUs, {machine()['date']}; finished stages reused).", "",
              f"**Per estimator** (means over the {len(counted(rows))} cells whose truth splits ≥ {MIN_SPLIT_PAIRS} "
              "pairs; ρ per environment group)", "", *summary_lines(found), "",
-             "**Per cell** (ρ / NMAE / coverage / decided / precision)", "", *cell_lines(rows, shown), "",
+             "**Per cell** (ρ / NMAE / coverage / decided / precision)", "", *cell_lines(rows, list(found)), "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "bench.md").write_text("\n".join(lines) + "\n")
+    return report, found, lines
+
+
+def default_run(cells: list[str], whole: bool) -> dict:
+    """The cells under the current default, the tables rewritten after every cell (a stopped
+    build keeps the rows it finished); ``whole`` (every development cell): the manifest, the
+    README's block and the recommended estimate's calibration too."""
+    rows, seconds = run_bench({c: c for c in cells}, lambda so_far, elapsed: write_bench(so_far, elapsed, len(cells)))
+    report, found, lines = write_bench(rows, seconds, len(cells))
     if whole:
+        manifest = {"commit": report["commit"], "date": machine()["date"],
+                    "cells": {c: r.get("stages") for c, r in rows.items()}}
+        (RESULTS / "manifest.json").write_text(json.dumps(manifest, indent=2))
         update_readme(rows, found, report)
         calibrated, _ = from_reports(cells)  # the recommended estimate's bench, from these reports (bench/calibrate.py)
         BenchCalibration(calibrated, report["commit"]).save(SHIPPED)

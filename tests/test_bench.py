@@ -163,3 +163,28 @@ def test_the_loop_judges_another_headline_from_the_same_run_and_logs_its_verdict
     assert "`headline=recommended (default ADWM:reward_sum)` — ADOPT" in (tmp_path / "adoptions.md").read_text()
     few = {c: rows[c] for c in list(rows)[:MIN_CELLS - 1]}
     assert not loop.headline_run(list(few), "recommended")["verdict"]["adopt"]  # too few cells: the default stays
+
+
+def test_a_stopped_loop_keeps_the_rows_of_the_cells_it_finished(tmp_path, monkeypatch):
+    """The loop rewrites bench.{json,md} after every cell: stopped during the second of two cells
+    (a build of hours is often stopped), the first cell's row is on disk and says so. The cells'
+    rows are given (the loop's per-cell runner is what is replaced)."""
+    import json
+
+    import bench.loop as loop
+
+    figures = bench([0.3])
+    finished = {"group": figures["cell-0"].group, "split_pairs": 5, "seconds": 1.0,
+                "estimators": {loop.HEADLINE: dict(figures["cell-0"].default)}}
+
+    def run_cell(source):
+        if source == "cell-1":
+            raise KeyboardInterrupt
+        return finished
+
+    monkeypatch.setattr(loop, "run_cell", run_cell)
+    monkeypatch.setattr(loop, "RESULTS", tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        loop.default_run(["cell-0", "cell-1"], whole=False)
+    assert list(json.loads((tmp_path / "bench.json").read_text())["rows"]) == ["cell-0"]
+    assert "1 cells (so far: 1 of the run's 2)" in (tmp_path / "bench.md").read_text()
