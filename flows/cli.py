@@ -19,9 +19,11 @@ EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
 model on them (reused when the same logs and settings come again), and estimate your agent's
 value Ĵ at each ε (π_e^ε: your agent, a uniformly random admissible action with probability ε)
-by ADWM's imagined rollouts and by every classical estimator the logs can feed; prints Ĵ with
-its 95 % bootstrap interval per estimator and ε. No environment is run: without ground truth
-the estimates are ungraded.
+by ADWM's imagined rollouts and by every classical estimator the logs can feed; prints first the
+recommended estimate (one estimator chosen by the bench's measured errors, its interval and
+verdicts calibrated on them), then Ĵ per estimator and ε, with its 95 % interval where that kind
+held the truth at 0.80 or more of the bench's points. No environment is run: without ground
+truth the estimates are ungraded.
 
   adwm evaluate --logs trajectories.jsonl --env webshop \\
       --agent-base-url http://127.0.0.1:8000/v1 --agent-model my-agent
@@ -149,7 +151,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live).lines()))
     coverage = BenchCalibration.shipped().interval_coverage
     print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
-          "per estimator and ε (each estimator's first seed; no ground truth: ungraded)")
+          "per estimator and ε (each estimator's first seed; no ground truth: ungraded; an interval the bench "
+          "found to hold J too rarely is withheld)")
     print("\n".join(interval_lines(estimates, coverage)))
     print("\n".join(not_applicable_lines(curves) + trust_lines(curves)))
     epsilon = min(epsilons)
