@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
+from adwm_core.ope.statistics.calibration import live_by_point
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
 from adwm_core.ope.statistics.recommend import (SHIPPED, BenchCalibration, BenchCell, Recommendation, point_key,
                                                 recommend, with_live)
@@ -29,7 +31,7 @@ from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.stages.report import logged_rewards, return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
 from bench.figures import report_results
-from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES, finished_points
+from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES
 
 
 def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str, float] | None = None,
@@ -54,13 +56,18 @@ def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str,
 
 
 def live_returns(name: str) -> tuple[dict[str, float], dict[str, list[float]]] | None:
-    """J's standard error and the ground truth's episode returns, by point, of a finished cell."""
-    found = finished_points(name)
-    if found is None:
-        return None
-    _, _, episodes, _, stderr = found
-    return ({point_key(*p): s for p, s in stderr.items()},
-            {point_key(*p): [g for _, g in runs] for p, runs in episodes.items()})
+    """J's standard error and the ground truth's episode returns, by point, of a cell whose
+    ground-truth stages are finished (read from them alone)."""
+    config, stderr, returns = cell_config(name), {}, {}
+    for policy in config.evaluation.policies:
+        truth = artifact(config, "ground-truth", policy, required=False)
+        if truth is None:
+            return None
+        for point, runs in live_by_point(read_table(truth.file("episodes"), TRAJECTORIES)).items():
+            returns[point_key(*point)] = [g for _, g in runs]
+        for row in read_table(truth.file("summary"), GROUND_TRUTH).to_pylist():
+            stderr[point_key(row["policy"], row["epsilon"])] = row["stderr"]
+    return stderr, returns
 
 
 def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dict[str, list[float]]]]:

@@ -303,8 +303,9 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
         errors = [e for c in similar for e in c.normalised_errors(name)]
         return (float(np.mean(rhos)) if rhos else -math.inf, -conformal_quantile(errors, alpha))
 
-    chosen = max(eligible, key=trust)
-    rho = trust(chosen)[0]
+    trusted = {name: trust(name) for name in eligible}
+    chosen = max(trusted, key=trusted.get)
+    rho = trusted[chosen][0]
     width = high - low
     q = min(conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha) * scale, width)
     q2 = min(conformal_quantile([e for c in similar for e in c.normalised_pair_errors(chosen)], alpha) * scale, width)
@@ -340,20 +341,21 @@ def _live_readings(live: Mapping[str, Sequence[float]], return_range: tuple[floa
 
 def _combined(prior: float, prior_sd: float, reading: float, variance: float) -> tuple[float, float]:
     """Precision-weighted mean of a prior (sd ``prior_sd``: inf reads nothing) and a reading, and its sd."""
-    precision = (0.0 if not math.isfinite(prior_sd) else prior_sd ** -2.0) + 1 / variance
-    mean = ((0.0 if not math.isfinite(prior_sd) else prior / prior_sd ** 2) + reading / variance) / precision
-    return mean, precision ** -0.5
+    prior_precision = prior_sd ** -2.0 if math.isfinite(prior_sd) else 0.0
+    precision = prior_precision + 1 / variance
+    return (prior * prior_precision + reading / variance) / precision, precision ** -0.5
 
 
 def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> Recommendation:
     """The recommended estimate sharpened by live returns (point → its K live episodes' returns)
     under the same calibration (module docstring); points without live returns keep their reading."""
-    if not reading.values:
+    played = {p: live[p] for p in reading.values if len(live.get(p, ())) > 0}
+    if not played:
         return reading
     z = float(stats.norm.ppf(1 - reading.alpha / 2))
     low, high = reading.return_range
     tau, tau2 = reading.half_width / z, reading.pair_half_width / z
-    read = _live_readings({p: live[p] for p in reading.values if len(live.get(p, ())) > 0}, reading.return_range, z)
+    read = _live_readings(played, reading.return_range, z)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
     for p, (mean, variance) in read.items():
         value, sd = _combined(reading.values[p], tau, mean, variance)
@@ -370,5 +372,5 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
         verdicts.append(RecommendedVerdict(old.a, old.b, d, lo_d, hi_d,
                                            live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
                                            else None))
-    ks = {len(live[p]) for p in read}
-    return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts, live=min(ks) if ks else 0)
+    return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts,
+                   live=min(len(returns) for returns in played.values()))
