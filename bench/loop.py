@@ -216,6 +216,9 @@ def headline_run(cells: list[str], headline: str) -> dict:
     rows of the same default run, compared cell by cell (bench/ADOPTION.md: "a candidate that
     proposes another headline") → bench/results/loop/headline-<name>.{md,json} and adoptions.md."""
     rows, seconds = run_bench({c: c for c in cells})
+    known = sorted({e for r in rows.values() for e in (r.get("estimators") or {})})
+    if known and headline not in known:
+        raise SystemExit(f"--headline {headline}: no cell has a row of that name; the rows are {', '.join(known)}")
     figures = {c: CellFigures(r["group"], r.get("split_pairs") or 0, (r.get("estimators") or {}).get(HEADLINE),
                               (r.get("estimators") or {}).get(headline)) for c, r in rows.items()}
     verdict = decide(figures)

@@ -188,3 +188,14 @@ def test_a_stopped_loop_keeps_the_rows_of_the_cells_it_finished(tmp_path, monkey
         loop.default_run(["cell-0", "cell-1"], whole=False)
     assert list(json.loads((tmp_path / "bench.json").read_text())["rows"]) == ["cell-0"]
     assert "1 cells (so far: 1 of the run's 2)" in (tmp_path / "bench.md").read_text()
+
+
+def test_a_headline_no_cell_has_a_row_of_is_refused_with_the_rows_there_are(tmp_path, monkeypatch):
+    import bench.loop as loop
+
+    rows = {"cell-0": {"group": "g", "split_pairs": 5, "estimators": {loop.HEADLINE: {"rho": 0.5}}}}
+    monkeypatch.setattr(loop, "run_bench", lambda sources: (rows, 1.0))
+    monkeypatch.setattr(loop, "RESULTS", tmp_path)
+    with pytest.raises(SystemExit, match=f"--headline recomended: no cell has a row of that name; the rows are {loop.HEADLINE}"):
+        loop.headline_run(["cell-0"], "recomended")
+    assert not (tmp_path / "adoptions.md").exists()  # nothing logged for a name that was never measured
