@@ -122,7 +122,7 @@ def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[f
             graded[cell.name] = {"source": reading.source}
             continue
         graded[cell.name] = {"source": reading.source, **grades(reading, cell),
-                             "half_width": reading.half_width / (cell.high - cell.low)}
+                             "half_width": float(np.mean(list(reading.half_widths.values()))) / (cell.high - cell.low)}
         topped = live_grades(reading, cell, (live or {}).get(cell.name) or {})
         if topped is not None:
             graded[cell.name]["live"] = topped

@@ -4,35 +4,45 @@ calibrated on those errors.
 
 The bench (``BenchCalibration``) holds, per development cell, each estimator's Ĵ and the ground
 truth J at every point, the return range [lo, hi] (the environment's declared one, else the
-horizon times its step range), the scale S errors are measured in (the width of a declared
-range, else the span of the logged episodes' returns: both read without the truth, so every cell,
-the bench's and the user's, gets its scale by the same rule) and the share of π_e's imagined
-steps the log answered. For a cell with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
+horizon times its step range), the scale S (the width of a declared range, else the span of the
+logged episodes' returns: read without the truth, so every cell, the bench's and the user's, gets
+its scale by the same rule) and the share of π_e's imagined steps the log answered. For a cell
+with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
 
 - **similar cells** B: the bench cells on the same side of ``ANSWERED_SPLIT`` as s (all of them
   where fewer than ``MIN_SIMILAR`` are), the evaluated cell itself left out where the bench holds it;
 - **admissible** estimators: those whose ranking the bench measured (DM, one value for every
   point, ranks nothing), finite, inside [lo, hi] at every point (give or take ``RANGE_SLACK`` of
-  its width) and not degenerate (importance
-  weights whose effective sample size is under ``MIN_ESS`` episodes);
+  its width) and not degenerate (importance weights whose effective sample size is under
+  ``MIN_ESS`` episodes);
 - **the choice**: the admissible estimator with the highest mean Spearman ρ over B (ties: the
-  smaller calibrated half-width), one estimator for every point of the cell, so the ranking it
+  smaller calibrated error quantile), one estimator for every point of the cell, so the ranking it
   gives is that estimator's;
-- **the interval**: Ĵ ± q S, clipped to [lo, hi], q the split-conformal quantile of |Ĵ − J| / S
+- **the error unit** u: where at least two of the world-model and Q estimators
+  (``SPREAD_ESTIMATORS``) read the cell, how far they disagree, plus ``SPREAD_FLOOR`` S:
+  u(p) = max_m Ĵ_m(p) − min_m Ĵ_m(p) + f S at a point, and for a pair (a, b)
+  u(a, b) = max_m (Ĵ_m(a) − Ĵ_m(b)) − min_m (Ĵ_m(a) − Ĵ_m(b)) + f S; elsewhere u = S. The bench
+  measured the errors in the same unit (normalised conformal prediction: where the models agree
+  the error was small, where they part it was large);
+- **the interval**: Ĵ ± q u, clipped to [lo, hi], q the split-conformal quantile of |Ĵ − J| / u
   over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where n is too small);
-- **verdicts**: for a pair (a, b), Ĵ_a − Ĵ_b ± q₂ S, q₂ the same quantile of
-  |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / S over B's pairs; "cannot tell" where that straddles 0,
-  with the live episodes per point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉
-  (σ_p the spread of the returns at p, as ADWM's imagined rollouts of p give it; d = Ĵ_a − Ĵ_b:
-  80 % power at level α).
+- **verdicts**: for a pair (a, b) with d = Ĵ_a − Ĵ_b, the band d ± t u(a, b); "a is better" where
+  it excludes 0, else "cannot tell". t is calibrated on the signs the bench got right, not on the
+  size of its errors (an estimator that overstates every difference still orders the pairs): over
+  B's pairs sorted by |d| / u, the lowest score at which (wrong + 1) / (decided + 1) ≤
+  ``VERDICT_ERROR_RATE`` among the pairs at or above it (a wrong verdict: the sign of d is not that
+  of J_a − J_b), t halfway to the next lower score. "Cannot tell" comes with the live episodes per
+  point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉ (σ_p the
+  spread of the returns at p, as ADWM's imagined rollouts of p give it: 80 % power at level α).
 - **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
-  the same calibration. Its calibrated error is read as a normal prior of sd τ = q S / z
+  the same calibration. Its calibrated error is read as a normal prior of sd τ = q u / z
   (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{ν, 1−α/2} / z)²,
   σ̂² the within-point variance pooled over the cell's points (ν = Σ (K_p − 1) degrees of freedom:
   a point whose K returns all agree still gets width, and a few returns per point borrow strength
   from the others; where every point's returns agree, the variance one more return at the range's
   far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
-  Verdicts alike, with τ₂ = q₂ S / z and s_a² + s_b².
+  Verdicts alike, the prior of a difference of sd τ₂ = q₂ u(a, b) / z, q₂ the conformal quantile
+  of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs, and s_a² + s_b².
 - **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
   of the bench's points is not printed (``withheld``); its Ĵ is.
 """
@@ -59,12 +69,36 @@ POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
 RANGE_SLACK = 0.05  # of the range's width: a model's sum of rewards may overshoot a bound a little (ADWM −1.046 at J = −1)
 MOST_LIVE = 10_000  # past this many live episodes per point, "cannot tell" says so rather than a count
 INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on the bench is not printed
+SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
+SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
+VERDICT_ERROR_RATE = 0.05  # the share of the bench's verdicts the calibrated band lets be wrong
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
 def point_key(policy: str, epsilon: float) -> str:
     """A point's name in the bench file and in the recommendation, as the report labels it."""
     return f"{policy} ε={float(epsilon):g}"
+
+
+def reads_spread(estimates: Mapping[str, Mapping[str, float]]) -> bool:
+    """Whether at least two of ``SPREAD_ESTIMATORS`` read every point finitely (the error unit is
+    then their disagreement; else the scale S)."""
+    points = {p for values in estimates.values() for p in values}
+    return sum(name in estimates and all(math.isfinite(estimates[name].get(p, math.nan)) for p in points)
+               for name in SPREAD_ESTIMATORS) >= 2
+
+
+def error_unit(estimates: Mapping[str, Mapping[str, float]], scale: float, by_spread: bool,
+               a: str, b: str | None = None) -> float:
+    """u(a), or u(a, b) for a pair (module docstring); NaN where ``by_spread`` asks for a
+    disagreement fewer than two of ``SPREAD_ESTIMATORS`` can give."""
+    if not by_spread:
+        return scale
+    readings = [values[a] - (values[b] if b is not None else 0.0)
+                for values in (estimates[name] for name in SPREAD_ESTIMATORS if name in estimates)
+                if a in values and (b is None or b in values)]
+    readings = [r for r in readings if math.isfinite(r)]
+    return max(readings) - min(readings) + SPREAD_FLOOR * scale if len(readings) >= 2 else math.nan
 
 
 @dataclass(frozen=True)
@@ -82,22 +116,31 @@ class BenchCell:
     coverage: dict[str, float] = field(default_factory=dict)  # estimator → share of points its own intervals held J
     truth_stderr: dict[str, float] = field(default_factory=dict)  # point → the standard error of J
 
-    def normalised_errors(self, estimator: str) -> list[float]:
-        """|Ĵ − J| / S at every point the estimator read."""
+    def read(self, estimator: str) -> list[str]:
+        """The points the estimator read finitely."""
         values = self.estimates.get(estimator, {})
-        return [abs(values[p] - j) / self.scale for p, j in self.truth.items()
-                if p in values and math.isfinite(values[p])]
+        return [p for p in self.truth if p in values and math.isfinite(values[p])]
 
-    def normalised_pair_errors(self, estimator: str) -> list[float]:
-        """|(Ĵ_a − Ĵ_b) − (J_a − J_b)| / S over every pair of points the estimator read."""
+    def normalised_errors(self, estimator: str, by_spread: bool = False) -> list[float]:
+        """|Ĵ − J| / u at every point the estimator read (u: ``error_unit``)."""
         values = self.estimates.get(estimator, {})
-        read = [p for p in self.truth if p in values and math.isfinite(values[p])]
-        return [abs((values[a] - values[b]) - (self.truth[a] - self.truth[b])) / self.scale
-                for a, b in combinations(read, 2)]
+        scores = [abs(values[p] - self.truth[p]) / error_unit(self.estimates, self.scale, by_spread, p)
+                  for p in self.read(estimator)]
+        return [score for score in scores if not math.isnan(score)]
+
+    def pair_scores(self, estimator: str, by_spread: bool = False) -> list[tuple[float, bool, float]]:
+        """Over every pair (a, b) of points the estimator read: |d| / u(a, b), whether the sign of
+        d = Ĵ_a − Ĵ_b is that of J_a − J_b, and |d − (J_a − J_b)| / u(a, b)."""
+        values, found = self.estimates.get(estimator, {}), []
+        for a, b in combinations(self.read(estimator), 2):
+            unit = error_unit(self.estimates, self.scale, by_spread, a, b)
+            d, truth = values[a] - values[b], self.truth[a] - self.truth[b]
+            if not math.isnan(unit):
+                found.append((abs(d) / unit, d * truth > 0, abs(d - truth) / unit))
+        return found
 
     def rho(self, estimator: str) -> float:
-        values = self.estimates.get(estimator, {})
-        read = [p for p in self.truth if p in values and math.isfinite(values[p])]
+        values, read = self.estimates.get(estimator, {}), self.read(estimator)
         return spearman([values[p] for p in read], [self.truth[p] for p in read]) if len(read) >= 3 else float("nan")
 
 
@@ -171,6 +214,20 @@ def conformal_quantile(scores: Sequence[float], alpha: float) -> float:
     return float(ordered[rank - 1]) if rank <= len(ordered) else math.inf
 
 
+def sign_threshold(scores: Sequence[tuple[float, bool]], rate: float) -> float:
+    """The verdicts' t (module docstring) from the bench's pairs (|d| / u, sign right): the lowest
+    score whose pairs at or above it were wrong at (wrong + 1) / (decided + 1) ≤ ``rate``, halfway
+    to the next lower one; inf where no score is."""
+    ordered = sorted(scores, key=lambda pair: -pair[0])
+    threshold, wrong = math.inf, 0
+    for decided, (score, right) in enumerate(ordered, 1):
+        wrong += not right
+        if (wrong + 1) / (decided + 1) <= rate:
+            lower = ordered[decided][0] if decided < len(ordered) else 0.0
+            threshold = (score + lower) / 2
+    return threshold
+
+
 def live_episodes_to_decide(difference: float, variance: float, alpha: float) -> int | None:
     """k = ⌈(z_{1−α/2} + z_power)² (σ_a² + σ_b²) / d²⌉ live episodes per point, ``variance`` = σ_a² + σ_b²
     (None: d = 0 or the variance unknown)."""
@@ -188,6 +245,7 @@ class RecommendedVerdict:
     low: float
     high: float
     live_episodes: int | None  # where it cannot tell: live episodes per point that would likely decide
+    prior_half_width: float = math.inf  # q₂ u(a, b): the calibrated error of d, the prior ``with_live`` reads
 
     @property
     def better(self) -> str | None:
@@ -215,11 +273,11 @@ class Recommendation:
     answered: float
     bench_cells: list[str]  # the cells calibrating it
     bench_rho: float  # the chosen estimator's mean ρ over them
-    half_width: float  # q (hi − lo)
+    half_widths: dict[str, float]  # point → q u(p), before clipping to the range
     alpha: float = 0.05
     bench_commit: str = ""  # the code the bench's cells ran at
     excluded: dict[str, str] = field(default_factory=dict)  # estimator → why it was not eligible
-    pair_half_width: float = math.inf  # q₂ S: the calibrated half-width of a paired difference
+    unit: str = "the scale S"  # what the errors were measured in (module docstring)
     live: int = 0  # live episodes per point folded in (``with_live``)
     return_range: tuple[float, float] = (-math.inf, math.inf)
 
@@ -247,9 +305,10 @@ class Recommendation:
         live = f" + {self.live} live episodes per point" if self.live else ""
         head = (f"Recommended: {self.source}{live} (mean ρ {self.bench_rho:+.2f} on {len(self.bench_cells)} bench cells{alike}, "
                 f"measured at {self.bench_commit or 'an unrecorded commit'}); "
-                + (f"intervals from the bench's errors (±{self.half_width:.3g}) and the live episodes"
-                   if self.live else f"intervals ±{self.half_width:.3g} from the bench's errors")
-                + f" at {1 - self.alpha:.0%}")
+                + ("intervals from the bench's errors and the live episodes" if self.live
+                   else "intervals from the bench's errors")
+                + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts right at "
+                f"{1 - VERDICT_ERROR_RATE:.0%} of the bench's")
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
                 *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
@@ -295,32 +354,39 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     eligible = [name for name in estimates if name not in excluded]
     if not similar or not eligible:
         why = "the bench holds no cell" if not similar else "no estimator is eligible"
-        return Recommendation(why, {}, {}, {}, [], answered, [c.name for c in similar], math.nan, math.inf, alpha,
+        return Recommendation(why, {}, {}, {}, [], answered, [c.name for c in similar], math.nan, {}, alpha,
                               bench.commit, excluded)
+    by_spread = reads_spread(estimates)
 
     def trust(name: str) -> tuple[float, float]:
         rhos = [r for r in (bench.rhos.get((c.name, name), math.nan) for c in similar) if math.isfinite(r)]
-        errors = [e for c in similar for e in c.normalised_errors(name)]
+        errors = [e for c in similar for e in c.normalised_errors(name, by_spread)]
         return (float(np.mean(rhos)) if rhos else -math.inf, -conformal_quantile(errors, alpha))
 
     trusted = {name: trust(name) for name in eligible}
     chosen = max(trusted, key=trusted.get)
-    rho = trusted[chosen][0]
     width = high - low
-    q = min(conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha) * scale, width)
-    q2 = min(conformal_quantile([e for c in similar for e in c.normalised_pair_errors(chosen)], alpha) * scale, width)
+    q = -trusted[chosen][1]
+    pairs = [score for c in similar for score in c.pair_scores(chosen, by_spread)]
+    t = sign_threshold([(size, right) for size, right, _ in pairs], VERDICT_ERROR_RATE)
+    q2 = conformal_quantile([error for _, _, error in pairs], alpha)
     values = dict(estimates[chosen])
+    half_widths = {p: min(q * error_unit(estimates, scale, by_spread, p), width) for p in values}
     verdicts = []
     for a, b in combinations(values, 2):
-        d = values[a] - values[b]
-        lo_d, hi_d = d - q2, d + q2
-        undecided = lo_d <= 0 <= hi_d
+        d, unit = values[a] - values[b], error_unit(estimates, scale, by_spread, a, b)
+        band = min(t * unit, width)
+        undecided = d - band <= 0 <= d + band
         variance = return_variance.get(a, math.nan) + return_variance.get(b, math.nan)
-        verdicts.append(RecommendedVerdict(a, b, d, lo_d, hi_d,
-                                           live_episodes_to_decide(d, variance, alpha) if undecided else None))
-    return Recommendation(chosen, values, {p: max(low, v - q) for p, v in values.items()},
-                          {p: min(high, v + q) for p, v in values.items()}, verdicts, answered,
-                          [c.name for c in similar], rho, q, alpha, bench.commit, excluded, q2, 0, (low, high))
+        verdicts.append(RecommendedVerdict(a, b, d, d - band, d + band,
+                                           live_episodes_to_decide(d, variance, alpha) if undecided else None,
+                                           min(q2 * unit, width)))
+    unit = (f"how far {', '.join(n for n in SPREAD_ESTIMATORS if n in estimates)} disagree + {SPREAD_FLOOR:g} S"
+            if by_spread else "the scale S")
+    return Recommendation(chosen, values, {p: max(low, v - half_widths[p]) for p, v in values.items()},
+                          {p: min(high, v + half_widths[p]) for p, v in values.items()}, verdicts, answered,
+                          [c.name for c in similar], trusted[chosen][0], half_widths, alpha, bench.commit, excluded,
+                          unit, 0, (low, high))
 
 
 def _live_readings(live: Mapping[str, Sequence[float]], return_range: tuple[float, float],
@@ -354,11 +420,10 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
         return reading
     z = float(stats.norm.ppf(1 - reading.alpha / 2))
     low, high = reading.return_range
-    tau, tau2 = reading.half_width / z, reading.pair_half_width / z
     read = _live_readings(played, reading.return_range, z)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
     for p, (mean, variance) in read.items():
-        value, sd = _combined(reading.values[p], tau, mean, variance)
+        value, sd = _combined(reading.values[p], reading.half_widths[p] / z, mean, variance)
         values[p], lows[p], highs[p] = value, max(low, value - z * sd), min(high, value + z * sd)
     verdicts = []
     for old in reading.verdicts:
@@ -366,11 +431,14 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
             verdicts.append(old)
             continue
         live_difference = read[old.a][0] - read[old.b][0]
-        d, sd = _combined(old.difference, tau2, live_difference, read[old.a][1] + read[old.b][1])
+        d, sd = _combined(old.difference, old.prior_half_width / z, live_difference, read[old.a][1] + read[old.b][1])
         lo_d, hi_d = d - z * sd, d + z * sd
+        if old.better is not None and not (lo_d > 0 or hi_d < 0):  # the logs' verdict stands where the live returns do not overturn it
+            verdicts.append(old)
+            continue
         spread = len(live[old.a]) * (read[old.a][1] + read[old.b][1])  # σ_a² + σ_b², as the live returns give it
         verdicts.append(RecommendedVerdict(old.a, old.b, d, lo_d, hi_d,
                                            live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
-                                           else None))
+                                           else None, old.prior_half_width))
     return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts,
                    live=min(len(returns) for returns in played.values()))
