@@ -25,8 +25,8 @@ import numpy as np
 from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
 from adwm_core.ope.statistics.calibration import live_by_point
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
-from adwm_core.ope.statistics.recommend import (SHIPPED, BenchCalibration, BenchCell, Recommendation, point_key,
-                                                recommend, with_live)
+from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, SHIPPED, BenchCalibration, BenchCell,
+                                                Recommendation, point_key, recommend, with_live)
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.stages.report import logged_rewards, return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
@@ -144,23 +144,29 @@ def live_grades(reading: Recommendation, cell: BenchCell, returns: dict[str, lis
 def write_grades(bench: BenchCalibration, graded: dict[str, dict]) -> None:
     keys = ("rho", "nmae", "coverage", "half_width", "decided", "precision")
     live_keys = ("coverage", "decided", "precision")
+    splits = {c.name: c.split_pairs for c in bench.cells}
+    counted = [g for name, g in graded.items() if splits[name] >= MIN_SPLIT_PAIRS]
 
     def cells(values: list) -> str:
         return " | ".join("–" if v is None or v != v else f"{v:.2f}" for v in values)
 
-    rows = [f"| {name} | {g['source']} | " + cells([g.get(k) for k in keys]) + " | "
-            + cells([g.get("live", {}).get(k) for k in live_keys]) + " |" for name, g in graded.items()]
-    means = [np.nanmean([g[k] for g in graded.values() if k in g] or [np.nan]) for k in keys]
-    live_means = [np.nanmean([g["live"][k] for g in graded.values() if "live" in g] or [np.nan]) for k in live_keys]
+    rows = [f"| {name}{'' if splits[name] >= MIN_SPLIT_PAIRS else ' (not counted)'} | {splits[name]} | {g['source']} | "
+            + cells([g.get(k) for k in keys]) + " | " + cells([g.get("live", {}).get(k) for k in live_keys]) + " |"
+            for name, g in graded.items()]
+    means = [np.nanmean([g[k] for g in counted if k in g] or [np.nan]) for k in keys]
+    live_means = [np.nanmean([g["live"][k] for g in counted if "live" in g] or [np.nan]) for k in live_keys]
+    lowest = min((g["coverage"] for g in counted if "coverage" in g), default=math.nan)
     lines = ["# The recommended estimate on the bench, each cell from the others alone", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Bench: {len(bench.cells)} cells measured at `{bench.commit}` ({SHIPPED.rsplit('/', 1)[-1]}); "
              f"95 % intervals; half-width over the return range; decided: of the pairs of points the truth splits. "
              f"With {LIVE_EPISODES} live episodes per point folded in (`with_live`, the mean of {LIVE_DRAWS} draws "
-             "from the ground truth's episodes): coverage / decided / precision.", "",
-             "| cell | recommended | ρ | NMAE | coverage | half-width | decided | precision | "
-             f"+live{LIVE_EPISODES} coverage | decided | precision |", "|---|---|---|---|---|---|---|---|---|---|---|",
-             *rows, "| **mean** | | " + cells(means) + " | " + cells(live_means) + " |", "",
+             f"from the ground truth's episodes): coverage / decided / precision. Means over the {len(counted)} cells "
+             f"whose truth splits at least {MIN_SPLIT_PAIRS} pairs (bench/ADOPTION.md); lowest coverage there "
+             f"{lowest:.2f}.", "",
+             "| cell | split pairs | recommended | ρ | NMAE | coverage | half-width | decided | precision | "
+             f"+live{LIVE_EPISODES} coverage | decided | precision |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
+             *rows, "| **mean** | | | " + cells(means) + " | " + cells(live_means) + " |", "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "recommended.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "recommended.json").write_text(json.dumps({"commit": bench.commit, "cells": graded}, indent=2))

@@ -212,3 +212,21 @@ def test_an_estimators_interval_that_held_j_too_rarely_on_the_bench_is_withheld(
     assert withheld("A", coverage) is None
     assert withheld("B", coverage) == "interval withheld: it held J at 0.40 of the bench's points"
     assert "never measured" in withheld("C", coverage)
+
+
+def test_a_bench_cell_whose_truth_splits_too_few_pairs_does_not_sway_the_choice():
+    """Five cells where A reads J exactly and B swaps two points, and five whose truth is flat
+    within its standard errors (no pair split) where B happens to order the noise and A reverses
+    it: the choice reads the first five alone (bench/ADOPTION.md's count), so A."""
+    order = [1.0, 0.8, 0.6, 0.4, 0.2]
+    clear = [BenchCell(f"clear{i}", "env", 0, 1, 1, 0.8, dict(zip(POINTS, order)),
+                       {"A": dict(zip(POINTS, order)), "B": dict(zip(POINTS, [0.8, 1.0, 0.6, 0.4, 0.2]))},
+                       truth_stderr=dict.fromkeys(POINTS, 0.001)) for i in range(5)]
+    flat = [0.51, 0.505, 0.5, 0.495, 0.49]
+    noise = [BenchCell(f"flat{i}", "env", 0, 1, 1, 0.8, dict(zip(POINTS, flat)),
+                       {"A": dict(zip(POINTS, flat[::-1])), "B": dict(zip(POINTS, flat))},
+                       truth_stderr=dict.fromkeys(POINTS, 0.1)) for i in range(5)]
+    assert [c.split_pairs for c in (clear[0], noise[0])] == [10, 0]
+    r = recommend({"A": dict(zip(POINTS, order)), "B": dict(zip(POINTS, order))},
+                  bench=BenchCalibration(tuple(clear + noise)), return_range=(0, 1), answered=0.8)
+    assert r.source == "A" and r.bench_rho == pytest.approx(1.0)

@@ -68,6 +68,7 @@ MIN_ESS = 1.5  # importance weights carried by about one episode are degenerate
 POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
 RANGE_SLACK = 0.05  # of the range's width: a model's sum of rewards may overshoot a bound a little (ADWM −1.046 at J = −1)
 MOST_LIVE = 10_000  # past this many live episodes per point, "cannot tell" says so rather than a count
+MIN_SPLIT_PAIRS = 3  # a bench cell whose truth splits fewer pairs ranks noise: its ρ is left out of the choice (bench/ADOPTION.md)
 INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on the bench is not printed
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
 SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
@@ -139,6 +140,14 @@ class BenchCell:
                 found.append((abs(d) / unit, d * truth > 0, abs(d - truth) / unit))
         return found
 
+    @cached_property
+    def split_pairs(self) -> int:
+        """How many pairs of points the truth splits: |J_a − J_b| > 1.96 √(SE_a² + SE_b²) (SE 0 where
+        the record has none)."""
+        se = self.truth_stderr
+        return sum(abs(self.truth[a] - self.truth[b]) > 1.96 * math.hypot(se.get(a, 0.0), se.get(b, 0.0))
+                   for a, b in combinations(self.truth, 2))
+
     def rho(self, estimator: str) -> float:
         values, read = self.estimates.get(estimator, {}), self.read(estimator)
         return spearman([values[p] for p in read], [self.truth[p] for p in read]) if len(read) >= 3 else float("nan")
@@ -172,8 +181,10 @@ class BenchCalibration:
 
     @cached_property
     def rhos(self) -> dict[tuple[str, str], float]:
-        """(cell, estimator) → the estimator's ρ on the cell (computed once)."""
-        return {(c.name, e): c.rho(e) for c in self.cells for e in c.estimates}
+        """(cell, estimator) → the estimator's ρ on the cell (computed once); NaN where the cell's
+        truth splits fewer than ``MIN_SPLIT_PAIRS`` pairs (it ranks noise)."""
+        return {(c.name, e): c.rho(e) if c.split_pairs >= MIN_SPLIT_PAIRS else math.nan
+                for c in self.cells for e in c.estimates}
 
     @cached_property
     def interval_coverage(self) -> dict[str, float]:
