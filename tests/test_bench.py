@@ -199,3 +199,21 @@ def test_a_headline_no_cell_has_a_row_of_is_refused_with_the_rows_there_are(tmp_
     with pytest.raises(SystemExit, match=f"--headline recomended: no cell has a row of that name; the rows are {loop.HEADLINE}"):
         loop.headline_run(["cell-0"], "recomended")
     assert not (tmp_path / "adoptions.md").exists()  # nothing logged for a name that was never measured
+
+
+def test_the_heldout_table_counts_each_cell_s_split_pairs_and_leaves_noise_out_of_the_mean():
+    """heldout.md's development table (issue 72): each cell with its count of truth-split pairs; a
+    cell whose truth splits fewer than 3 is marked and kept, and its ρ stays out of the mean."""
+    from bench.tables.heldout import SHOWN, _cell_table
+
+    today = {"commit": "abc", "date": "2026-11-29", "current": True}
+    row = lambda rho: {e: {"rho": rho, "nmae": 0.1, "coverage": 0.9} for e in SHOWN}  # noqa: E731
+    results = {"clear-a": row(1.0), "clear-b": row(0.5), "flat": row(-1.0), "unbuilt": None}
+    lines = _cell_table("Development", results, dict.fromkeys(("clear-a", "clear-b", "flat"), today),
+                        {"clear-a": 10, "clear-b": 3, "flat": 2, "unbuilt": None})
+    by_cell = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
+    assert " | 10 | " in by_cell["clear-a"] and " | 3 | " in by_cell["clear-b"]
+    assert "flat (not counted)" in by_cell and " | 2 | " in by_cell["flat (not counted)"]
+    assert "not measured" in by_cell["unbuilt"]
+    mean = by_cell["**mean ρ [CI95 over cells]** (2 counted cells)"]
+    assert mean.split(" | ")[3].startswith("+0.75")

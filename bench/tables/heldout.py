@@ -54,7 +54,8 @@ from adwm_core.paths import local_cache_dir
 from bench.studies.verdicts import LIVE, LIVE_EPISODES, live_results
 from bench.common import (ADWM, RESULTS, TEST, artifact, cell_config, development_cells, ground_truth, machine,
                           slug, test_batches, world_model_histories)
-from bench.figures import mean_with_interval, report_results
+from bench.adoption import MIN_SPLIT_PAIRS
+from bench.figures import mean_with_interval, report_results, truth_split_pairs
 from flows.cells import cell_config_path, cell_names
 from adwm_core.provenance import source_version
 
@@ -191,26 +192,33 @@ def _interval_table(title: str, reports: list) -> list[str]:
     return lines + [""]
 
 
-def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict]) -> list[str]:
-    lines = [f"**{title}** (ρ / NMAE / coverage of the 95 % intervals / decided / precision of the verdicts "
-             "on pairs of points: ADWM's paired over every seed's rollouts, every other estimator's from its first "
-             "seed's intervals read apart, so not like for like)", "",
-             "| cell | measured | " + " | ".join(SHOWN) + " |", "|---|---|" + "---|" * len(SHOWN)]
+def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[str, dict],
+                splits: dict[str, int | None]) -> list[str]:
+    """One row per cell with its count of truth-split pairs; the mean ρ over the cells whose truth
+    splits at least ``MIN_SPLIT_PAIRS`` of them (bench/ADOPTION.md), the others marked and kept."""
+    lines = [f"**{title}** (split pairs: of its pairs of points, how many the ground truth splits; a cell with "
+             f"fewer than {MIN_SPLIT_PAIRS} ranks noise and stays out of the means. ρ / NMAE / coverage of the 95 % "
+             "intervals / decided / precision of the verdicts on pairs of points: ADWM's paired over every seed's "
+             "rollouts, every other estimator's from its first seed's intervals read apart, so not like for like)", "",
+             "| cell | split pairs | measured | " + " | ".join(SHOWN) + " |", "|---|---|---|" + "---|" * len(SHOWN)]
     for cell, by_estimator in results.items():
+        split = "–" if splits.get(cell) is None else str(splits[cell])
         if by_estimator is None:
-            lines.append(f"| {cell} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
+            lines.append(f"| {cell} | {split} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
             continue
         cells = [_grades(by_estimator.get(e)) for e in SHOWN]
-        lines.append(f"| {cell} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
-    done = [r for r in results.values() if r is not None]
+        noise = "" if (splits.get(cell) or 0) >= MIN_SPLIT_PAIRS else " (not counted)"
+        lines.append(f"| {cell}{noise} | {split} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
+    done = [r for c, r in results.items() if r is not None and (splits.get(c) or 0) >= MIN_SPLIT_PAIRS]
     if done:
         row = []
         for e in SHOWN:
             rhos = [r[e]["rho"] for r in done if "rho" in r.get(e, {}) and np.isfinite(r[e]["rho"])]
             row.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
-        earlier = sum(not measured_at[c]["current"] for c, r in results.items() if r is not None)
-        counted = f"{len(done)} cells, {earlier} under earlier code" if earlier else f"{len(done)} cells"
-        lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | " + " | ".join(row) + " |")
+        earlier = sum(not measured_at[c]["current"] for c, r in results.items()
+                      if r is not None and (splits.get(c) or 0) >= MIN_SPLIT_PAIRS)
+        counted = f"{len(done)} counted cells, {earlier} under earlier code" if earlier else f"{len(done)} counted cells"
+        lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | | " + " | ".join(row) + " |")
     return lines + [""]
 
 
@@ -274,13 +282,15 @@ def write_table(run: bool) -> dict:
              "every step), run as the cell's variant on the same world model; "
              f"`{LIVE}`: ADWM topped up by {LIVE_EPISODES} of each point's ground-truth episodes (PPI++, paired by "
              "start; the mean over 100 draws, bench/studies/verdicts.py).", ""]
-    lines += _cell_table("Development cells (tuned on)", results, measured_at)
+    splits = {cell: truth_split_pairs(cell) for cell in development}
+    lines += _cell_table("Development cells (tuned on)", results, measured_at, splits)
     lines += _interval_table("Development cells (today's code only)", list(reports.values()))
     for batch in test_batches():
         lines += batch_table(batch, shown=SHOWN)
     lines.append(f"Machine: `{json.dumps(machine())}`")
     (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
-    report = {"machine": machine(), "development": development, "results": results, "measured": measured_at}
+    report = {"machine": machine(), "development": development, "results": results, "measured": measured_at,
+              "split_pairs": splits}
     (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))
     return report
