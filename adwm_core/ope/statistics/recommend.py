@@ -289,6 +289,7 @@ class Recommendation:
     bench_commit: str = ""  # the code the bench's cells ran at
     excluded: dict[str, str] = field(default_factory=dict)  # estimator → why it was not eligible
     unit: str = "the scale S"  # what the errors were measured in (module docstring)
+    alike: bool = False  # the bench cells are those on this cell's side of ``ANSWERED_SPLIT`` (else all of them)
     live: int = 0  # live episodes per point folded in (``with_live``)
     return_range: tuple[float, float] = (-math.inf, math.inf)
 
@@ -310,7 +311,7 @@ class Recommendation:
     def lines(self) -> list[str]:
         if not self.values:
             return [f"Recommended: none ({self.source})"]
-        alike = ("" if math.isnan(self.answered) else
+        alike = ("" if not self.alike else
                  f" whose log answered π_e {'as much as' if self.answered >= ANSWERED_SPLIT else 'as little as'} this "
                  f"one's ({self.answered:.0%} of imagined steps)")
         live = f" + {self.live} live episodes per point" if self.live else ""
@@ -318,8 +319,8 @@ class Recommendation:
                 f"measured at {self.bench_commit or 'an unrecorded commit'}); "
                 + ("intervals from the bench's errors and the live episodes" if self.live
                    else "intervals from the bench's errors")
-                + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts right at "
-                f"{1 - VERDICT_ERROR_RATE:.0%} of the bench's")
+                + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts wrong on at most "
+                f"{VERDICT_ERROR_RATE:.0%} of the bench's decided pairs")
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
                 *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
@@ -397,7 +398,7 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     return Recommendation(chosen, values, {p: max(low, v - half_widths[p]) for p, v in values.items()},
                           {p: min(high, v + half_widths[p]) for p, v in values.items()}, verdicts, answered,
                           [c.name for c in similar], trusted[chosen][0], half_widths, alpha, bench.commit, excluded,
-                          unit, 0, (low, high))
+                          unit, len(similar) < sum(c.name != cell for c in bench.cells), 0, (low, high))
 
 
 def _live_readings(live: Mapping[str, Sequence[float]], return_range: tuple[float, float],
