@@ -94,7 +94,10 @@ def summary(rows: dict[str, dict]) -> dict[str, dict]:
 
 
 def _num(value, form: str = "{:.2f}") -> str:
-    return "–" if value is None or value != value else form.format(value)
+    """A figure as the tables print it: – where undefined, in powers of ten past a thousand (DR's NMAE of 1e+79)."""
+    if value is None or value != value:
+        return "–"
+    return form.format(value) if abs(value) < 1000 else f"{value:.2g}"
 
 
 def cell_lines(rows: dict[str, dict], estimators: list[str]) -> list[str]:
