@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+from dataclasses import asdict
 
 import numpy as np
 
@@ -96,6 +98,19 @@ def from_main_results() -> tuple[tuple[BenchCell, ...], str]:
     cells = [bench_cell(c["cell"], c["curves"], logged=False) for c in results["cells"] if c["cell"] in development]
     commits = sorted({c["commit"] for c in results["cells"] if c["cell"] in development})
     return tuple(c for c in cells if c is not None), ",".join(commits)
+
+
+def save_calibration(cells: tuple[BenchCell, ...], commit: str) -> bool:
+    """Write the shipped calibration where its cells' records changed; False (kept, with the commit
+    it names) where they did not: the file keys every report (adwm_core/pipeline.py), so a new
+    commit label over the same errors would recompute them all for nothing."""
+    def records(found: tuple[BenchCell, ...]) -> str:  # NaN (an unmeasured share) equals itself here
+        return json.dumps([asdict(c) for c in found])
+
+    if os.path.exists(SHIPPED) and records(BenchCalibration.load(SHIPPED).cells) == records(cells):
+        return False
+    BenchCalibration(cells, commit).save(SHIPPED)
+    return True
 
 
 def grades(reading: Recommendation, cell: BenchCell) -> dict:
@@ -187,9 +202,10 @@ def main() -> None:
         (cells, live), commit = from_reports(development_cells()), source_version()
     if not cells:
         raise SystemExit("no development cell has a finished report under today's code: run `python -m bench.loop`")
-    bench = BenchCalibration(cells, commit)
-    bench.save(SHIPPED)
-    print(f"{SHIPPED}: {len(cells)} cells ({', '.join(c.name for c in cells)}) at {commit}")
+    written = save_calibration(cells, commit)
+    bench = BenchCalibration.load(SHIPPED)
+    print(f"{SHIPPED}: {len(cells)} cells ({', '.join(c.name for c in cells)}) "
+          + (f"at {commit}" if written else f"unchanged, measured at {bench.commit}"))
     write_grades(bench, leave_one_cell_out(bench, live))
 
 

@@ -30,10 +30,10 @@ import numpy as np
 
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig
-from adwm_core.ope.statistics.recommend import SHIPPED, BenchCalibration
+from adwm_core.ope.statistics.recommend import SHIPPED
 from adwm_core.provenance import source_version
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS, CellFigures, decide
-from bench.calibrate import from_reports
+from bench.calibrate import from_reports, save_calibration
 from bench.common import REPO, RESULTS, cell_config, development_cells, machine, slug
 from bench.figures import cell_results, mean_with_interval, truth_split_pairs
 from bench.tables.heldout import parse_settings, variant_path
@@ -167,8 +167,8 @@ def default_run(cells: list[str], whole: bool) -> dict:
         (RESULTS / "manifest.json").write_text(json.dumps(manifest, indent=2))
         update_readme(rows, found, report)
         calibrated, _ = from_reports(cells)  # the recommended estimate's bench, from these reports (bench/calibrate.py)
-        BenchCalibration(calibrated, report["commit"]).save(SHIPPED)
-        print(f"{SHIPPED}: the bench's errors of {len(calibrated)} cells")
+        written = save_calibration(calibrated, report["commit"])
+        print(f"{SHIPPED}: the bench's errors of {len(calibrated)} cells" + ("" if written else ", unchanged"))
     print("\n".join(lines))
     return report
 

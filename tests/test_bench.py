@@ -217,3 +217,18 @@ def test_the_heldout_table_counts_each_cell_s_split_pairs_and_leaves_noise_out_o
     assert "not measured" in by_cell["unbuilt"]
     mean = by_cell["**mean ρ [CI95 over cells]** (2 counted cells)"]
     assert mean.split(" | ")[3].startswith("+0.75")
+
+
+def test_the_calibration_is_rewritten_only_when_the_bench_s_errors_change(tmp_path, monkeypatch):
+    """The shipped calibration keys every report: the same records under a new commit label keep
+    the file (and the reports computed on it); changed records replace it."""
+    import bench.calibrate as calibrate
+    from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
+
+    monkeypatch.setattr(calibrate, "SHIPPED", str(tmp_path / "bench_calibration.json"))
+    cell = BenchCell("c", "env", 0.0, 1.0, 1.0, float("nan"), {"p": 0.5, "q": 0.2}, {"A": {"p": 0.4, "q": 0.3}})
+    assert calibrate.save_calibration((cell,), "abc")
+    assert not calibrate.save_calibration((cell,), "def+changes")
+    assert BenchCalibration.load(calibrate.SHIPPED).commit == "abc"
+    moved = BenchCell("c", "env", 0.0, 1.0, 1.0, float("nan"), {"p": 0.5, "q": 0.2}, {"A": {"p": 0.45, "q": 0.3}})
+    assert calibrate.save_calibration((moved,), "def") and BenchCalibration.load(calibrate.SHIPPED).commit == "def"
