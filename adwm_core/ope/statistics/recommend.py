@@ -24,8 +24,11 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   u(a, b) = max_m (Ĵ_m(a) − Ĵ_m(b)) − min_m (Ĵ_m(a) − Ĵ_m(b)) + f S; elsewhere u = S. The bench
   measured the errors in the same unit (normalised conformal prediction: where the models agree
   the error was small, where they part it was large);
-- **the interval**: Ĵ ± q u, clipped to [lo, hi], q the split-conformal quantile of |Ĵ − J| / u
-  over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where n is too small);
+- **the interval**: Ĵ ± max(q u, q_S S), clipped to [lo, hi], q the split-conformal quantile of
+  |Ĵ − J| / u over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where n is
+  too small), q_S the same of |Ĵ − J| / S. Both hold J at 1 − α of exchangeable cells; the wider
+  is kept because models that agree can share one bias (WebShop catalogue2: ADWM, FQE and kNN-WM
+  all read 0.01–0.05 where J runs 0.19–0.72, so the disagreement's interval alone held no point);
 - **verdicts**: for a pair (a, b) with d = Ĵ_a − Ĵ_b, the band d ± t u(a, b); "a is better" where
   it excludes 0, else "cannot tell". t is calibrated on the signs the bench got right, not on the
   size of its errors (an estimator that overstates every difference still orders the pairs): over
@@ -35,14 +38,16 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉ (σ_p the
   spread of the returns at p, as ADWM's imagined rollouts of p give it: 80 % power at level α).
 - **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
-  the same calibration. Its calibrated error is read as a normal prior of sd τ = q u / z
+  the same calibration. Its calibrated error is read as a normal prior of sd τ = max(q u, q_S S) / z
   (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{ν, 1−α/2} / z)²,
   σ̂² the within-point variance pooled over the cell's points (ν = Σ (K_p − 1) degrees of freedom:
   a point whose K returns all agree still gets width, and a few returns per point borrow strength
   from the others; where every point's returns agree, the variance one more return at the range's
   far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
-  Verdicts alike, the prior of a difference of sd τ₂ = q₂ u(a, b) / z, q₂ the conformal quantile
-  of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs, and s_a² + s_b².
+  Verdicts alike, the prior of a difference of sd τ₂ = max(q₂ u(a, b), q₂_S S) / z, q₂ the
+  conformal quantile of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs (q₂_S: of the same
+  over S), and s_a² + s_b²; a verdict the logs gave stands unless the combined interval excludes 0
+  on the other side.
 - **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
   of the bench's points is not printed (``withheld``); its Ĵ is.
 """
@@ -382,8 +387,11 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     pairs = [score for c in similar for score in c.pair_scores(chosen, by_spread)]
     t = sign_threshold([(size, right) for size, right, _ in pairs], VERDICT_ERROR_RATE)
     q2 = conformal_quantile([error for _, _, error in pairs], alpha)
+    # in units of S as well: models that agree can share one bias (module docstring, "the interval")
+    q_scale = conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha) * scale
+    q2_scale = conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha) * scale
     values = dict(estimates[chosen])
-    half_widths = {p: min(q * error_unit(estimates, scale, by_spread, p), width) for p in values}
+    half_widths = {p: min(max(q * error_unit(estimates, scale, by_spread, p), q_scale), width) for p in values}
     verdicts = []
     for a, b in combinations(values, 2):
         d, unit = values[a] - values[b], error_unit(estimates, scale, by_spread, a, b)
@@ -392,7 +400,7 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
         variance = return_variance.get(a, math.nan) + return_variance.get(b, math.nan)
         verdicts.append(RecommendedVerdict(a, b, d, d - band, d + band,
                                            live_episodes_to_decide(d, variance, alpha) if undecided else None,
-                                           min(q2 * unit, width)))
+                                           min(max(q2 * unit, q2_scale), width)))
     unit = (f"how far {', '.join(n for n in SPREAD_ESTIMATORS if n in estimates)} disagree + {SPREAD_FLOOR:g} S"
             if by_spread else "the scale S")
     return Recommendation(chosen, values, {p: max(low, v - half_widths[p]) for p, v in values.items()},
