@@ -82,7 +82,7 @@ def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dic
             with open(report.file("curves")) as f:
                 curves = json.load(f)
             coverage = {e: r["coverage"] for e, r in (report_results(report, name) or {}).items()
-                        if r.get("coverage") is not None}
+                        if r.get("coverage") is not None and e != RECOMMENDED}  # it reads this file: no loop
             live = live_returns(name)
             found.append(bench_cell(name, curves, coverage=coverage, stderr=live[0] if live else None))
             if live:
