@@ -183,10 +183,10 @@ def candidate_run(cells: list[str], settings: dict) -> dict:
     verdict = decide(figures)
     paired = {}
     for e in dict.fromkeys(found) | dict.fromkeys(default_found):
-        deltas = {c: rows[c]["estimators"][e]["rho"] - default_rows[c]["estimators"][e]["rho"]
-                  for c in counted(rows) if c in counted(default_rows) and e in rows[c]["estimators"]
-                  and e in default_rows[c]["estimators"]}
-        deltas = {c: d for c, d in deltas.items() if np.isfinite(d)}
+        pairs = {c: (rows[c]["estimators"].get(e, {}).get("rho"), default_rows[c]["estimators"].get(e, {}).get("rho"))
+                 for c in counted(rows) if c in counted(default_rows)}  # rows such as DR@t grade verdicts, no ρ
+        deltas = {c: new - old for c, (new, old) in pairs.items()
+                  if new is not None and old is not None and np.isfinite(new - old)}
         paired[e] = {"cells": deltas, "mean": mean_with_interval(list(deltas.values())) if deltas else None}
     name = slug(settings)
     shown = ", ".join(f"{k}={v}" for k, v in settings.items())
