@@ -24,7 +24,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from adwm_core.data import GROUND_TRUTH, TRAJECTORIES, read_table
+from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.statistics.calibration import live_by_point
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
 from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, SHIPPED, BenchCalibration, BenchCell,
@@ -32,7 +32,7 @@ from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, SHIPPED, BenchC
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.stages.report import logged_rewards, return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
-from bench.figures import report_results
+from bench.figures import report_results, truth_points
 from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES
 
 
@@ -60,16 +60,15 @@ def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str,
 def live_returns(name: str) -> tuple[dict[str, float], dict[str, list[float]]] | None:
     """J's standard error and the ground truth's episode returns, by point, of a cell whose
     ground-truth stages are finished (read from them alone)."""
-    config, stderr, returns = cell_config(name), {}, {}
+    config, returns = cell_config(name), {}
+    points = truth_points(config)
+    if points is None:
+        return None
     for policy in config.evaluation.policies:
-        truth = artifact(config, "ground-truth", policy, required=False)
-        if truth is None:
-            return None
+        truth = artifact(config, "ground-truth", policy)
         for point, runs in live_by_point(read_table(truth.file("episodes"), TRAJECTORIES)).items():
             returns[point_key(*point)] = [g for _, g in runs]
-        for row in read_table(truth.file("summary"), GROUND_TRUTH).to_pylist():
-            stderr[point_key(row["policy"], row["epsilon"])] = row["stderr"]
-    return stderr, returns
+    return {point_key(p["policy"], p["epsilon"]): p["stderr"] for p in points}, returns
 
 
 def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dict[str, list[float]]]]:

@@ -201,22 +201,22 @@ def _cell_table(title: str, results: dict[str, dict | None], measured_at: dict[s
              "intervals / decided / precision of the verdicts on pairs of points: ADWM's paired over every seed's "
              "rollouts, every other estimator's from its first seed's intervals read apart, so not like for like)", "",
              "| cell | split pairs | measured | " + " | ".join(SHOWN) + " |", "|---|---|---|" + "---|" * len(SHOWN)]
+    counts = {cell for cell, n in splits.items() if (n or 0) >= MIN_SPLIT_PAIRS}
     for cell, by_estimator in results.items():
         split = "–" if splits.get(cell) is None else str(splits[cell])
         if by_estimator is None:
             lines.append(f"| {cell} | {split} | not measured | " + " | ".join("–" for _ in SHOWN) + " |")
             continue
         cells = [_grades(by_estimator.get(e)) for e in SHOWN]
-        noise = "" if (splits.get(cell) or 0) >= MIN_SPLIT_PAIRS else " (not counted)"
+        noise = "" if cell in counts else " (not counted)"
         lines.append(f"| {cell}{noise} | {split} | {_provenance(measured_at[cell])} | " + " | ".join(cells) + " |")
-    done = [r for c, r in results.items() if r is not None and (splits.get(c) or 0) >= MIN_SPLIT_PAIRS]
+    done = {c: r for c, r in results.items() if r is not None and c in counts}
     if done:
         row = []
         for e in SHOWN:
-            rhos = [r[e]["rho"] for r in done if "rho" in r.get(e, {}) and np.isfinite(r[e]["rho"])]
+            rhos = [r[e]["rho"] for r in done.values() if "rho" in r.get(e, {}) and np.isfinite(r[e]["rho"])]
             row.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
-        earlier = sum(not measured_at[c]["current"] for c, r in results.items()
-                      if r is not None and (splits.get(c) or 0) >= MIN_SPLIT_PAIRS)
+        earlier = sum(not measured_at[c]["current"] for c in done)
         counted = f"{len(done)} counted cells, {earlier} under earlier code" if earlier else f"{len(done)} counted cells"
         lines.append(f"| **mean ρ [CI95 over cells]** ({counted}) | | | " + " | ".join(row) + " |")
     return lines + [""]

@@ -388,8 +388,10 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     t = sign_threshold([(size, right) for size, right, _ in pairs], VERDICT_ERROR_RATE)
     q2 = conformal_quantile([error for _, _, error in pairs], alpha)
     # in units of S as well: models that agree can share one bias (module docstring, "the interval")
-    q_scale = conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha) * scale
-    q2_scale = conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha) * scale
+    q_scale, q2_scale = ((conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha),
+                          conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha))
+                         if by_spread else (q, q2))
+    q_scale, q2_scale = q_scale * scale, q2_scale * scale
     values = dict(estimates[chosen])
     half_widths = {p: min(max(q * error_unit(estimates, scale, by_spread, p), q_scale), width) for p in values}
     verdicts = []
