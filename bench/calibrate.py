@@ -106,9 +106,14 @@ def save_calibration(cells: tuple[BenchCell, ...], commit: str) -> bool:
     def records(found: tuple[BenchCell, ...]) -> str:  # NaN (an unmeasured share) equals itself here
         return json.dumps([asdict(c) for c in found])
 
-    if os.path.exists(SHIPPED) and records(BenchCalibration.load(SHIPPED).cells) == records(cells):
-        return False
-    BenchCalibration(cells, commit).save(SHIPPED)
+    try:
+        if records(BenchCalibration.load(SHIPPED).cells) == records(cells):
+            return False
+    except (OSError, ValueError):  # none yet, or not one (a hand-edited file): written anew
+        pass
+    partial = f"{SHIPPED}.partial"  # written whole, then moved: a stopped run leaves the old file
+    BenchCalibration(cells, commit).save(partial)
+    os.replace(partial, SHIPPED)
     return True
 
 

@@ -232,3 +232,6 @@ def test_the_calibration_is_rewritten_only_when_the_bench_s_errors_change(tmp_pa
     assert BenchCalibration.load(calibrate.SHIPPED).commit == "abc"
     moved = BenchCell("c", "env", 0.0, 1.0, 1.0, float("nan"), {"p": 0.5, "q": 0.2}, {"A": {"p": 0.45, "q": 0.3}})
     assert calibrate.save_calibration((moved,), "def") and BenchCalibration.load(calibrate.SHIPPED).commit == "def"
+    (tmp_path / "bench_calibration.json").write_text('{"rows": []}')  # not a calibration: replaced, not a crash
+    assert calibrate.save_calibration((moved,), "ghi") and BenchCalibration.load(calibrate.SHIPPED).commit == "ghi"
+    assert [p.name for p in tmp_path.iterdir()] == ["bench_calibration.json"]  # nothing partial left
