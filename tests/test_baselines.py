@@ -174,6 +174,46 @@ def test_fqe_reads_actions_outside_the_vocabulary_by_their_words_where_asked(tin
         action_reader(WorldModel(WorldModelConfig(ActionVocabulary(("go east",)))), "text")
 
 
+def test_fqe_reads_actions_as_a_pretrained_sentence_encoder_where_asked(tiny_behaviour, logprobs, tiny_world_model):
+    """action_reading='sentence': numbered as under 'text', each id's row the all-MiniLM-L6-v2
+    vector of its string (∅ and ⟨unk⟩ zeros), the same whatever else is encoded beside it; the
+    hand-over's Q̂ reads a never-logged action by the same vector, and a paraphrase of a logged
+    action lies nearer it than an unrelated command does."""
+    import torch
+
+    from adwm_core.data.actions import UNKNOWN
+    from adwm_core.ope.classical.fqe import FittedQEvaluation
+    from adwm_core.ope.classical.logged_steps import action_table, logged_steps
+    from adwm_core.ope.classical.sentence_features import DIMENSION, sentence_vectors
+    from adwm_core.ope.imagination.transitions import Query
+    from adwm_core.ope.imagination.value_handover import HandOverToValue
+
+    model = WorldModel.load(tiny_world_model[0].path)
+    log, scores = BehaviourLog(read_table(tiny_behaviour, TRAJECTORIES), tiny_behaviour), read_table(logprobs, LOGPROBS)
+    by_sentence = logged_steps(log, scores, model, action_reading="sentence")
+    np.testing.assert_array_equal(by_sentence.candidates,
+                                  logged_steps(log, scores, model, action_reading="text").candidates)
+    table = action_table(model, by_sentence, "sentence")
+    assert table.shape == (by_sentence.candidates.max() + 1, DIMENSION)
+    assert not table[: UNKNOWN + 1].any()
+    logged = model.config.actions.actions[0]
+    np.testing.assert_allclose(table[2], sentence_vectors([logged])[0], atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(table[2:], axis=1), 1.0, atol=1e-5)
+    alone, beside = sentence_vectors(["pick up the apple"]), sentence_vectors(["go west", "pick up the apple"])
+    np.testing.assert_array_equal(alone[0], beside[1])
+    near, far = sentence_vectors(["walk to the kitchen", "sell the car"]) @ sentence_vectors(["go to the kitchen"])[0]
+    assert near > far + 0.2, (near, far)
+
+    unseen = ["juggle the apple", "whistle loudly"]
+    past = torch.randn(1, 1, model.config.d_z, generator=torch.Generator().manual_seed(0)).repeat(2, 1, 1)
+    query = Query(None, [], unseen, np.zeros(2, np.int64), past, torch.zeros(1, 2, model.config.d_z), np.zeros(2))
+    q = FittedQEvaluation(table, model.config.d_z, FQEConfig(action_reading="sentence"), seed=3)  # untrained, fixed
+    handed = HandOverToValue(model, {0.0: q})(query).reward
+    expected = q.q_values_read(past[:, -1].numpy(), torch.as_tensor(sentence_vectors(unseen)))
+    np.testing.assert_allclose(handed, expected, atol=1e-6)
+    assert abs(handed[0] - handed[1]) > 1e-4, handed
+
+
 def test_dm_reads_the_paper_world_model_on_the_logged_next_observation(tiny_behaviour, logprobs, tmp_path):
     """The paper's reward head reads (z_{t+1}, h̄_t): DM on its world model (two epochs: the path,
     not the fit) is finite and the same for every ε level."""

@@ -8,7 +8,8 @@ What the estimators read:
   environment's reward scale — only at terminal steps when the head was supervised there
   only, and only at t = 0 when it was trained on reward-to-go (its output is then a value);
 - FQE, and the Q and V of DR/WDR: states are the world-model latents z_t = LN(f_θ(o_t)),
-  actions the world model's action embeddings e(a) (⟨unk⟩ beyond its vocabulary). The
+  actions the world model's action embeddings e(a) (⟨unk⟩ beyond its vocabulary), or the
+  actions' pretrained sentence vectors (``FQEConfig.action_reading``). The
   target policy is what π_e^ε does in the environment (``PolicyAgent``): with probability
   1 − ε π_e's greedy action at s (written by log-prob extraction), with probability ε a
   uniformly drawn admissible action; π_e's greedy action alone where no admissible list
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ...data.actions import NULL
+from ...data.actions import NULL, UNKNOWN
 from ...data.behaviour_log import BehaviourLog
 from ...data.windows import EpisodeArrays, episode_arrays, returns_to_go
 from ...model.observation_latents import ObservationLatents
@@ -36,6 +37,7 @@ from ...model.windows import Tokenised, encoded_windows
 from ...model.world_model import WorldModel
 from ..statistics.intervals import percentile_bootstrap
 from .fqe import FittedQEvaluation, Transitions
+from .sentence_features import DIMENSION, sentence_vectors
 from .settings import BaselineConfig
 
 USES_Q = ("FQE", "DR", "WDR")
@@ -157,8 +159,8 @@ def _on_grid(grid: StepGrid, rows: pa.Table) -> np.ndarray:
 
 def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], np.ndarray]:
     """Action strings → the ids FQE's Q reads them by (FQEConfig.action_reading): the world
-    model's vocabulary ids (⟨unk⟩ outside it), or under ``text`` the ids the world model reads
-    by their words in imagination (one the vocabulary lacks numbered past it)."""
+    model's vocabulary ids (⟨unk⟩ outside it), or under ``text`` and ``sentence`` the ids the world
+    model reads by their words in imagination (one the vocabulary lacks numbered past it)."""
     if reading == "vocabulary":
         return lambda actions: np.asarray(model.config.actions.ids(actions), np.int64)
     if model.config.action_input != "text":
@@ -168,13 +170,26 @@ def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], 
     return lambda actions: model.action_ids(list(actions)).numpy()
 
 
-def action_table(model: WorldModel, steps: LoggedSteps) -> np.ndarray:
+def action_table(model: WorldModel, steps: LoggedSteps, reading: str = "vocabulary") -> np.ndarray:
     """e(a) of every id up to the largest candidate in ``steps`` (the vocabulary, which numbers the logged
-    actions, at least): FQE's action features."""
+    actions, at least): FQE's action features, the world model's own, or under ``sentence``
+    (FQEConfig.action_reading) the pretrained sentence vectors of the ids' strings (∅ and ⟨unk⟩: zeros)."""
     size = max(len(model.config.actions), int(steps.candidates.max()) + 1)
+    if reading == "sentence":
+        return action_sentence_vectors(model, np.arange(size))
     # read with autograd on, as imagination reads them: under no_grad the transformer layers take their
     # inference fast path, whose float differences (~5e-7) move the Polyak FQE's ranking on local-alfworld
     return model.action_vectors(torch.arange(size, device=model.device)).detach().cpu().numpy()
+
+
+def action_sentence_vectors(model: WorldModel, ids: np.ndarray) -> np.ndarray:
+    """The sentence vectors (sentence_features.py) of the strings behind ``ids`` as ``action_reader``
+    numbered them under ``sentence``; zeros for ∅ and ⟨unk⟩."""
+    ids = np.asarray(ids, np.int64)
+    named = ids > UNKNOWN
+    vectors = np.zeros((len(ids), DIMENSION), np.float32)
+    vectors[named] = sentence_vectors([model._action_text(int(i)) for i in ids[named]])  # the world model's own table
+    return vectors
 
 
 def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],
@@ -250,7 +265,7 @@ def fit_fqe(steps: LoggedSteps, model: WorldModel, epsilon: float, config: Basel
     next_probabilities = np.concatenate([probabilities[:, 1:], np.zeros((n, 1, k))], 1)
     next_probabilities[done] = 0.0
     states = latents[:, :-1]
-    fqe = FittedQEvaluation(action_table(model, steps), states.shape[-1], config.fqe,
+    fqe = FittedQEvaluation(action_table(model, steps, config.fqe.action_reading), states.shape[-1], config.fqe,
                             gamma=config.gamma, seed=seed)
     rewards = np.where(mask, steps.rewards[rows], 0.0)
     fqe.fit(Transitions(

@@ -36,8 +36,10 @@ class FQEConfig(Settings):
     # how Q reads an action (ope/classical/logged_steps.py: action_reader): ``vocabulary``, the world model's table
     # row (an action outside its vocabulary reads as ⟨unk⟩, which a text-action world model reads as ∅);
     # ``text``, every action read by its words as the world model reads it in imagination (a
-    # text-action world model only), so that Q can tell apart the actions the log never took
-    action_reading: Literal["vocabulary", "text"] = "vocabulary"
+    # text-action world model only), so that Q can tell apart the actions the log never took; ``sentence``,
+    # numbered as under ``text`` but read as a pretrained sentence encoder reads the words (all-MiniLM-L6-v2,
+    # ope/classical/sentence_features.py), so that Q meets an unlogged action near the logged ones it means alike
+    action_reading: Literal["vocabulary", "text", "sentence"] = "vocabulary"
     # FQE's interval: a bootstrap over trajectories refitting Q on this many resamples (the fit's
     # error inside it); 0: the bootstrap of one fitted Q (trajectories resampled, Q fixed)
     refit_resamples: int = Field(default=0, ge=0)

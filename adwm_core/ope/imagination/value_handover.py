@@ -19,7 +19,7 @@ import torch
 from ...model.world_model import WorldModel
 from ..answers import VALUE
 from ..classical.fqe import FittedQEvaluation
-from ..classical.logged_steps import action_reader
+from ..classical.logged_steps import action_reader, action_sentence_vectors
 from .transitions import Outcome, Query
 
 
@@ -33,7 +33,7 @@ class HandOverToValue:
         if len(readings) > 1:
             raise ValueError(f"the hand-over's Q-networks read actions in different ways ({sorted(readings)})")
         reading = readings.pop() if readings else "vocabulary"
-        self.action_ids, self.reads_text = action_reader(model, reading), reading == "text"
+        self.action_ids, self.reading = action_reader(model, reading), reading
 
     def __call__(self, query: Query) -> Outcome:
         if query.epsilons is None:
@@ -43,12 +43,15 @@ class HandOverToValue:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
         ids = self.action_ids(query.actions)
-        if self.reads_text:  # ids past the fitted table: read as action_table reads it (autograd on, same float path)
+        read = None  # ids past the fitted table: read as action_table reads them
+        if self.reading == "text":  # autograd on, the float path action_table reads
             read = self.model.action_vectors(torch.as_tensor(ids)).detach().cpu()
+        elif self.reading == "sentence":
+            read = torch.as_tensor(action_sentence_vectors(self.model, ids))
         value = np.zeros(len(ids))
         for epsilon, q in self.q_by_epsilon.items():
             rows = query.epsilons == epsilon
             if rows.any():
-                value[rows] = (q.q_values_read(states[rows], read[torch.as_tensor(rows)]) if self.reads_text
-                               else q.q_values(states[rows], ids[rows]))
+                value[rows] = (q.q_values(states[rows], ids[rows]) if read is None
+                               else q.q_values_read(states[rows], read[torch.as_tensor(rows)]))
         return Outcome.answered_by(VALUE, query.past[:, -1].clone(), value, np.ones(len(value), bool))
