@@ -172,24 +172,24 @@ def action_reader(model: WorldModel, reading: str) -> Callable[[Sequence[str]], 
 
 def action_table(model: WorldModel, steps: LoggedSteps, reading: str = "vocabulary") -> np.ndarray:
     """e(a) of every id up to the largest candidate in ``steps`` (the vocabulary, which numbers the logged
-    actions, at least): FQE's action features, the world model's own, or under ``sentence``
-    (FQEConfig.action_reading) the pretrained sentence vectors of the ids' strings (∅ and ⟨unk⟩: zeros)."""
+    actions, at least): FQE's action features (``action_features``)."""
     size = max(len(model.config.actions), int(steps.candidates.max()) + 1)
-    if reading == "sentence":
-        return action_sentence_vectors(model, np.arange(size))
-    # read with autograd on, as imagination reads them: under no_grad the transformer layers take their
-    # inference fast path, whose float differences (~5e-7) move the Polyak FQE's ranking on local-alfworld
-    return model.action_vectors(torch.arange(size, device=model.device)).detach().cpu().numpy()
+    return action_features(model, np.arange(size), reading).numpy()
 
 
-def action_sentence_vectors(model: WorldModel, ids: np.ndarray) -> np.ndarray:
-    """The sentence vectors (sentence_features.py) of the strings behind ``ids`` as ``action_reader``
-    numbered them under ``sentence``; zeros for ∅ and ⟨unk⟩."""
+def action_features(model: WorldModel, ids: np.ndarray, reading: str) -> torch.Tensor:
+    """The features Q reads for action ``ids`` numbered by ``action_reader`` under ``reading``: the world
+    model's e(a), or under ``sentence`` the pretrained sentence vectors (sentence_features.py) of the ids'
+    strings, zeros for ∅ and ⟨unk⟩."""
     ids = np.asarray(ids, np.int64)
+    if reading != "sentence":
+        # read with autograd on, as imagination reads them: under no_grad the transformer layers take their
+        # inference fast path, whose float differences (~5e-7) move the Polyak FQE's ranking on local-alfworld
+        return model.action_vectors(torch.as_tensor(ids, device=model.device)).detach().cpu()
     named = ids > UNKNOWN
     vectors = np.zeros((len(ids), DIMENSION), np.float32)
     vectors[named] = sentence_vectors([model._action_text(int(i)) for i in ids[named]])  # the world model's own table
-    return vectors
+    return torch.as_tensor(vectors)
 
 
 def _candidates(grid: StepGrid, episodes: np.ndarray, t: np.ndarray, admissible: Sequence[list[str] | None],

@@ -19,7 +19,7 @@ import torch
 from ...model.world_model import WorldModel
 from ..answers import VALUE
 from ..classical.fqe import FittedQEvaluation
-from ..classical.logged_steps import action_reader, action_sentence_vectors
+from ..classical.logged_steps import action_features, action_reader
 from .transitions import Outcome, Query
 
 
@@ -43,11 +43,8 @@ class HandOverToValue:
             raise ValueError(f"no fitted Q for ε = {missing}; fitted for {sorted(self.q_by_epsilon)}")
         states = query.past[:, -1].numpy()
         ids = self.action_ids(query.actions)
-        read = None  # ids past the fitted table: read as action_table reads them
-        if self.reading == "text":  # autograd on, the float path action_table reads
-            read = self.model.action_vectors(torch.as_tensor(ids)).detach().cpu()
-        elif self.reading == "sentence":
-            read = torch.as_tensor(action_sentence_vectors(self.model, ids))
+        # ids past the fitted table: read as action_table reads them
+        read = None if self.reading == "vocabulary" else action_features(self.model, ids, self.reading)
         value = np.zeros(len(ids))
         for epsilon, q in self.q_by_epsilon.items():
             rows = query.epsilons == epsilon
