@@ -12,7 +12,7 @@ export PREFECT_MEMO_STORE_PATH ?= $(PREFECT_HOME)/memo_store.toml
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: install test test-all demo up down bench results admit heldout variant loop read-test clean
+.PHONY: install test test-all demo up down bench results admit heldout variant loop prepare-test read-test clean
 
 install: $(STAMP)
 
@@ -58,6 +58,10 @@ admit: install
 # bench/ADOPTION.md's rule: make loop [SET="world_model.transitions=250000"] [HEADLINE=recommended]
 loop: install
 	$(PY) -m bench.loop $(foreach setting,$(SET),--set $(setting)) $(if $(HEADLINE),--headline $(HEADLINE))
+
+# a test batch's upstream stages only (reads nothing; resumable), before its one reading
+prepare-test: install
+	$(PY) -m bench.ledger prepare $(BATCH)
 
 # a test batch read once, through the ledger: make read-test BATCH=third
 read-test: install

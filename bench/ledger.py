@@ -8,8 +8,11 @@ cell's stage keys, the default read (a digest of the cells' report keys: they fo
 setting and the code of every stage), and the figures — per cell its truth-split pairs and per
 estimator ρ, NMAE, coverage, decided and precision. A batch already read is refused unless
 ``--again``: a second reading under another default makes the batch **seen**, and every table
-says so (:func:`standing`). `python -m bench.ledger show`: the batches' tables from the ledger,
-computing nothing. → bench/results/ledger.jsonl, bench/results/test_batches.md
+says so (:func:`standing`). `python -m bench.ledger prepare BATCH`: only the stages no figure
+comes from (policies, behaviour, log-probs, world model, ψ, ground truth) of the admitted cells, so
+that the one reading, later, computes just the estimator stages; it reads and appends nothing, and
+may be stopped and resumed (finished stages are kept). `python -m bench.ledger show`: the batches'
+tables from the ledger, computing nothing. → bench/results/ledger.jsonl, bench/results/test_batches.md
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bench.common import RESULTS, admitted_cells, cell_config, test_batches
 from bench.figures import cell_results, mean_with_interval, truth_split_pairs
 
 LEDGER = RESULTS / "ledger.jsonl"
+ESTIMATOR_STAGES = ("adwm", "baselines", "report")  # the stages a test cell's figures come from
 
 
 def readings(batch: str, ledger: Path = LEDGER) -> list[dict]:
@@ -57,16 +61,35 @@ def append(entry: dict, ledger: Path = LEDGER) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
-def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
-    """Run and read the batch's admitted cells once, appending the reading to the ledger."""
+def batch_cells(batch: str) -> list[str]:
+    """The admitted cells of a declared test batch, in declaration order."""
     batches = test_batches()
     if batch not in batches:
         raise SystemExit(f"no test batch {batch!r} in bench/bench.yaml; batches: {sorted(batches)}")
+    return [cell for cell in batches[batch] if cell in admitted_cells()]
+
+
+def upstream_stages(config) -> tuple[str, ...]:
+    """The stages of the cell's plan that no estimator figure comes from, in plan order."""
+    names = [step.name for step in pipeline.plan(config)]
+    return tuple(dict.fromkeys(name for name in names if name not in ESTIMATOR_STAGES))
+
+
+def prepare_batch(batch: str) -> None:
+    """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent)."""
+    for cell in batch_cells(batch):
+        config = cell_config(cell)
+        print(f"{cell}: preparing {', '.join(upstream_stages(config))}", flush=True)
+        pipeline.run_all(config, upstream_stages(config))
+
+
+def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
+    """Run and read the batch's admitted cells once, appending the reading to the ledger."""
+    admitted = batch_cells(batch)
     if readings(batch, ledger) and not again:
         raise SystemExit(f"batch {batch!r} was read already ({len(readings(batch, ledger))} reading(s)): a second "
                          "reading under another default makes it seen; pass --again to read it anyway, or "
                          "`python -m bench.ledger show` to print what was read")
-    admitted = [cell for cell in batches[batch] if cell in admitted_cells()]
     stage_keys, figures = {}, {}
     for cell in admitted:
         config = cell_config(cell)
@@ -131,8 +154,13 @@ def main() -> None:
     read = commands.add_parser("read", help="run and read a test batch once, appending to the ledger")
     read.add_argument("batch")
     read.add_argument("--again", action="store_true", help="read a batch already read (it becomes seen)")
+    prepare = commands.add_parser("prepare", help="build a test batch's upstream stages only, reading nothing")
+    prepare.add_argument("batch")
     commands.add_parser("show", help="the batches' tables from the ledger, computing nothing")
     args = parser.parse_args()
+    if args.command == "prepare":
+        prepare_batch(args.batch)
+        return
     if args.command == "read":
         read_batch(args.batch, args.again)
     print(write_tables())

@@ -110,6 +110,23 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
     assert standing("another", ledger) == "unread"
 
 
+def test_preparing_a_test_batch_builds_its_world_model_and_truth_and_no_estimator_stage():
+    from adwm_core import pipeline
+    from bench.common import cell_config
+    from bench.ledger import ESTIMATOR_STAGES, batch_cells, upstream_stages
+
+    cells = batch_cells("third")
+    assert cells, "the third batch has admitted cells (bench/results/admission.json)"
+    for cell in cells:
+        config = cell_config(cell)
+        stages = upstream_stages(config)
+        assert {"behaviour", "world-model", "ground-truth"} <= set(stages)
+        assert not set(ESTIMATOR_STAGES) & set(stages)
+        # with the upstream built, the reading's plan holds nothing but the estimator stages
+        planned = {step.name for step in pipeline.plan(config)}
+        assert planned - set(stages) == set(ESTIMATOR_STAGES)
+
+
 def test_a_cells_report_curves_become_its_bench_record_on_the_return_scale():
     """bench/calibrate.py: the points, J, the declared return range (TextWorld-Express: [−1, 1]),
     its width as the scale, and ADWM's answered share of a report's curves; neither the
