@@ -37,10 +37,11 @@ from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES
 
 
 def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str, float] | None = None,
-               stderr: dict[str, float] | None = None) -> BenchCell | None:
-    """A cell's record from its report's curves, each estimator's ``coverage`` of its own intervals
-    and J's standard error by point (None: no ground truth in the curves, or no scale: an
-    environment that declares no return range, its behaviour log not at hand or not ``logged``)."""
+               stderr: dict[str, float] | None = None, returns: dict[str, list[float]] | None = None) -> BenchCell | None:
+    """A cell's record from its report's curves, each estimator's ``coverage`` of its own intervals,
+    J's standard error by point and the sample s.d. of the ground truth's ``returns`` there (None:
+    no ground truth in the curves, or no scale: an environment that declares no return range, its
+    behaviour log not at hand or not ``logged``)."""
     if curves.get("ground_truth") is None:
         return None
     config = cell_config(name)
@@ -54,7 +55,8 @@ def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str,
     return BenchCell(name, config.env.name, low, high, scale, answered, dict(zip(labels, curves["ground_truth"])),
                      {estimator: dict(zip(labels, values)) for estimator, values in curves["estimators"].items()
                       if estimator != RECOMMENDED and on_the_return_scale(estimator)},
-                     coverage or {}, stderr or {})
+                     coverage or {}, stderr or {},
+                     {p: float(np.std(runs, ddof=1)) for p, runs in (returns or {}).items() if len(runs) > 1})
 
 
 def live_returns(name: str) -> tuple[dict[str, float], dict[str, list[float]]] | None:
@@ -83,7 +85,8 @@ def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dic
             coverage = {e: r["coverage"] for e, r in (report_results(report, name) or {}).items()
                         if r.get("coverage") is not None and e != RECOMMENDED}  # it reads this file: no loop
             live = live_returns(name)
-            found.append(bench_cell(name, curves, coverage=coverage, stderr=live[0] if live else None))
+            found.append(bench_cell(name, curves, coverage=coverage, stderr=live[0] if live else None,
+                                    returns=live[1] if live else None))
             if live:
                 returns[name] = live[1]
     return tuple(c for c in found if c is not None), returns
@@ -142,20 +145,21 @@ def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[f
             continue
         graded[cell.name] = {"source": reading.source, **grades(reading, cell),
                              "half_width": float(np.mean(list(reading.half_widths.values()))) / (cell.high - cell.low)}
-        topped = live_grades(reading, cell, (live or {}).get(cell.name) or {})
+        topped = live_grades(reading, cell, (live or {}).get(cell.name) or {}, bench)
         if topped is not None:
             graded[cell.name]["live"] = topped
     return graded
 
 
-def live_grades(reading: Recommendation, cell: BenchCell, returns: dict[str, list[float]]) -> dict | None:
+def live_grades(reading: Recommendation, cell: BenchCell, returns: dict[str, list[float]],
+                bench: BenchCalibration | None = None) -> dict | None:
     """The reading with ``LIVE_EPISODES`` of each point's ground-truth ``returns`` folded in
-    (``with_live``; the same episode numbers at every point), graded, the mean of ``LIVE_DRAWS``
-    draws (None: fewer returns than that at some point)."""
+    (``with_live`` on ``bench``, None: the shipped one; the same episode numbers at every point),
+    graded, the mean of ``LIVE_DRAWS`` draws (None: fewer returns than that at some point)."""
     if not reading.values or any(len(returns.get(p, ())) < LIVE_EPISODES for p in reading.values):
         return None
     rng, n = np.random.default_rng(0), min(len(returns[p]) for p in reading.values)
-    draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}), cell)
+    draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}, bench), cell)
              for drawn in (rng.choice(n, LIVE_EPISODES, replace=False) for _ in range(LIVE_DRAWS))]
     return {k: float(np.nanmean([d[k] for d in draws])) for k in draws[0]}
 

@@ -46,8 +46,12 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
   Verdicts alike, the prior of a difference of sd τ₂ = max(q₂ u(a, b), q₂_S S) / z, q₂ the
   conformal quantile of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs (q₂_S: of the same
-  over S), and s_a² + s_b²; a verdict the logs gave stands unless the combined interval excludes 0
-  on the other side.
+  over S), and s_a² + s_b²: the combined difference d' of sd σ'. "a is better" where |d'| / σ' > t',
+  t' calibrated like t on the signs the bench got right (``live_sign_threshold``): on each of B's
+  cells, its own reading from the others, K live returns per point drawn ``LIVE_CALIBRATION_DRAWS``
+  times as N(J, s_J²) (s_J the sample s.d. of the ground truth's returns there: ``return_sd``),
+  folded in alike; t' = z where no cell of B records ``return_sd``. A verdict the logs gave stands
+  unless the combined band d' ± t' σ' excludes 0 on the other side.
 - **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
   of the bench's points is not printed (``withheld``); its Ĵ is.
 """
@@ -59,7 +63,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -78,6 +82,7 @@ INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on t
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
 SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
 VERDICT_ERROR_RATE = 0.05  # the share of the bench's verdicts the calibrated band lets be wrong
+LIVE_CALIBRATION_DRAWS = 10  # simulated live draws per bench cell when calibrating the live verdicts' t'
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
@@ -121,6 +126,7 @@ class BenchCell:
     estimates: dict[str, dict[str, float]]  # estimator → point → Ĵ
     coverage: dict[str, float] = field(default_factory=dict)  # estimator → share of points its own intervals held J
     truth_stderr: dict[str, float] = field(default_factory=dict)  # point → the standard error of J
+    return_sd: dict[str, float] = field(default_factory=dict)  # point → the sample s.d. of the ground truth's returns
 
     def read(self, estimator: str) -> list[str]:
         """The points the estimator read finitely."""
@@ -177,8 +183,13 @@ class BenchCalibration:
 
     @classmethod
     def shipped(cls) -> "BenchCalibration":
-        """The bench this package ships (``SHIPPED``); an empty one where none was written."""
-        return cls.load(SHIPPED) if os.path.exists(SHIPPED) else cls(())
+        """The bench this package ships (``SHIPPED``), read once per version of the file (its
+        calibrations, such as the live verdicts' t', are then computed once); an empty one where none
+        was written."""
+        if not os.path.exists(SHIPPED):
+            return cls(())
+        found = os.stat(SHIPPED)
+        return _read_once(SHIPPED, found.st_mtime_ns, found.st_size)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -201,6 +212,17 @@ class BenchCalibration:
                     found.setdefault(name, []).append(share)
         return {name: float(np.mean(shares)) for name, shares in found.items()}
 
+    @cached_property
+    def _live_thresholds(self) -> dict[tuple, float]:
+        return {}
+
+    def live_threshold(self, cells: Sequence[str], live_count: int, alpha: float) -> float:
+        """t' of the live verdicts calibrated on ``cells`` (``live_sign_threshold``), computed once."""
+        key = (tuple(sorted(cells)), live_count, alpha)
+        if key not in self._live_thresholds:
+            self._live_thresholds[key] = live_sign_threshold(self, cells, live_count, alpha)
+        return self._live_thresholds[key]
+
     def similar(self, answered: float, leave_out: str | None = None) -> list[BenchCell]:
         """The bench cells whose log answered π_e as much as this one's (module docstring); a cell
         whose share is unknown (NaN) counts on either side."""
@@ -210,6 +232,12 @@ class BenchCalibration:
         side = [c for c in others if math.isnan(c.answered) or
                 (c.answered >= ANSWERED_SPLIT) == (answered >= ANSWERED_SPLIT)]
         return side if len(side) >= MIN_SIMILAR else others
+
+
+@lru_cache(maxsize=2)
+def _read_once(path: str, modified_ns: int, size: int) -> BenchCalibration:
+    """``BenchCalibration.load(path)``, kept while the file's modification time and size stay."""
+    return BenchCalibration.load(path)
 
 
 def withheld(estimator: str, coverage: Mapping[str, float]) -> str | None:
@@ -296,6 +324,7 @@ class Recommendation:
     unit: str = "the scale S"  # what the errors were measured in (module docstring)
     alike: bool = False  # the bench cells are those on this cell's side of ``ANSWERED_SPLIT`` (else all of them)
     live: int = 0  # live episodes per point folded in (``with_live``)
+    live_threshold: float = math.nan  # t' of the verdicts with them (``with_live``)
     return_range: tuple[float, float] = (-math.inf, math.inf)
 
     def record(self) -> dict:
@@ -325,7 +354,13 @@ class Recommendation:
                 + ("intervals from the bench's errors and the live episodes" if self.live
                    else "intervals from the bench's errors")
                 + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts wrong on at most "
-                f"{VERDICT_ERROR_RATE:.0%} of the bench's decided pairs")
+                f"{VERDICT_ERROR_RATE:.0%} of the bench's decided pairs"
+                + ("" if not self.live else
+                   f" (with the live episodes: where |d'| > {self.live_threshold:.2f} σ', calibrated on the bench with "
+                   f"{self.live} simulated live returns per point)" if math.isfinite(self.live_threshold) else
+                   " (with the live episodes: at the normal band, the bench records no spread of returns)"
+                   if math.isnan(self.live_threshold) else
+                   " (with the live episodes: none from their combination, no threshold held that rate on the bench)"))
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
                 *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
@@ -434,13 +469,49 @@ def _combined(prior: float, prior_sd: float, reading: float, variance: float) ->
     return (prior * prior_precision + reading / variance) / precision, precision ** -0.5
 
 
-def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> Recommendation:
+def _live_difference(verdict: RecommendedVerdict, read: Mapping[str, tuple[float, float]], z: float) -> tuple[float, float]:
+    """A pair's combined difference d' and its sd σ': the logs' d (prior sd τ₂ = q₂ u / z) and the
+    live means' difference, of variance s_a² + s_b² (module docstring)."""
+    return _combined(verdict.difference, verdict.prior_half_width / z, read[verdict.a][0] - read[verdict.b][0],
+                     read[verdict.a][1] + read[verdict.b][1])
+
+
+def live_sign_threshold(bench: BenchCalibration, cells: Sequence[str], live_count: int, alpha: float) -> float:
+    """The live verdicts' t' (module docstring): over the named bench cells that record ``return_sd``,
+    each read from the others (``recommend``), ``live_count`` live returns per point drawn as
+    N(J, s_J²) ``LIVE_CALIBRATION_DRAWS`` times (seed 0) and folded in, the pairs' (|d'| / σ', sign
+    right) fed to ``sign_threshold``; NaN where no named cell records ``return_sd``."""
+    named = set(cells)
+    calibrating = BenchCalibration(tuple(c for c in bench.cells if c.name in named), bench.commit)
+    drawn = [c for c in calibrating.cells if c.return_sd and all(p in c.return_sd for p in c.truth)]
+    if not drawn:
+        return math.nan
+    rng, z, scores = np.random.default_rng(0), float(stats.norm.ppf(1 - alpha / 2)), []
+    for cell in drawn:
+        reading = recommend(cell.estimates, return_range=(cell.low, cell.high), answered=cell.answered,
+                            scale=cell.scale, bench=calibrating, alpha=alpha, cell=cell.name)
+        for _ in range(LIVE_CALIBRATION_DRAWS if reading.values else 0):
+            live = {p: (cell.truth[p] + cell.return_sd[p] * rng.standard_normal(live_count)).tolist() for p in reading.values}
+            read = _live_readings(live, reading.return_range, z)
+            for verdict in reading.verdicts:
+                d, sd = _live_difference(verdict, read, z)
+                scores.append((abs(d) / sd, d * (cell.truth[verdict.a] - cell.truth[verdict.b]) > 0))
+    return sign_threshold(scores, VERDICT_ERROR_RATE)
+
+
+def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]],
+              bench: BenchCalibration | None = None) -> Recommendation:
     """The recommended estimate sharpened by live returns (point → its K live episodes' returns)
-    under the same calibration (module docstring); points without live returns keep their reading."""
+    under the same calibration (module docstring): ``bench`` the one the reading was calibrated on
+    (None: the shipped one), its cells ``reading.bench_cells`` calibrating the verdicts' t'; points
+    without live returns keep their reading."""
     played = {p: live[p] for p in reading.values if len(live.get(p, ())) > 0}
     if not played:
         return reading
     z = float(stats.norm.ppf(1 - reading.alpha / 2))
+    count = min(len(returns) for returns in played.values())
+    calibrated = (bench or BenchCalibration.shipped()).live_threshold(reading.bench_cells, count, reading.alpha)
+    threshold = z if math.isnan(calibrated) else calibrated
     low, high = reading.return_range
     read = _live_readings(played, reading.return_range, z)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
@@ -452,9 +523,8 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
         if old.a not in read or old.b not in read:
             verdicts.append(old)
             continue
-        live_difference = read[old.a][0] - read[old.b][0]
-        d, sd = _combined(old.difference, old.prior_half_width / z, live_difference, read[old.a][1] + read[old.b][1])
-        lo_d, hi_d = d - z * sd, d + z * sd
+        d, sd = _live_difference(old, read, z)
+        lo_d, hi_d = d - threshold * sd, d + threshold * sd
         if old.better is not None and not (lo_d > 0 or hi_d < 0):  # the logs' verdict stands where the live returns do not overturn it
             verdicts.append(old)
             continue
@@ -462,5 +532,5 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
         verdicts.append(RecommendedVerdict(old.a, old.b, d, lo_d, hi_d,
                                            live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
                                            else None, old.prior_half_width))
-    return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts,
-                   live=min(len(returns) for returns in played.values()))
+    return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts, live=count,
+                   live_threshold=calibrated)
