@@ -227,6 +227,7 @@ def test_live_verdicts_are_calibrated_on_the_bench_with_simulated_live_returns()
             live = {p: rng.binomial(1, j, 8).tolist() for p, j in c.truth.items()}
             for name, rule in (("calibrated", bench), ("normal", normal)):
                 reading = with_live(alone, live, rule)
+                assert reading.return_range == (0, 1) and all(0 <= reading.low[p] <= reading.high[p] <= 1 for p in POINTS)
                 if name == "calibrated":
                     assert 0 < reading.live_threshold < 1.96 and "calibrated on the bench" in reading.lines()[0]
                 else:

@@ -324,8 +324,8 @@ class Recommendation:
     unit: str = "the scale S"  # what the errors were measured in (module docstring)
     alike: bool = False  # the bench cells are those on this cell's side of ``ANSWERED_SPLIT`` (else all of them)
     live: int = 0  # live episodes per point folded in (``with_live``)
-    live_threshold: float = math.nan  # t' of the verdicts with them (``with_live``)
     return_range: tuple[float, float] = (-math.inf, math.inf)
+    live_threshold: float = math.nan  # t' of the verdicts with live episodes (``with_live``)
 
     def record(self) -> dict:
         """The reading as JSON-ready data (the report's ``curves["recommended"]``), with its printed lines."""
