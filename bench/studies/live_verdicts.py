@@ -37,7 +37,7 @@ KEYS = ("coverage", "decided", "precision")
 
 def drawn_live(cell: BenchCell, rng: np.random.Generator) -> dict[str, list[float]]:
     """K live returns per point, N(J, s_J²) (module docstring)."""
-    return {p: (j + cell.return_sd.get(p, 0.0) * rng.standard_normal(LIVE_EPISODES)).tolist()
+    return {p: (j + cell.return_sd[p] * rng.standard_normal(LIVE_EPISODES)).tolist()
             for p, j in cell.truth.items()}
 
 

@@ -50,8 +50,10 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   t' calibrated like t on the signs the bench got right (``live_sign_threshold``): on each of B's
   cells, its own reading from the others, K live returns per point drawn ``LIVE_CALIBRATION_DRAWS``
   times as N(J, s_J²) (s_J the sample s.d. of the ground truth's returns there: ``return_sd``),
-  folded in alike; t' = z where no cell of B records ``return_sd``. A verdict the logs gave stands
-  unless the combined band d' ± t' σ' excludes 0 on the other side.
+  folded in alike (a cell recording it at only some points is left out); t' = z where no cell of B
+  records it, and inf (no verdict from the combination) where no threshold holds the rate. A
+  verdict the logs gave (itself calibrated at that rate) stands unless the combined band d' ± t' σ'
+  excludes 0 on the other side.
 - **other estimators' intervals**: one whose own intervals held J at fewer than ``INTERVAL_FLOOR``
   of the bench's points is not printed (``withheld``); its Ĵ is.
 """
@@ -189,7 +191,7 @@ class BenchCalibration:
         if not os.path.exists(SHIPPED):
             return cls(())
         found = os.stat(SHIPPED)
-        return _read_once(SHIPPED, found.st_mtime_ns, found.st_size)
+        return _read_once(SHIPPED, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -235,8 +237,8 @@ class BenchCalibration:
 
 
 @lru_cache(maxsize=2)
-def _read_once(path: str, modified_ns: int, size: int) -> BenchCalibration:
-    """``BenchCalibration.load(path)``, kept while the file's modification time and size stay."""
+def _read_once(path: str, inode: int, modified_ns: int, changed_ns: int, size: int) -> BenchCalibration:
+    """``BenchCalibration.load(path)``, kept while the file's inode, times and size stay."""
     return BenchCalibration.load(path)
 
 
