@@ -280,3 +280,22 @@ def test_a_bench_cell_whose_truth_splits_too_few_pairs_does_not_sway_the_choice(
     r = recommend({"A": dict(zip(POINTS, order)), "B": dict(zip(POINTS, order))},
                   bench=BenchCalibration(tuple(clear + noise)), return_range=(0, 1), answered=0.8)
     assert r.source == "A" and r.bench_rho == pytest.approx(1.0)
+
+
+def test_the_agents_pairs_at_one_epsilon_are_printed_before_the_other_pairs():
+    """With two agents, the verdicts between them at the same ε open the list (what a user came to
+    ask), the pairs within each ε family after; with one agent the list is as computed."""
+    rng = np.random.default_rng(3)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.05}) for i in range(20)))
+    two = {"A": {"a ε=0": 0.9, "a ε=1": 0.1, "b ε=0": 0.6, "b ε=1": 0.1}}
+    lines = recommend(two, bench=bench, return_range=(0, 1), answered=0.8).lines()
+    verdicts = [line for line in lines if "cannot tell" in line or "is better" in line]
+    first = lines.index("  agents against each other at the same ε:")
+    assert lines.index("  the other pairs of points:") == first + 3 and len(verdicts) == 6
+    assert lines[first + 1:first + 3] == [  # a ε=0 vs b ε=0, a ε=1 vs b ε=1
+        f"  {v.line()}" for v in recommend(two, bench=bench, return_range=(0, 1), answered=0.8).verdicts
+        if v.a.split(" ε=")[1] == v.b.split(" ε=")[1]]
+    one = {"A": {"a ε=0": 0.9, "a ε=0.5": 0.5, "a ε=1": 0.1}}
+    alone = recommend(one, bench=bench, return_range=(0, 1), answered=0.8)
+    assert "  agents against each other at the same ε:" not in alone.lines()
+    assert alone.lines()[4:7] == [f"  {v.line()}" for v in alone.verdicts]

@@ -364,8 +364,12 @@ class Recommendation:
                    if math.isnan(self.live_threshold) else
                    " (with the live episodes: none from their combination, no threshold held that rate on the bench)"))
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
-        return [head, *rows, *(f"  {v.line()}" for v in self.verdicts),
-                *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
+        across = [v for v in self.verdicts if v.a.rsplit(" ε=", 1)[-1] == v.b.rsplit(" ε=", 1)[-1]]
+        within = [v for v in self.verdicts if v not in across]
+        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not within else
+                    ["  agents against each other at the same ε:", *(f"  {v.line()}" for v in across),
+                     "  the other pairs of points:", *(f"  {v.line()}" for v in within)])
+        return [head, *rows, *verdicts, *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
 
 
 def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[str, float],
