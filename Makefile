@@ -63,9 +63,10 @@ loop: install
 prepare-test: install
 	$(PY) -m bench.ledger prepare $(BATCH)
 
-# a test batch read once, through the ledger: make read-test BATCH=third
+# a test batch read once, through the ledger (then heldout.md's test tables from it): make read-test BATCH=third
 read-test: install
 	$(PY) -m bench.ledger read $(BATCH)
+	$(PY) -m bench.tables.heldout --batches
 
 # every development cell run (finished stages reused), then the held-out table
 heldout: install

@@ -124,11 +124,15 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
     counted = [f for f in latest["figures"].values() if (f["split_pairs"] or 0) >= MIN_SPLIT_PAIRS and f["estimators"]]
     means = []
     for e in estimators:
-        rhos = [f["estimators"][e]["rho"] for f in counted if e in f["estimators"]
-                and np.isfinite(f["estimators"][e]["rho"])]
-        means.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)))
-    lines.append(f"| **mean ρ [CI95]** ({len(counted)} cells splitting ≥ {MIN_SPLIT_PAIRS} pairs) | | "
-                 + " | ".join(means) + " |")
+        rows = [f["estimators"][e] for f in counted if e in f["estimators"]]
+        rhos = [row["rho"] for row in rows if np.isfinite(row["rho"])]
+        rest = [[row[k] for row in rows if row.get(k) is not None and np.isfinite(row[k])]
+                for k in ("nmae", "coverage", "decided", "precision")]
+        means.append("–" if not rhos else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*mean_with_interval(rhos)) + " / "
+                     + " / ".join("–" if not shares else f"{np.mean(shares):.2g}" if k == 0 else f"{np.mean(shares):.2f}"
+                                  for k, shares in enumerate(rest)))
+    lines.append(f"| **mean ρ [CI95] / NMAE / coverage / decided / precision** ({len(counted)} cells splitting "
+                 f"≥ {MIN_SPLIT_PAIRS} pairs) | | " + " | ".join(means) + " |")
     return lines + [""]
 
 

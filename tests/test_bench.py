@@ -100,6 +100,7 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
     assert "test: read once" in title and "SEEN" not in title
     assert first.startswith("| test-b3-a | 6 | +0.80 / 0.2 / 0.90 / 0.50 / 1.00")
     assert "1 cells splitting" in means  # test-b3-b's truth splits one pair: out of the mean
+    assert means.endswith("| | +0.80 [+0.80, +0.80] / 0.2 / 0.90 / 0.50 / 1.00 |")  # every figure's mean
     append(reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8), ledger)  # the same default again
     assert standing("third", ledger) == "test"
     append(reading(default_digest({"test-b3-a": {"report": "k2"}}), 0.3), ledger)  # another default
@@ -108,6 +109,24 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
     assert "SEEN: read 3 times under 2 defaults" in title
     assert batch_table("third", ledger)[4].startswith("| test-b3-a | 6 | +0.30")  # the latest reading is shown
     assert standing("another", ledger) == "unread"
+
+
+def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path):
+    """After a reading, `heldout --batches` puts the batch's table, recommended rows first, where the
+    unread line stood, and keeps every development row and the machine line as they were."""
+    from bench.ledger import append, default_digest
+    from bench.tables.heldout import BATCH_SHOWN, write_batch_tables
+
+    page, ledger = tmp_path / "heldout.md", tmp_path / "ledger.jsonl"
+    development = "# The held-out measuring stick\n\n| local-x | 9 | +0.50 |\n\n"
+    page.write_text(development + "**Test batch `third`: unread.**\n\nMachine: `{\"cpus\": 2}`\n")
+    append(reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8), ledger)
+    write_batch_tables(page, ledger)
+    text = page.read_text()
+    assert text.startswith(development) and text.endswith("Machine: `{\"cpus\": 2}`\n") and "unread" not in text
+    header = next(line for line in text.splitlines() if line.startswith("| cell | truth-split pairs"))
+    assert header.split(" | ")[2:4] == list(BATCH_SHOWN[:2]) == ["recommended", "recommended+live8"]
+    assert "| test-b3-a | 6 | – | – | +0.80 / 0.2 / 0.90 / 0.50 / 1.00 |" in text  # ADWM's row, the others unread
 
 
 def test_preparing_a_test_batch_builds_its_world_model_and_truth_and_no_estimator_stage():

@@ -30,6 +30,9 @@ are recomputed), beside the cell as it stands: ρ, NMAE and interval coverage of
 under both, the share of ADWM's imagined steps each source answered (the log, a carried-over
 logged outcome, the model) and the world model's training seconds (all ensemble members). It writes ``bench/results/variants/<settings>.{md,json}``.
 
+``--batches`` rewrites only heldout.md's test-batch tables from the ledger, its development rows kept
+as they were measured (after a reading, where the development cells' stages are not at hand).
+
 Usage: ``python -m bench.tables.heldout --admit [CELL ...]``; ``python -m bench.tables.heldout [--run]``;
 ``python -m bench.tables.heldout --set adwm.off_log=carry_over [--run]``.
 """
@@ -42,6 +45,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import yaml
@@ -51,7 +55,8 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
-from bench.studies.verdicts import LIVE, LIVE_EPISODES, live_results
+from adwm_core.report import RECOMMENDED
+from bench.studies.verdicts import LIVE, LIVE_EPISODES, RECOMMENDED_LIVE, live_results
 from bench.common import (ADWM, RESULTS, TEST, artifact, cell_config, development_cells, ground_truth, machine,
                           slug, test_batches, world_model_histories)
 from bench.adoption import MIN_SPLIT_PAIRS
@@ -62,6 +67,8 @@ from adwm_core.provenance import source_version
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 PAPER = "ADWM (paper)"  # ADWM under adwm.preset: paper (the diffusion model answers every step), a variant run
 SHOWN = (ADWM, PAPER, LIVE, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
+BATCH_SHOWN = (RECOMMENDED, RECOMMENDED_LIVE, *SHOWN)  # a test batch's table: the headline a user reads first, too
+BATCHES_FROM = "**Test batch `"  # heldout.md's test-batch tables start at the first such line
 
 
 def test_cells() -> list[str]:
@@ -265,8 +272,6 @@ def fill_earlier_rows(cells: list[str], results: dict[str, dict | None]) -> dict
 def write_table(run: bool) -> dict:
     """Every development cell's row (its report under today's code, else its previous row marked
     earlier code), and each test batch's table from the reading ledger (never computed here)."""
-    from bench.ledger import batch_table
-
     development = development_cells()
     reports = {cell: finished_report(cell, run) for cell in development}
     results = {cell: with_adwm_variants(report_results(report, cell), cell, run) for cell, report in reports.items()}
@@ -285,8 +290,7 @@ def write_table(run: bool) -> dict:
     splits = {cell: truth_split_pairs(cell) for cell in development}
     lines += _cell_table("Development cells (tuned on)", results, measured_at, splits)
     lines += _interval_table("Development cells (today's code only)", list(reports.values()))
-    for batch in test_batches():
-        lines += batch_table(batch, shown=SHOWN)
+    lines += batch_tables()
     lines.append(f"Machine: `{json.dumps(machine())}`")
     (RESULTS / "heldout.md").write_text("\n".join(lines) + "\n")
     report = {"machine": machine(), "development": development, "results": results, "measured": measured_at,
@@ -294,6 +298,24 @@ def write_table(run: bool) -> dict:
     (RESULTS / "heldout.json").write_text(json.dumps(report, indent=2))
     print("\n".join(lines))
     return report
+
+
+def batch_tables(ledger: Path | None = None) -> list[str]:
+    """Every declared test batch's table, from the reading ledger alone (None: bench/results')."""
+    from bench.ledger import LEDGER, batch_table
+
+    return [line for batch in test_batches() for line in batch_table(batch, ledger or LEDGER, shown=BATCH_SHOWN)]
+
+
+def write_batch_tables(path: Path = RESULTS / "heldout.md", ledger: Path | None = None) -> None:
+    """heldout.md with its test-batch tables rewritten from the ledger and its development rows kept
+    as they were measured (``--batches``: nothing run, no artifact read)."""
+    text = path.read_text()
+    if BATCHES_FROM not in text:
+        raise SystemExit(f"{path} holds no test-batch table to rewrite: run `python -m bench.tables.heldout`")
+    kept, rest = text.split(BATCHES_FROM, 1)
+    machine_line = next(line for line in rest.splitlines() if line.startswith("Machine: "))
+    path.write_text(kept + "\n".join([*batch_tables(ledger), machine_line]) + "\n")
 
 
 def parse_settings(settings: list[str]) -> dict[str, object]:
@@ -406,7 +428,12 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run each cell's flow first (finished stages are reused)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="score a variant (a dotted key of the cell YAML) on the development cells")
+    parser.add_argument("--batches", action="store_true",
+                        help="rewrite only heldout.md's test-batch tables from the reading ledger")
     args = parser.parse_args()
+    if args.batches:
+        write_batch_tables()
+        return
     if args.set:
         outside = [c for c in args.cells if c not in development_cells()]
         if args.admit or outside:
