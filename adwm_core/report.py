@@ -32,7 +32,7 @@ from .ope.answers import ADWM, SOURCES
 from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
 from .ranking import PrintedInterval, compare
 from .ope.statistics.calibration import topped_up_verdicts
-from .ope.statistics.recommend import BenchCalibration, Recommendation, point_key, recommend, withheld
+from .ope.statistics.recommend import RANGE_SLACK, BenchCalibration, Recommendation, point_key, recommend, withheld
 from .ope.statistics.diagnostics import verdicts
 from .ope.statistics.signed_log import SignedLog, signed_sum
 from .ope.statistics.metrics import (normalised_absolute_error, per_seed_spearman, regret_at_1, spearman_with_interval,
@@ -477,22 +477,35 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
     return lines
 
 
+def plotted_series(curves: dict, return_range: tuple[float, float]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The faded series the plot draws (every estimator on the return scale but the recommended
+    estimate's source, drawn as the recommended estimate) and those it names below the axes
+    instead: a value outside ``return_range`` by more than the slack a recommended estimate is
+    allowed (``RANGE_SLACK`` of its width), or not finite."""
+    low, high = return_range
+    slack = RANGE_SLACK * (high - low)
+    source = (curves.get(RECOMMENDED) or {}).get("source")
+    others = {name: np.asarray(values, float) for name, values in curves["estimators"].items()
+              if on_the_return_scale(name) and name != source}
+    outside = sorted(name for name, v in others.items() if not (np.all(np.isfinite(v)) and
+                                                                np.all((v >= low - slack) & (v <= high + slack))))
+    return {name: v for name, v in others.items() if name not in outside}, outside
+
+
 def plot(curves: dict, path, title: str, return_range: tuple[float, float]) -> None:
     """Ĵ over ε in the return's own units, one panel per π_e: the ground truth, the recommended
     estimate with its calibrated band, and every other estimator on the return scale faded, each
-    in a colour of its own; one with a value outside ``return_range`` is left off the axes and
-    named below them."""
+    in a colour of its own; one with a value outside ``return_range`` (``plotted_series``) is left
+    off the axes and named below them."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     low, high = return_range
-    others = {name: np.asarray(values, float) for name, values in curves["estimators"].items()
-              if on_the_return_scale(name)}
-    outside = sorted(name for name, v in others.items() if not (np.all(np.isfinite(v)) and
-                                                                np.all((v >= low) & (v <= high))))
-    shown = [name for name in others if name not in outside]
+    slack = RANGE_SLACK * (high - low)
+    others, outside = plotted_series(curves, return_range)
+    shown = list(others)
     colours = pyplot.get_cmap("tab20")(np.linspace(0, 1, max(len(shown), 1), endpoint=False))
     reading = curves.get(RECOMMENDED) or {}
     labels = _point_keys(curves)
@@ -510,7 +523,7 @@ def plot(curves: dict, path, title: str, return_range: tuple[float, float]) -> N
             panel.plot(x, value, color="tab:red", linewidth=2.5, marker="o", label=f"{RECOMMENDED} ({reading['source']})")
         if curves["ground_truth"] is not None:
             panel.plot(x, [curves["ground_truth"][i] for i in at], color="k", linewidth=3, label="ground truth J")
-        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title, ylim=(low, high))
+        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title, ylim=(low - slack, high + slack))
     panels[0][0].set_ylabel("Ĵ (return)")
     panels[0][-1].legend(fontsize=7, ncol=2)
     if len(policies) > 1:

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell, Recommendation
-from adwm_core.report import (RECOMMENDED, RESULT_COLUMNS, main_results, markdown, plot, recommended_reading,
-                              recommended_row, summary_lines)
+from adwm_core.report import (RECOMMENDED, RESULT_COLUMNS, main_results, markdown, plot, plotted_series,
+                              recommended_reading, recommended_row, summary_lines)
 
 EPSILONS = (0.0, 0.5, 1.0)
 # two π_e: "dpo" better than "prm" at every ε, values falling with ε
@@ -191,3 +191,7 @@ def test_the_report_recommends_the_estimator_the_bench_trusts_and_grades_its_cal
     assert "## Recommended" in markdown("cross", rows + [row], curves)
     plot(curves, str(tmp_path / "plot.png"), "cross", (0.0, 1.0))
     assert (tmp_path / "plot.png").stat().st_size > 5_000
+    shown, outside = plotted_series(curves, (0.0, 1.0))
+    assert "within" in outside and "mirror" not in shown and "mirror" not in outside  # drawn as the recommended
+    curves["estimators"]["near"] = [v + 0.04 if v > 0.5 else v for v in curves["estimators"]["mirror"]]
+    assert "near" in plotted_series(curves, (0.0, 1.0))[0]  # an overshoot the recommendation allows stays drawn
