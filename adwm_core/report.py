@@ -473,7 +473,8 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
     agents = [t for t in topped if t.point[1] == lowest]
     if len(agents) > 1:
         lines.append(f"verdicts with the live episodes, at ε={lowest:g}:")
-        lines += [f"  {v.line()}" for v in topped_up_verdicts(agents, confidence=confidence)]
+        lines += [f"  {v.line(undecided='cannot tell, even with the live episodes')}"
+                  for v in topped_up_verdicts(agents, confidence=confidence)]
     return lines
 
 

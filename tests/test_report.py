@@ -165,6 +165,7 @@ def test_a_top_up_line_says_when_the_live_episodes_leave_no_width_to_trust():
     assert "no width to trust" in lines[2] and " 0.80 100%" in lines[3]  # λ and the share of starts matched
     assert "not narrower" not in lines[3] and "not narrower than the live episodes alone" in lines[4]
     assert lines[5] == "verdicts with the live episodes, at ε=0:" and "a@p0 ε=0 vs b@p0 ε=0" in lines[6]
+    assert lines[6].endswith("→ cannot tell, even with the live episodes")  # not "from these logs": live ones read too
 
 
 def test_the_report_recommends_the_estimator_the_bench_trusts_and_grades_its_calibrated_interval(tmp_path):

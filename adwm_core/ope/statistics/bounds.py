@@ -194,8 +194,9 @@ class Verdict:
     def better(self) -> str | None:
         return self.a if self.low > 0 else self.b if self.high < 0 else None
 
-    def line(self) -> str:
-        said = f"{self.better} better" if self.better else CANNOT_TELL
+    def line(self, undecided: str = CANNOT_TELL) -> str:
+        """The verdict in words; ``undecided`` what it says where the interval straddles 0."""
+        said = f"{self.better} better" if self.better else undecided
         return (f"{self.a} vs {self.b}: Ĵ difference {self.difference:+.4g} [{self.low:+.4g}, {self.high:+.4g}] "
                 f"→ {said}")
 
