@@ -27,18 +27,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from adwm_core.ope.statistics.recommend import MIN_SPLIT_PAIRS, BenchCalibration, BenchCell, recommend, with_live
+from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, BenchCalibration, recommend,
+                                                simulated_live_returns, with_live)
 from bench.calibrate import grades
 from bench.common import RESULTS, machine
 from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES
 
 KEYS = ("coverage", "decided", "precision")
-
-
-def drawn_live(cell: BenchCell, rng: np.random.Generator) -> dict[str, list[float]]:
-    """K live returns per point, N(J, s_J²) (module docstring)."""
-    return {p: (j + cell.return_sd[p] * rng.standard_normal(LIVE_EPISODES)).tolist()
-            for p, j in cell.truth.items()}
 
 
 def graded(bench: BenchCalibration, rule_bench: BenchCalibration) -> dict[str, dict]:
@@ -52,7 +47,7 @@ def graded(bench: BenchCalibration, rule_bench: BenchCalibration) -> dict[str, d
                             bench=bench, cell=cell.name, scale=cell.scale)
         if not reading.values:
             continue
-        draws = [with_live(reading, drawn_live(cell, rng), rule_bench) for _ in range(LIVE_DRAWS)]
+        draws = [with_live(reading, simulated_live_returns(cell, LIVE_EPISODES, rng), rule_bench) for _ in range(LIVE_DRAWS)]
         scores = [grades(d, cell) for d in draws]
         found[cell.name] = {**{k: float(np.nanmean([s[k] for s in scores])) for k in KEYS},
                             "threshold": draws[0].live_threshold}

@@ -482,6 +482,11 @@ def _live_difference(verdict: RecommendedVerdict, read: Mapping[str, tuple[float
                      read[verdict.a][1] + read[verdict.b][1])
 
 
+def simulated_live_returns(cell: BenchCell, count: int, rng: np.random.Generator) -> dict[str, list[float]]:
+    """``count`` live returns per point of a bench cell, drawn as N(J, s_J²) (s_J: ``return_sd``)."""
+    return {p: (j + cell.return_sd[p] * rng.standard_normal(count)).tolist() for p, j in cell.truth.items()}
+
+
 def live_sign_threshold(bench: BenchCalibration, cells: Sequence[str], live_count: int, alpha: float) -> float:
     """The live verdicts' t' (module docstring): over the named bench cells that record ``return_sd``,
     each read from the others (``recommend``), ``live_count`` live returns per point drawn as
@@ -497,7 +502,7 @@ def live_sign_threshold(bench: BenchCalibration, cells: Sequence[str], live_coun
         reading = recommend(cell.estimates, return_range=(cell.low, cell.high), answered=cell.answered,
                             scale=cell.scale, bench=calibrating, alpha=alpha, cell=cell.name)
         for _ in range(LIVE_CALIBRATION_DRAWS if reading.values else 0):
-            live = {p: (cell.truth[p] + cell.return_sd[p] * rng.standard_normal(live_count)).tolist() for p in reading.values}
+            live = simulated_live_returns(cell, live_count, rng)
             read = _live_readings(live, reading.return_range, z)
             for verdict in reading.verdicts:
                 d, sd = _live_difference(verdict, read, z)
