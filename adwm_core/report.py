@@ -156,10 +156,14 @@ def recommended_row(reading: Recommendation, curves: dict, truth: pa.Table) -> d
             "decided": scores.decided, "precision": scores.precision, "n_seeds": 1}
 
 
-def recommended_lines(curves: dict) -> list[str]:
-    """The report's section on the recommended estimate."""
+def recommended_lines(curves: dict, pairs: str = "all") -> list[str]:
+    """The report's section on the recommended estimate (``pairs``: which verdicts it lists, as
+    ``Recommendation.lines``)."""
     reading = curves.get(RECOMMENDED)
-    return ["## Recommended", "", *reading["lines"], ""] if reading else []
+    if not reading:
+        return []
+    said = reading["lines"] if pairs == "all" else Recommendation.from_record(reading).lines(pairs)
+    return ["## Recommended", "", *said, ""]
 
 
 def interval_coverage(estimates: pa.Table, estimator: str, truth: dict[Point, float]) -> dict[str, float]:

@@ -70,6 +70,10 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--seed", type=int, default=0,
                           help="shift every seed of the run by this much: world model, ψ, ADWM's and the baselines' "
                           "seed lists (default 0: the recipe's own seeds; --set overrides it key by key)")
+    evaluate.add_argument("--pairs", choices=("agents", "all"), default="agents",
+                          help="which verdicts the recommended estimate lists: agents (default: the agents' pairs "
+                          "at the same ε, and of the other pairs only those decided) or all (every pair; the report "
+                          "lists all)")
     evaluate.add_argument("--output-path", help="write one JSON there: the estimates, the full config, library "
                           "versions and the commit")
     evaluate.add_argument("--log-samples", metavar="PATH", help="write ADWM's imagined episodes there as JSONL in the "
@@ -146,9 +150,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         curves = json.load(f)
     estimates = read_table(f"{folder}/{files['estimates']}", ESTIMATES)
     printed = PrintedInterval.of(curves.get("answers", {}).values())
-    print("\n" + "\n".join(recommended_lines(curves)))
+    print("\n" + "\n".join(recommended_lines(curves, args.pairs)))
     if args.live or args.live_logs:
-        print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live).lines()))
+        print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live).lines(args.pairs)))
     coverage = BenchCalibration.shipped().interval_coverage
     print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded; an interval the bench "

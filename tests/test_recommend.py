@@ -10,6 +10,7 @@ import pytest
 
 from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, conformal_quantile,
                                                 live_episodes_to_decide, recommend, with_live, withheld)
+from adwm_core.report import recommended_lines
 
 POINTS = [f"pi ε={e:g}" for e in (0.0, 0.25, 0.5, 0.75, 1.0)]
 
@@ -299,3 +300,27 @@ def test_the_agents_pairs_at_one_epsilon_are_printed_before_the_other_pairs():
     alone = recommend(one, bench=bench, return_range=(0, 1), answered=0.8)
     assert "  agents against each other at the same ε:" not in alone.lines()
     assert alone.lines()[4:7] == [f"  {v.line()}" for v in alone.verdicts]
+
+
+def test_the_agents_view_lists_the_agents_pairs_and_only_the_decided_other_pairs():
+    """``lines("agents")`` (what `adwm evaluate` prints) keeps every pair of agents at one ε and
+    the decided other pairs, and counts the undecided ones; the report's section, rebuilt from its
+    record, prints the same; an unknown view is refused."""
+    rng = np.random.default_rng(3)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.05}) for i in range(20)))
+    reading = recommend({"A": {"a ε=0": 0.9, "a ε=0.5": 0.88, "a ε=1": 0.1, "b ε=0": 0.6, "b ε=0.5": 0.58,
+                               "b ε=1": 0.1}}, bench=bench, return_range=(0, 1), answered=0.8)
+    across = [v for v in reading.verdicts if v.a.split(" ε=")[1] == v.b.split(" ε=")[1]]
+    within = [v for v in reading.verdicts if v not in across]
+    untold = [v for v in within if v.better is None]
+    assert untold and len(untold) < len(within)  # the example has both kinds among the other pairs
+    shown = reading.lines("agents")
+    assert all(f"  {v.line()}" in shown for v in across + within if v not in untold)
+    assert not any(f"  {v.line()}" in shown for v in untold)
+    assert shown[-1] == (f"  cannot tell the other {len(untold)} pair(s) apart (`--pairs all` lists each, with the "
+                         "live episodes that would likely decide it)")
+    assert reading.lines("all") == reading.lines() and all(f"  {v.line()}" in reading.lines() for v in untold)
+    section = recommended_lines({"recommended": reading.record()}, "agents")
+    assert section == ["## Recommended", "", *shown, ""]
+    with pytest.raises(ValueError, match="pairs must be one of all, agents"):
+        reading.lines("some")

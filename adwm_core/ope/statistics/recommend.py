@@ -84,6 +84,7 @@ INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on t
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
 SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
 VERDICT_ERROR_RATE = 0.05  # the share of the bench's verdicts the calibrated band lets be wrong
+PAIRS_SHOWN = ("all", "agents")  # Recommendation.lines: every verdict, or the agents' pairs at the same ε first
 LIVE_CALIBRATION_DRAWS = 10  # simulated live draws per bench cell when calibrating the live verdicts' t'
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
@@ -344,7 +345,11 @@ class Recommendation:
         found["return_range"] = tuple(record["return_range"])
         return cls(**found)
 
-    def lines(self) -> list[str]:
+    def lines(self, pairs: str = "all") -> list[str]:
+        """The reading in words. ``pairs``: ``all`` lists every verdict; ``agents`` lists the pairs of
+        agents at the same ε, and of the other pairs only those decided, counting the rest."""
+        if pairs not in PAIRS_SHOWN:
+            raise ValueError(f"pairs must be one of {', '.join(PAIRS_SHOWN)}, got {pairs!r}")
         if not self.values:
             return [f"Recommended: none ({self.source})"]
         alike = ("" if not self.alike else
@@ -366,9 +371,16 @@ class Recommendation:
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         across = [v for v in self.verdicts if v.a.rsplit(" ε=", 1)[-1] == v.b.rsplit(" ε=", 1)[-1]]
         within = [v for v in self.verdicts if v not in across]
-        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not within else
+        if pairs == "agents" and across:
+            untold = [v for v in within if v.better is None]
+            within = [v for v in within if v.better is not None]
+        else:
+            untold = []
+        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not (within or untold) else
                     ["  agents against each other at the same ε:", *(f"  {v.line()}" for v in across),
-                     "  the other pairs of points:", *(f"  {v.line()}" for v in within)])
+                     "  the other pairs of points:", *(f"  {v.line()}" for v in within),
+                     *([f"  cannot tell the other {len(untold)} pair(s) apart (`--pairs all` lists each, with the "
+                        "live episodes that would likely decide it)"] if untold else [])])
         return [head, *rows, *verdicts, *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
 
 
