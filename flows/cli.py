@@ -14,6 +14,8 @@ from adwm_core import cli as core
 # (tests/test_cli.py holds the two equal); the evaluation's own imports load in _evaluate, after
 # the arguments are checked
 AGENT_MODES = ("completions", "chat")
+# adwm_core/ope/statistics/recommend.py's PAIRS_SHOWN, written here for the same reason (tests/test_cli.py)
+PAIRS_SHOWN = ("agents", "all")
 
 EVALUATE_HELP = """\
 Score your agent from your own logs: import the behaviour logs, train the environment's world
@@ -70,7 +72,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--seed", type=int, default=0,
                           help="shift every seed of the run by this much: world model, ψ, ADWM's and the baselines' "
                           "seed lists (default 0: the recipe's own seeds; --set overrides it key by key)")
-    evaluate.add_argument("--pairs", choices=("agents", "all"), default="agents",
+    evaluate.add_argument("--pairs", choices=PAIRS_SHOWN, default="agents",
                           help="which verdicts the recommended estimate lists: agents (default: the agents' pairs "
                           "at the same ε, and of the other pairs only those decided) or all (every pair; the report "
                           "lists all)")

@@ -108,6 +108,13 @@ def test_the_commands_agent_modes_are_the_endpoint_backends():
     assert AGENT_MODES == MODES
 
 
+def test_the_commands_pairs_views_are_the_recommendations():
+    from adwm_core.ope.statistics.recommend import PAIRS_SHOWN
+    from flows import cli
+
+    assert sorted(cli.PAIRS_SHOWN) == sorted(PAIRS_SHOWN)
+
+
 def test_agents_are_ranked_best_first_and_the_best_is_named_only_where_every_verdict_says_so():
     """Three agents over the same 2 seeds × 40 rollouts: "strong" pays 1 more than "twin" on one
     rollout in forty, "weak" 2 less everywhere. Paired, the verdicts part weak from the others and

@@ -371,14 +371,10 @@ class Recommendation:
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         across = [v for v in self.verdicts if v.a.rsplit(" ε=", 1)[-1] == v.b.rsplit(" ε=", 1)[-1]]
         within = [v for v in self.verdicts if v not in across]
-        if pairs == "agents" and across:
-            untold = [v for v in within if v.better is None]
-            within = [v for v in within if v.better is not None]
-        else:
-            untold = []
-        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not (within or untold) else
+        untold = [v for v in within if v.better is None] if pairs == "agents" else []
+        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not within else
                     ["  agents against each other at the same ε:", *(f"  {v.line()}" for v in across),
-                     "  the other pairs of points:", *(f"  {v.line()}" for v in within),
+                     "  the other pairs of points:", *(f"  {v.line()}" for v in within if v not in untold),
                      *([f"  cannot tell the other {len(untold)} pair(s) apart (`--pairs all` lists each, with the "
                         "live episodes that would likely decide it)"] if untold else [])])
         return [head, *rows, *verdicts, *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
