@@ -20,15 +20,18 @@ an existing file is an error unless ``overwrite`` is given.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 
 from .data import GROUND_TRUTH, LOGPROBS, TRAJECTORIES, check_output, read_table, table_from_rows, write_table
+from .data.io import atomic_open
 from .envs.episodes import Agent, EpisodeSpec, episodes_table
 from .envs.runner import EpisodeRunner
 from .policies.base import PolicyAgent
@@ -103,10 +106,11 @@ def ground_truth_rollouts(
     overwrite: bool = False,
     timings: dict | None = None,
     progress: Progress | None = None,
+    units: str | None = None,
 ) -> pa.Table:
     """π_e^ε in the environment for every ε: episode k plays the same variation with the
     same seed at every ε (appendix 'ε-greedy mixing protocol'). Returns the summary;
-    ``timings`` and ``progress`` as in :func:`run_epsilon_family`."""
+    ``timings``, ``progress`` and ``units`` as in :func:`run_epsilon_family`."""
     for path in (trajectories_out, summary_out):
         check_output(path, overwrite=overwrite)
     check_epsilons(epsilons)
@@ -115,7 +119,7 @@ def ground_truth_rollouts(
     with _runner(env, n_workers, envs_per_worker) as runner:
         trajectories, summary = run_epsilon_family(
             runner, specs, lambda eps: PolicyAgent(pi, eps), epsilons, cell=cell, policy=policy.name, timings=timings,
-            progress=progress,
+            progress=progress, units=units,
         )
     write_table(trajectories, trajectories_out, TRAJECTORIES, overwrite=overwrite)
     write_table(summary, summary_out, GROUND_TRUTH, overwrite=overwrite)
@@ -132,25 +136,64 @@ def run_epsilon_family(
     policy: str,
     timings: dict | None = None,
     progress: Progress | None = None,
+    units: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Run ``specs`` once per ε with ``agent_for(ε)`` (episode ids offset by i·len(specs) at
     the i-th ε); returns the ground-truth trajectories and their summary, one row per ε.
     ``timings`` (if given) receives the wall seconds of each ε level; ``progress(done,
-    total)`` is told of every finished episode over all levels."""
+    total)`` is told of every finished episode over all levels; ``units`` (a folder, if
+    given) keeps each finished level, and a level found there is read, not run again: the
+    episodes' seeds and ε-flips come from their specs, so a resumed run equals an unbroken one."""
     check_epsilons(epsilons)  # before any worker starts
-    runner.start()
-    tables, summary = [], []
+    levels, total = [], len(specs) * len(epsilons)
     for i, eps in enumerate(epsilons):
-        started = time.perf_counter()
-        level = [replace(s, episode=i * len(specs) + s.episode) for s in specs]
-        episodes = runner.run(level, agent_for(eps), progress=_offset(progress, i * len(specs),
-                                                                       len(specs) * len(epsilons)))
+        level = _finished_level(units, i, eps)
+        if level is None:
+            runner.start()
+            started = time.perf_counter()
+            episodes = runner.run([replace(s, episode=i * len(specs) + s.episode) for s in specs], agent_for(eps),
+                                  progress=_offset(progress, i * len(specs), total))
+            level = _kept_level(units, i, eps, episodes_table(episodes, cell=cell, source="ground_truth",
+                                                              policy=policy, epsilon=eps),
+                                _summarise(cell, policy, eps, [e.total_reward for e in episodes],
+                                           [e.success for e in episodes]),
+                                time.perf_counter() - started)
+        elif progress is not None:
+            progress((i + 1) * len(specs), total)
+        levels.append(level)
         if timings is not None:
-            timings[eps] = time.perf_counter() - started
-        tables.append(episodes_table(episodes, cell=cell, source="ground_truth", policy=policy, epsilon=eps))
-        returns, successes = [e.total_reward for e in episodes], [e.success for e in episodes]
-        summary.append(_summarise(cell, policy, eps, returns, successes))
-    return pa.concat_tables(tables), table_from_rows(summary, GROUND_TRUTH)
+            timings[eps] = level[2]
+    return (pa.concat_tables([table for table, _, _ in levels]),
+            table_from_rows([summary for _, summary, _ in levels], GROUND_TRUTH))
+
+
+def _level_files(units: str, i: int, eps: float) -> tuple[str, str]:
+    """The i-th ε level's kept episodes (Parquet) and its summary row with its wall seconds (JSON)."""
+    return f"{units}/level-{i}-eps{eps:g}.parquet", f"{units}/level-{i}-eps{eps:g}.json"
+
+
+def _finished_level(units: str | None, i: int, eps: float) -> tuple[pa.Table, dict, float] | None:
+    """The level kept under ``units``, None where it did not finish (its JSON is written last)."""
+    if units is None:
+        return None
+    episodes, summary = _level_files(units, i, eps)
+    fs, local = fsspec.core.url_to_fs(summary)
+    if not fs.exists(local):
+        return None
+    with fs.open(local, "r") as f:
+        kept = json.load(f)
+    return read_table(episodes, TRAJECTORIES), kept["summary"], kept["seconds"]
+
+
+def _kept_level(units: str | None, i: int, eps: float, table: pa.Table, summary: dict,
+                seconds: float) -> tuple[pa.Table, dict, float]:
+    """The level, written under ``units`` first where there is one (episodes, then the summary)."""
+    if units is not None:
+        episodes, summary_file = _level_files(units, i, eps)
+        write_table(table, episodes, TRAJECTORIES, overwrite=True)  # a killed run may have left it without its JSON
+        with atomic_open(summary_file, "w") as f:
+            json.dump({"summary": summary, "seconds": seconds}, f)
+    return table, summary, seconds
 
 
 def _offset(progress: Progress | None, before: int, total: int) -> Callable[[int, int], None] | None:

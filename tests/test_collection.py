@@ -5,9 +5,11 @@ import pyarrow.compute as pc
 import pytest
 
 from adwm_core.specs import EnvSpec, PolicySpec
-from adwm_core.collection import collect_behavior, extract_logprobs, ground_truth_rollouts, logged_histories
+from adwm_core.collection import (collect_behavior, episode_specs, extract_logprobs, ground_truth_rollouts,
+                                  logged_histories, run_epsilon_family)
+from adwm_core.envs.runner import EpisodeRunner
 from adwm_core.data import LOGPROBS, TRAJECTORIES, read_table
-from adwm_core.policies.base import LLMPolicy
+from adwm_core.policies.base import LLMPolicy, PolicyAgent
 from adwm_core.policies.loading import load_language_model
 from conftest import TINY_ENV, tiny_env_spec
 
@@ -46,6 +48,35 @@ def test_ground_truth_success_falls_with_epsilon(tiny_policies, tmp_path):
     firsts = table.filter(pc.equal(table["t"], 0)).to_pylist()
     by_eps = {e: [(r["variation"], r["seed"]) for r in firsts if r["epsilon"] == e] for e in (0.0, 0.5, 1.0)}
     assert by_eps[0.0] == by_eps[0.5] == by_eps[1.0] and len(by_eps[0.0]) == 24
+
+
+def test_ground_truth_resumes_at_the_first_unfinished_epsilon(tiny_policies, tmp_path):
+    """A run killed at its second ε keeps the first level; the rerun reads it, runs the rest,
+    and returns what an unbroken run returns."""
+    pi = LLMPolicy(load_language_model(tiny_policies["late"]), NAME, "p0")
+    specs = episode_specs(ENV.instances(), range(6), 42)
+    units, epsilons = str(tmp_path / "units"), (0.0, 0.5, 1.0)
+
+    def killed_at_half(eps):
+        if eps == 0.5:
+            raise KeyboardInterrupt("killed")
+        return PolicyAgent(pi, eps)
+
+    asked = []
+
+    def counted(eps):
+        asked.append(eps)
+        return PolicyAgent(pi, eps)
+
+    with EpisodeRunner(ENV.name, ENV.options, n_workers=1, envs_per_worker=6, max_steps=ENV.max_steps) as runner:
+        family = dict(cell="c", policy="tiny-late")
+        with pytest.raises(KeyboardInterrupt):
+            run_epsilon_family(runner, specs, killed_at_half, epsilons, units=units, **family)
+        timings = {}
+        resumed = run_epsilon_family(runner, specs, counted, epsilons, units=units, timings=timings, **family)
+        unbroken = run_epsilon_family(runner, specs, lambda eps: PolicyAgent(pi, eps), epsilons, **family)
+    assert asked == [0.5, 1.0] and set(timings) == set(epsilons)
+    assert resumed[0].equals(unbroken[0]) and resumed[1].equals(unbroken[1])
 
 
 def test_behaviour_pool_members_share_the_trajectories(behaviour):
