@@ -75,13 +75,21 @@ def upstream_stages(config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for name in names if name not in ESTIMATOR_STAGES))
 
 
-def prepare_batch(batch: str) -> None:
-    """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent)."""
-    for cell in batch_cells(batch):
+def prepare_batch(batch: str, reverse: bool = False) -> None:
+    """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent);
+    ``reverse``: from the batch's last cell, for a second worker (the stage locks keep two apart)."""
+    cells = batch_cells(batch)
+    for cell in reversed(cells) if reverse else cells:
         config = cell_config(cell)
         stages = upstream_stages(config)
-        print(f"{cell}: preparing {', '.join(stages)}", flush=True)
-        pipeline.run_all(config, stages)
+        _stamped(f"{cell}: preparing {', '.join(stages)}")
+        pipeline.run_all(config, stages, log=_stamped)
+    _stamped(f"batch {batch!r}: upstream complete")
+
+
+def _stamped(message: str) -> None:
+    """A progress line with the wall clock, so that the stages' durations read off the log."""
+    print(time.strftime("%H:%M:%S"), message, flush=True)
 
 
 def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
@@ -161,10 +169,12 @@ def main() -> None:
     read.add_argument("--again", action="store_true", help="read a batch already read (it becomes seen)")
     prepare = commands.add_parser("prepare", help="build a test batch's upstream stages only, reading nothing")
     prepare.add_argument("batch")
+    prepare.add_argument("--reverse", action="store_true",
+                         help="from the last cell: a second worker beside a first one (the stage locks keep them apart)")
     commands.add_parser("show", help="the batches' tables from the ledger, computing nothing")
     args = parser.parse_args()
     if args.command == "prepare":
-        prepare_batch(args.batch)
+        prepare_batch(args.batch, args.reverse)
         return
     if args.command == "read":
         read_batch(args.batch, args.again)
