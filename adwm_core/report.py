@@ -482,18 +482,24 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
     return lines
 
 
+def axis_limits(return_range: tuple[float, float]) -> tuple[float, float]:
+    """The plot's y-range: ``return_range`` widened by the slack a recommended estimate is allowed
+    (``RANGE_SLACK`` of its width on each side)."""
+    low, high = return_range
+    slack = RANGE_SLACK * (high - low)
+    return low - slack, high + slack
+
+
 def plotted_series(curves: dict, return_range: tuple[float, float]) -> tuple[dict[str, np.ndarray], list[str]]:
     """The faded series the plot draws (every estimator on the return scale but the recommended
     estimate's source, drawn as the recommended estimate) and those it names below the axes
-    instead: a value outside ``return_range`` by more than the slack a recommended estimate is
-    allowed (``RANGE_SLACK`` of its width), or not finite."""
-    low, high = return_range
-    slack = RANGE_SLACK * (high - low)
+    instead: a value off :func:`axis_limits`, or not finite."""
+    low, high = axis_limits(return_range)
     source = (curves.get(RECOMMENDED) or {}).get("source")
     others = {name: np.asarray(values, float) for name, values in curves["estimators"].items()
               if on_the_return_scale(name) and name != source}
     outside = sorted(name for name, v in others.items() if not (np.all(np.isfinite(v)) and
-                                                                np.all((v >= low - slack) & (v <= high + slack))))
+                                                                np.all((v >= low) & (v <= high))))
     return {name: v for name, v in others.items() if name not in outside}, outside
 
 
@@ -508,7 +514,6 @@ def plot(curves: dict, path, title: str, return_range: tuple[float, float]) -> N
     from matplotlib import pyplot
 
     low, high = return_range
-    slack = RANGE_SLACK * (high - low)
     others, outside = plotted_series(curves, return_range)
     shown = list(others)
     colours = pyplot.get_cmap("tab20")(np.linspace(0, 1, max(len(shown), 1), endpoint=False))
@@ -528,7 +533,7 @@ def plot(curves: dict, path, title: str, return_range: tuple[float, float]) -> N
             panel.plot(x, value, color="tab:red", linewidth=2.5, marker="o", label=f"{RECOMMENDED} ({reading['source']})")
         if curves["ground_truth"] is not None:
             panel.plot(x, [curves["ground_truth"][i] for i in at], color="k", linewidth=3, label="ground truth J")
-        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title, ylim=(low - slack, high + slack))
+        panel.set(xlabel="ε", title=policy if len(policies) > 1 else title, ylim=axis_limits(return_range))
     panels[0][0].set_ylabel("Ĵ (return)")
     panels[0][-1].legend(fontsize=7, ncol=2)
     if len(policies) > 1:
