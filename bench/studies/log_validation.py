@@ -1,0 +1,199 @@
+"""Validation inside the log: which estimator a cell's own log says to trust (the candidate
+proposed in docs/notebook.md, 2026-12-01, after Cief, Kveton and Kompan, AAAI 2025).
+
+Per cell, each behaviour group g — a pool model at one prompt variant — is held out in turn. The
+other groups are the fold's log; g at ε = 0 is its one π_e (the behaviour ran greedy, so g's
+logged mean return J_g is that π_e's value); every estimator runs on the fold as on the cell
+(:func:`fold_config`: the cell's settings, its log less g, one point). An estimator's score is
+the mean over folds of |Ĵ_g − J_g| / S, S the cell's scale, and :func:`choose` takes the
+estimator with the smallest score that the bench ranks (ties: its mean ρ on the other cells).
+The choice reads the cell's log and nothing of its own points or their ground truth; grading it
+against J comes after, from the shipped bench's figures of the cell, under bench/ADOPTION.md
+(the chosen estimator's ρ, NMAE and own-interval coverage against the headline's).
+
+Caveat, written before any run: the held-out groups lie on the log's support and a cell's π_e
+need not, so the score may favour the estimators that do well there. Cost: per group, the fold's
+log-probs, a world model and every estimator at one ε (about the cell's estimator cost per group).
+
+`python -m bench.studies.log_validation [CELL ...]` (default: the development cells; each cell's
+upstream is built first where it is not) → bench/results/log_validation.{md,json}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from adwm_core import pipeline
+from adwm_core.cell import Behaviour, CellConfig, Evaluation
+from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table, write_table
+from adwm_core.ope.statistics.metrics import normalised_absolute_error
+from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
+from adwm_core.paths import local_cache_dir
+from adwm_core.specs import LogSource, PolicySpec
+from adwm_core.stages.report import return_range_and_scale
+from bench.adoption import HEADLINE, CellFigures, decide, mean_interval
+from bench.common import RESULTS, cell_config, development_cells, machine
+
+FOLD_EPSILON = 0.0  # the behaviour ran greedy: a held-out group is its π_e at ε = 0
+
+
+def group_values(trajectories: pa.Table) -> dict[str, float]:
+    """Each behaviour group (the ``policy`` column) → its logged mean return (the mean over its
+    episodes of their rewards' sum)."""
+    episodes = trajectories.group_by(["policy", "episode"]).aggregate([("reward", "sum")])
+    groups = episodes.group_by("policy").aggregate([("reward_sum", "mean")])
+    return dict(sorted(zip(groups["policy"].to_pylist(), groups["reward_sum_mean"].to_pylist())))
+
+
+def group_member(config: CellConfig, group: str) -> PolicySpec:
+    """The pool member (model at its prompt variant) that logged ``group``."""
+    members = {spec.with_variant(v).name: spec.with_variant(v)
+               for spec in config.behaviour.pool for v in config.behaviour.variants}
+    if group not in members:
+        raise ValueError(f"{config.name}: the log's group {group!r} is no member of the pool {sorted(members)}")
+    return members[group]
+
+
+def fold_config(config: CellConfig, member: PolicySpec, log: str) -> CellConfig:
+    """The cell with ``log`` (its behaviour log less ``member``'s episodes) imported as its behaviour
+    data, ``member`` at ε = 0 its one π_e, and no ground truth (the fold's truth is the log's)."""
+    behaviour = Behaviour(pool=config.behaviour.pool, variants=config.behaviour.variants,
+                          logs=LogSource(log, "parquet"))
+    return config.model_copy(update={"behaviour": behaviour, "ground_truth": None,
+                                     "evaluation": Evaluation(policies=(member,), epsilons=(FOLD_EPSILON,))})
+
+
+def fold_log(trajectories: pa.Table, group: str, path: str) -> str:
+    """``trajectories`` less ``group``'s episodes, written to ``path`` (kept where it holds them already)."""
+    kept = trajectories.filter(pc.not_equal(trajectories["policy"], group))
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_table(kept, path, TRAJECTORIES)
+    elif not read_table(path, TRAJECTORIES).equals(kept):
+        raise RuntimeError(f"{path} holds another fold's log; remove it to cut the log again")
+    return path
+
+
+def fold_estimates(fold: CellConfig) -> dict[str, float]:
+    """Every estimator's seed-mean Ĵ of the fold's π_e at ε = 0 (its ADWM and baselines stages run first)."""
+    (member,) = fold.evaluation.policies
+    pipeline.run_all(fold, ("adwm", "baselines"))
+    values: dict[str, list[float]] = {}
+    for stage in ("adwm", "baselines"):
+        table = read_table(pipeline.locate(fold, stage, member).file("estimates"), ESTIMATES)
+        for row in table.to_pylist():
+            values.setdefault(row["estimator"], []).append(row["value"])
+    return {name: float(np.mean(v)) for name, v in values.items()}
+
+
+def fold_scores(config: CellConfig) -> dict:
+    """Per held-out group its J_g and every estimator's Ĵ_g, and per estimator the mean score
+    |Ĵ_g − J_g| / S over the groups (infinite where a fold's Ĵ is not finite). The folds' logs
+    are kept beside the cell's behaviour data, named by its key."""
+    behaviour = pipeline.run_all(config, ("behaviour",))
+    trajectories = read_table(behaviour.file("trajectories"), TRAJECTORIES)
+    _, scale = return_range_and_scale(config, trajectories)
+    if not scale:
+        raise ValueError(f"{config.name}: no scale to measure errors in (no declared range, returns do not spread)")
+    folds = {}
+    for group, truth in group_values(trajectories).items():
+        log = fold_log(trajectories, group, f"{local_cache_dir('folds', config.name, behaviour.key[:16])}/{group}.parquet")
+        folds[group] = {"truth": truth, "estimates": fold_estimates(fold_config(config, group_member(config, group), log))}
+    estimators = set.intersection(*(set(f["estimates"]) for f in folds.values()))
+    scores = {name: float(np.mean([abs(f["estimates"][name] - f["truth"]) / scale for f in folds.values()]))
+              for name in sorted(estimators)}
+    return {"scale": scale, "folds": folds, "scores": {n: s if math.isfinite(s) else math.inf for n, s in scores.items()}}
+
+
+def choose(scores: Mapping[str, float], bench_rho: Mapping[str, float]) -> str | None:
+    """The estimator with the smallest finite fold score among those the bench ranks (ties: the
+    higher mean ρ on the bench); None where there is none. Reads the folds' scores and the bench
+    alone: nothing of the cell's own points."""
+    ranked = [name for name, score in scores.items()
+              if math.isfinite(score) and math.isfinite(bench_rho.get(name, math.nan))]
+    return min(ranked, key=lambda name: (scores[name], -bench_rho[name]), default=None)
+
+
+def bench_mean_rho(bench: BenchCalibration, estimators: Sequence[str], leave_out: str) -> dict[str, float]:
+    """Estimator → its mean ρ over the bench's cells but ``leave_out`` that rank it (absent: none does)."""
+    found = {}
+    for name in estimators:
+        rhos = [r for c in bench.cells if c.name != leave_out
+                if math.isfinite(r := bench.rhos.get((c.name, name), math.nan))]
+        if rhos:
+            found[name] = float(np.mean(rhos))
+    return found
+
+
+def graded(cell: BenchCell, chosen: str | None) -> dict[str, float] | None:
+    """The chosen estimator's ρ, NMAE and own-interval coverage on the cell, read from the bench
+    after the choice (None where nothing was chosen or the bench lacks it)."""
+    if chosen is None or chosen not in cell.estimates:
+        return None
+    read = cell.read(chosen)
+    values = [cell.estimates[chosen][p] for p in read]
+    return {"rho": cell.rho(chosen),
+            "nmae": normalised_absolute_error(values, [cell.truth[p] for p in read]) if len(read) >= 2 else math.nan,
+            "coverage": cell.coverage.get(chosen, math.nan)}
+
+
+def study(cells: Sequence[str], bench: BenchCalibration) -> dict:
+    """Each cell's fold scores and choice (the bench's mean ρ for ties left the cell out), and the
+    choice graded against the headline under bench/ADOPTION.md."""
+    found, figures = {}, {}
+    by_name = {c.name: c for c in bench.cells}
+    for name in cells:
+        scored = fold_scores(cell_config(name))
+        chosen = choose(scored["scores"], bench_mean_rho(bench, scored["scores"], leave_out=name))
+        found[name] = {**scored, "chosen": chosen}
+        if name in by_name:
+            cell = by_name[name]
+            figures[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, chosen))
+        print(f"{name}: chose {chosen}", flush=True)
+    verdict = decide(figures)
+    return {"machine": machine(), "bench_commit": bench.commit, "cells": found,
+            "graded": {n: {"default": f.default, "candidate": f.candidate} for n, f in figures.items()},
+            "verdict": {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted,
+                        "means": verdict.means}}
+
+
+def markdown(result: dict) -> str:
+    lines = ["# Validation inside the log: the estimator each cell's own log chose", "",
+             __doc__.split("\n\n")[1].replace("\n", " "), "",
+             f"Bench figures at `{result['bench_commit']}`; machine `{json.dumps(result['machine'])}`.", "",
+             "| cell | groups | chosen | its fold score | headline's fold score | ρ chosen / headline | "
+             "NMAE chosen / headline |", "|---|---|---|---|---|---|---|"]
+    for name, cell in result["cells"].items():
+        grades = result["graded"].get(name, {})
+        default, candidate = grades.get("default") or {}, grades.get("candidate") or {}
+        scores = cell["scores"]
+        lines.append(f"| {name} | {len(cell['folds'])} | {cell['chosen']} | {scores.get(cell['chosen'], math.nan):.3f} | "
+                     f"{scores.get(HEADLINE, math.nan):.3f} | {candidate.get('rho', math.nan):+.2f} / "
+                     f"{default.get('rho', math.nan):+.2f} | {candidate.get('nmae', math.nan):.2f} / "
+                     f"{default.get('nmae', math.nan):.2f} |")
+    verdict = result["verdict"]
+    lines += ["", f"**The rule's verdict: {'adopt' if verdict['adopt'] else 'keep the default'}** — "
+              + "; ".join(verdict["reasons"]), ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cells", nargs="*", help="cells to validate (default: every development cell)")
+    args = parser.parse_args(argv)
+    result = study(args.cells or development_cells(), BenchCalibration.shipped())
+    (RESULTS / "log_validation.json").write_text(json.dumps(result, indent=1, default=float))
+    (RESULTS / "log_validation.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+import math
+import os
+
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from adwm_core import pipeline
+from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.paths import artifact_path
+from bench.common import cell_config
+from adwm_core.ope.statistics.recommend import BenchCalibration
+from bench.studies.log_validation import choose, group_values, markdown, study
+from conftest import tiny_cell
+
+
+def test_the_choice_takes_the_smallest_finite_score_the_bench_ranks_and_breaks_ties_by_its_rho():
+    scores = {"A": 0.10, "B": 0.10, "C": 0.05, "D": math.inf, "E": 0.01}
+    rho = {"A": 0.2, "B": 0.6, "C": 0.1, "D": 0.9}  # E: the bench does not rank it
+    assert choose(scores, rho) == "C"
+    assert choose({k: scores[k] for k in "ABD"}, rho) == "B"
+    assert choose({"D": math.inf, "E": 0.01}, rho) is None
+
+
+def test_each_behaviour_group_is_held_out_as_pi_e_at_epsilon_0_and_no_ground_truth_runs(tiny_policies, tmp_path):
+    config = yaml.safe_load(open(tiny_cell(tmp_path / "cell.yaml", tiny_policies)))
+    config["name"] = "tiny-folds"
+    (tmp_path / "folds.yaml").write_text(yaml.safe_dump(config))
+    path = str(tmp_path / "folds.yaml")
+    cell = cell_config(path)
+    result = study([path], BenchCalibration.shipped())
+    scored = result["cells"][path]
+
+    log = read_table(pipeline.run_all(cell, ("behaviour",)).file("trajectories"), TRAJECTORIES)
+    truths = group_values(log)
+    assert sorted(truths) == ["early@p0", "late@p0"] == sorted(scored["folds"])
+    for group, fold in scored["folds"].items():
+        episodes = log.filter(pc.equal(log["policy"], group)).group_by("episode").aggregate([("reward", "sum")])
+        assert fold["truth"] == pytest.approx(sum(episodes["reward_sum"].to_pylist()) / episodes.num_rows)
+    assert math.isfinite(scored["scores"]["ADWM:reward_sum"]) and scored["scale"] > 0
+    assert scored["scores"]["ADWM:reward_sum"] == pytest.approx(
+        sum(abs(f["estimates"]["ADWM:reward_sum"] - f["truth"]) for f in scored["folds"].values()) / 2 / scored["scale"])
+    # each fold's log is the cell's less its group, and the cell's ground truth never ran
+    folds = [os.path.join(root, name) for root, _, names in os.walk(os.environ["ADWM_HOME"]) for name in names
+             if root.split(os.sep)[-3:-1] == ["folds", "tiny-folds"]]
+    assert sorted(os.path.basename(f) for f in folds) == ["early@p0.parquet", "late@p0.parquet"]
+    for fold_file in folds:
+        held_out = os.path.basename(fold_file).removesuffix(".parquet")
+        assert set(read_table(fold_file, TRAJECTORIES)["policy"].to_pylist()) == set(truths) - {held_out}
+    assert not os.path.exists(artifact_path("cells", "tiny-folds", "ground-truth"))
+    # the bench holds no such cell: chosen by the folds, graded nowhere, and the rule gives no verdict
+    assert scored["chosen"] in scored["scores"] and result["graded"] == {}
+    table = markdown(result)
+    assert f"| {path} | 2 | {scored['chosen']} |" in table and "keep the default** — no verdict: 0 counted" in table
