@@ -11,7 +11,8 @@ estimator ρ, NMAE, coverage, decided and precision. A batch already read is ref
 says so (:func:`standing`). `python -m bench.ledger prepare BATCH`: only the stages no figure
 comes from (policies, behaviour, log-probs, world model, ψ, ground truth) of the admitted cells, so
 that the one reading, later, computes just the estimator stages; it reads and appends nothing, and
-may be stopped and resumed (finished stages are kept). `python -m bench.ledger show`: the batches'
+may be stopped and resumed (finished stages are kept, and the small ones also in bench/store to
+commit, which the next session's prepare restores: bench/store.py). `python -m bench.ledger show`: the batches'
 tables from the ledger, computing nothing. → bench/results/ledger.jsonl, bench/results/test_batches.md
 """
 
@@ -27,8 +28,9 @@ import numpy as np
 
 from adwm_core import pipeline
 from adwm_core.provenance import source_version
+from bench import store
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS
-from bench.common import RESULTS, admitted_cells, cell_config, test_batches
+from bench.common import REPO, RESULTS, admitted_cells, cell_config, test_batches
 from bench.figures import cell_results, mean_with_interval, truth_split_pairs
 
 LEDGER = RESULTS / "ledger.jsonl"
@@ -79,12 +81,21 @@ def prepare_batch(batch: str, reverse: bool = False) -> None:
     """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent);
     ``reverse``: from the batch's last cell, for a second worker (the stage locks keep two apart)."""
     cells = batch_cells(batch)
+    restored = store.restore()
+    _stamped(f"restored {len(restored)} kept stage(s) from {store.STORE.relative_to(REPO)}")
     for cell in reversed(cells) if reverse else cells:
         config = cell_config(cell)
         stages = upstream_stages(config)
         _stamped(f"{cell}: preparing {', '.join(stages)}")
-        pipeline.run_all(config, stages, log=_stamped)
+        for step in pipeline.plan(config, stages):
+            pipeline.run(config, step.name, step.policy, log=_stamped, on_start=_started)
+            store.keep(config, step)
     _stamped(f"batch {batch!r}: upstream complete")
+
+
+def _started(artifact: pipeline.Artifact, reused: bool) -> None:
+    if not reused:
+        _stamped(f"computing {artifact.path}")
 
 
 def _stamped(message: str) -> None:
