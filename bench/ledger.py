@@ -88,8 +88,7 @@ def prepare_batch(batch: str, reverse: bool = False) -> None:
         stages = upstream_stages(config)
         _stamped(f"{cell}: preparing {', '.join(stages)}")
         for step in pipeline.plan(config, stages):
-            pipeline.run(config, step.name, step.policy, log=_stamped, on_start=_started)
-            store.keep(config, step)
+            store.keep(pipeline.run(config, step.name, step.policy, log=_stamped, on_start=_started))
     _stamped(f"batch {batch!r}: upstream complete")
 
 

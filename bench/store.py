@@ -37,10 +37,9 @@ def kept_file(artifact: pipeline.Artifact, store: Path = STORE) -> Path:
     return store / cell / stage / f"{name}.tar.gz"
 
 
-def keep(config: CellConfig, step: pipeline.Step, store: Path = STORE) -> Path | None:
-    """The finished artifact of ``step`` written to the store (atomically; an existing one is kept);
+def keep(artifact: pipeline.Artifact, store: Path = STORE) -> Path | None:
+    """A finished stage ``artifact`` written to the store (atomically; an existing one is kept);
     None where it is too large or not finished, or the root is not a local folder."""
-    artifact = pipeline.locate(config, step.name, step.policy)
     if "://" in artifact.path or not pipeline.is_finished(artifact) or folder_bytes(artifact.path) > MAX_BYTES:
         return None
     target = kept_file(artifact, store)
@@ -71,7 +70,8 @@ def restore(store: Path = STORE) -> list[str]:
 
 def keep_finished(config: CellConfig, stages: tuple[str, ...]) -> list[Path]:
     """Every finished artifact of ``stages`` of the cell kept (``keep``); those written or found."""
-    return [kept for step in pipeline.plan(config, stages) if (kept := keep(config, step)) is not None]
+    return [kept for step in pipeline.plan(config, stages)
+            if (kept := keep(pipeline.locate(config, step.name, step.policy))) is not None]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,12 +15,11 @@ def test_a_kept_stage_is_restored_into_an_empty_root_and_reused_at_its_key(tiny_
     (tmp_path / "store.yaml").write_text(yaml.safe_dump(raw))
     config = cell_config(str(tmp_path / "store.yaml"))
     kept_in = tmp_path / "kept"
-    (step,) = pipeline.plan(config, ("behaviour",))
     built = pipeline.run(config, "behaviour")
-    kept = store.keep(config, step, kept_in)
+    kept = store.keep(built, kept_in)
     assert kept == kept_in / "tiny-store" / "behaviour" / f"{built.key[:16]}.tar.gz" and kept.exists()
     written = kept.stat().st_mtime_ns
-    assert store.keep(config, step, kept_in) == kept and kept.stat().st_mtime_ns == written  # never rewritten
+    assert store.keep(built, kept_in) == kept and kept.stat().st_mtime_ns == written  # never rewritten
 
     monkeypatch.setenv("ADWM_HOME", str(tmp_path / "fresh-root"))
     assert not pipeline.is_finished(pipeline.locate(config, "behaviour"))
@@ -34,4 +33,4 @@ def test_a_kept_stage_is_restored_into_an_empty_root_and_reused_at_its_key(tiny_
     assert store.restore(kept_in) == []  # a folder the root holds is left as it is
 
     monkeypatch.setattr(store, "MAX_BYTES", 1)
-    assert store.keep(config, step, tmp_path / "small") is None and not os.path.exists(tmp_path / "small")
+    assert store.keep(built, tmp_path / "small") is None and not os.path.exists(tmp_path / "small")
