@@ -77,9 +77,11 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     """How to read the logs: the flags ``adwm import`` and ``adwm evaluate`` share."""
     parser.add_argument("--env", required=True, help="the environment the logs come from (see `adwm envs`)")
     parser.add_argument("--task", default="*", help="task type(s) of the environment, comma-separated (default: all)")
-    parser.add_argument("--format", dest="logs_format", choices=("jsonl", "hf", "parquet"),
-                        help="jsonl: a file or folder of JSONL, JSON or text transcripts (maybe .gz); hf: a saved or "
-                             "cached dataset; parquet: trajectories or a table of steps (default: told by the path)")
+    parser.add_argument("--format", dest="logs_format", choices=("jsonl", "csv", "hf", "parquet"),
+                        help="jsonl: a file or folder of JSONL, JSON, text transcripts or chat exports (maybe .gz); "
+                             "csv: a CSV or TSV table of steps; hf: a saved or cached dataset; parquet: trajectories "
+                             "or a table of steps (default: told by the path's suffix; a local file of another "
+                             "suffix is refused until this says)")
     parser.add_argument("--fields", nargs="+", action="extend", default=[], metavar="KEY=SOURCE",
                         help="read KEY from the logs' SOURCE key, e.g. conversations=messages reward=score; KEY one of "
                              f"{', '.join(sorted({*LOG_FIELDS, OPENING_FIELD}))}")
@@ -103,12 +105,22 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outcome-line", metavar="REGEX",
                         help="text logs: the line that holds each episode's outcome, its first group the reward or "
                              "true/false, e.g. \"reward = (\\S+)\"")
+    parser.add_argument("--success-line", metavar="REGEX",
+                        help="text and chat logs: a line that marks a success (an episode without one is a failure), "
+                             "e.g. \"Thank you for shopping\"")
+    parser.add_argument("--max-score", type=float, metavar="N",
+                        help="the score that finishes the game, for rewards given as points: rewards are read as "
+                             "fractions of it, a success where the score reaches it (default: the logs' own Max Score)")
+    parser.add_argument("--success-at", type=float, metavar="X",
+                        help="an episode without a success flag succeeds where its return reaches X (or where the "
+                             "number under --fields success=KEY does)")
     parser.add_argument("--split", help="the split of a dataset with several (default train)")
 
 
 def log_source(args: argparse.Namespace) -> LogSource:
-    """The logs the parsed ``add_log_arguments`` flags describe, their environment and task checked."""
-    check_env_task(args.env, args.task)
+    """The logs the parsed ``add_log_arguments`` flags describe, their path's format told (a local
+    file no reader takes is refused first, in a fraction of a second), their environment and task
+    checked."""
     fields = {}
     for pair in args.fields:
         key, sep, value = pair.partition("=")
@@ -116,20 +128,24 @@ def log_source(args: argparse.Namespace) -> LogSource:
             raise ValueError(f"--fields {pair!r}: expected KEY=SOURCE, e.g. conversations=messages")
         fields[key] = value
     try:
-        return LogSource(args.logs, args.logs_format, fields=fields, split=args.split,
+        source = LogSource(args.logs, args.logs_format, fields=fields, split=args.split,
                          preamble_turns=args.preamble_turns, thoughts=args.thoughts, agent_prefix=args.agent_prefix,
                          step_observation=args.step_observation, rewards=args.rewards,
                          allow_degenerate=args.allow_degenerate, strip=tuple(args.strip),
-                         outcome_line=args.outcome_line)
+                         outcome_line=args.outcome_line, success_line=args.success_line, max_score=args.max_score,
+                         success_at=args.success_at).checked()
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise ValueError(f"the logs' reading flags: {problems}") from None
+    check_env_task(args.env, args.task)
+    return source
 
 
 def _import(args: argparse.Namespace) -> int:
+    source = log_source(args)  # a path no reader takes is refused before the readers load
     from .data.logs import inspect_logs
 
-    _, summary = inspect_logs(log_source(args), cell="import")
+    _, summary = inspect_logs(source, cell="import")
     print("\n".join(summary.lines(args.show_steps)))
     return 0
 

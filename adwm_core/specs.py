@@ -92,9 +92,13 @@ def check_epsilons(epsilons: Sequence[float]) -> None:
         raise ValueError(f"ε levels must be a non-empty list of values in [0, 1], got {list(epsilons)}")
 
 
-LogFormat = Literal["parquet", "jsonl", "hf"]
+LogFormat = Literal["parquet", "jsonl", "csv", "hf"]
+# the files a logs path may name, by suffix (each may be .gz): what each is read as
+LOG_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "jsonl", ".log": "jsonl", ".md": "jsonl",
+                ".markdown": "jsonl", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 LOG_FIELDS = {"episode_id": "item_id", "conversations": "conversations", "role": "from", "text": "value",
-              "reward": "reward", "success": "success", "logprob": "logprob"}
+              "reward": "reward", "success": "success", "logprob": "logprob", "observation": "observation",
+              "action": "action"}
 OPENING_FIELD = "opening"  # a key holding the first observation, kept apart from the turns (no default)
 
 
@@ -115,7 +119,12 @@ class LogSource(Spec):
     unset: a score that never goes down is read as running. ``allow_degenerate``: import logs
     whose steps nearly all take one action. ``strip``: regular expressions; observation lines
     one matches whole are removed. ``outcome_line``: a regular expression whose first group,
-    on a line of a text episode, is its reward or success."""
+    on a line of a text episode, is its reward or success. ``success_line``: a regular expression;
+    a text or chat episode with a line it matches is a success, one without a failure.
+    ``max_score``: the score that finishes a game, for logs whose rewards are points (rewards are
+    read as fractions of it, a success where an episode's return reaches it); the logs' own ``Max
+    Score`` field does the same per episode. ``success_at``: the return (or the number under the
+    success key) from which an episode is a success."""
 
     _positional = ("path", "format")
     path: str = Field(min_length=1)
@@ -130,6 +139,9 @@ class LogSource(Spec):
     allow_degenerate: bool = False
     strip: tuple[str, ...] = ()
     outcome_line: str | None = None
+    success_line: str | None = None
+    max_score: float | None = Field(default=None, gt=0)
+    success_at: float | None = None
 
     @field_validator("strip")
     @classmethod
@@ -145,6 +157,13 @@ class LogSource(Spec):
             raise ValueError(f"{value!r} has no group: put the reward or flag in parentheses, e.g. 'reward = (\\S+)'")
         return value
 
+    @field_validator("success_line")
+    @classmethod
+    def _success_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compiled(value, "success_line")
+        return value
+
     @field_validator("fields")
     @classmethod
     def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
@@ -155,17 +174,39 @@ class LogSource(Spec):
 
     @property
     def resolved_format(self) -> str:
+        """How the path is read: its ``format``, else told by its suffix (``LOG_SUFFIXES``), a
+        plain folder's files each by their own; a saved dataset's folder, or a name that is no
+        path on this machine, is ``hf``. A local file of any other suffix is refused at once: a
+        path on this machine is never looked up on a hub."""
         if self.format is not None:
             return self.format
         name = self.path.rstrip("/").lower().removesuffix(".gz")
-        if name.endswith(".parquet"):
-            return "parquet"
-        if name.endswith((".jsonl", ".json", ".txt", ".log")) or _is_plain_folder(self.path):
+        suffix = next((s for s in LOG_SUFFIXES if name.endswith(s)), None)
+        if suffix is not None:
+            return LOG_SUFFIXES[suffix]
+        if _is_plain_folder(self.path):
             return "jsonl"
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise ValueError(f"{self.path}: a file whose name says no logs format ({unknown_suffix(self.path)}). "
+                             f"Formats read: {', '.join(LOG_SUFFIXES)} (each may be .gz). Say which it is with "
+                             "--format jsonl (JSON, JSONL or text, told by the content), --format csv (a table with "
+                             "a header, comma or tab separated) or --format parquet")
         return "hf"  # a saved dataset's folder or a dataset name
 
     def key(self, name: str) -> str:
         return self.fields.get(name, LOG_FIELDS[name])
+
+    def checked(self) -> "LogSource":
+        """The source, its path's format told (``resolved_format``): a local file no reader takes
+        is refused here, before anything loads or any network is asked."""
+        self.resolved_format
+        return self
+
+
+def unknown_suffix(path: str) -> str:
+    """How a file's suffix is shown when it names no logs format."""
+    suffix = os.path.splitext(os.path.basename(path).removesuffix(".gz"))[1]
+    return f"suffix {suffix!r}" if suffix else "no suffix"
 
 
 def _compiled(pattern: str, what: str) -> re.Pattern:

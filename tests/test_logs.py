@@ -439,7 +439,8 @@ def test_fields_are_honoured_on_step_rows_and_a_flag_that_changes_nothing_is_ref
     status, _, error = _import(path, "--fields", "reward=points")
     assert status == 2 and "--fields reward=points: no episode, turn or step holds 'points'" in error
     assert "traj_id" in error and "isCompleted" in error  # the keys that are there
-    assert read_logs(LogSource(str(path), rewards="per-step"), cell="t")["reward"].to_pylist()[:3] == [0.0, 0.5, 1.0]
+    per_step = LogSource(str(path), rewards="per-step", success_at=1.0)  # returns above 1: success declared
+    assert read_logs(per_step, cell="t")["reward"].to_pylist()[:3] == [0.0, 0.5, 1.0]
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text(json.dumps({"messages": [{"role": "user", "content": "o"}, {"role": "assistant",
                                                                                     "content": "look"}],
@@ -480,8 +481,8 @@ def test_a_running_score_is_read_as_differences_and_a_score_that_goes_down_asks(
     assert [r["reward"] for r in first] == [b - a for a, b in zip([0.0, *running], running)]
     assert [r["score"] for r in first] == running and first[-1]["success"]
     assert summary.readings["episodes whose per-step 'score' is a running score, read as its per-step differences"] == 2
-    assert read_logs(LogSource(str(path), step_observation="after", rewards="per-step"), cell="t")[
-        "reward"].to_pylist()[:4] == running
+    assert read_logs(LogSource(str(path), step_observation="after", rewards="per-step", success_at=1.0), cell="t")[
+        "reward"].to_pylist()[:4] == running  # a return above 1 is a success only where declared
     path.write_text(json.dumps({"5": _science_history(5, ["0.0", "0.5", "0.25"])}))
     status, _, error = _import(path, "--step-observation", "after")
     assert status == 2 and "episode '5': (reward per step): the per-step 'score' goes down (0.5 → 0.25)" in error
@@ -489,7 +490,7 @@ def test_a_running_score_is_read_as_differences_and_a_score_that_goes_down_asks(
     steps = tmp_path / "rewards.jsonl"  # a running total under 'reward': read so only when told
     steps.write_text("".join(json.dumps({"episode": 0, "observation": f"o{t}", "action": "a", "reward": r}) + "\n"
                              for t, r in enumerate([0.5, 1.0])))
-    assert read_logs(LogSource(str(steps)), cell="t")["reward"].to_pylist() == [0.5, 1.0]
+    assert read_logs(LogSource(str(steps), success_at=1.0), cell="t")["reward"].to_pylist() == [0.5, 1.0]
     assert read_logs(LogSource(str(steps), rewards="cumulative"), cell="t")["reward"].to_pylist() == [0.5, 0.5]
 
 
@@ -621,3 +622,201 @@ def test_fields_read_where_they_are_used_a_dotted_id_and_a_log_prob_kept_on_the_
                       .to_pylist())) == [3, 7]
     status, _, error = _import(path, "--fields", "logprob=meta.lp")
     assert status == 2 and "--fields logprob=meta.lp: no turn or step holds 'meta.lp', so this changes nothing" in error
+
+
+def test_a_table_of_steps_reads_in_any_column_order_as_csv_or_tsv_and_fields_name_its_columns(tmp_path):
+    """One CSV per episode in either of BALROG's column orders, a TSV whose columns need naming,
+    an episode column, a counter that starts again: each read as a user would expect."""
+    newer = tmp_path / "newer.csv"  # BALROG's later column order, no summary beside it
+    newer.write_text('Step,Action,Reasoning,Observation,Reward,Done\n0,go north,,"A hall.\nA door.",0,False\n'
+                     "1,open door,I see a door,Open.,1,True\n")
+    table, summary = inspect_logs(LogSource(str(newer)), cell="t")
+    assert summary.layout == "CSV, one episode per file" and table["action"].to_pylist() == ["go north", "open door"]
+    assert table["observation"][0].as_py() == "A hall.\nA door." and table["response"][1].as_py().startswith("I see")
+    assert table["reward"].to_pylist() == [0.0, 1.0] and table["success"].to_pylist() == [False, True]
+    assert any("--step-observation after" in line for line in summary.readings)  # the reading it cannot know
+    tsv = tmp_path / "run.tsv"
+    tsv.write_text("turn\tRoom\tCommand\treward\nt0\tA hall.\tgo north\t0\nt1\tA room.\ttake key\t1\n")
+    status, _, error = _import(tsv, "--env", "textworld")
+    assert status == 2 and "--fields observation=COLUMN action=COLUMN" in error and "Room, Command" in error
+    status, printed, _ = _import(tsv, "--env", "textworld", "--fields", "observation=Room", "action=Command")
+    assert status == 0 and "layout:    TSV, one episode per file" in printed and "steps: 2   successes: 1" in printed
+    grouped = tmp_path / "two.csv"
+    grouped.write_text("episode,observation,action,reward\n7,a,x,0\n8,b,y,1\n7,c,z,1\n")
+    assert [r["action"] for r in read_logs(LogSource(str(grouped)), cell="t").to_pylist()] == ["x", "z", "y"]
+    restarted = tmp_path / "run.csv"
+    restarted.write_text("Step,Observation,Action,Reward\n0,a,x,0\n1,b,y,1\n0,c,z,0\n1,d,w,0\n")
+    table, summary = inspect_logs(LogSource(str(restarted)), cell="t")
+    assert len(set(table["episode"].to_pylist())) == 2 and "split where its step counter goes back" in summary.layout
+
+
+def test_step_rows_of_one_run_split_where_a_counter_goes_back_or_the_game_restarts(tmp_path):
+    path = tmp_path / "run.jsonl"
+
+    def write(rows):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    write([{"Step": i + 1, "Moves": m, "Observation": f"o{i}", "Action": f"a{i}", "Reward": r, "Success": s}
+           for i, (m, r, s) in enumerate([(1, 0, False), (2, 1, True), (1, 0, False), (2, 0, False), (3, 0, False)])])
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert [len([r for r in table.to_pylist() if r["episode"] == e]) for e in (0, 1)] == [2, 3]
+    assert summary.layout == "JSONL, one step per line" and summary.successes == 1
+    write([{"observation": f"o{i}", "action": "a", "reward": 0, "restart": i == 2} for i in range(4)])
+    assert len(set(read_logs(LogSource(str(path)), cell="t")["episode"].to_pylist())) == 2
+    write([{"observation": f"o{i}", "action": "a", "reward": 0} for i in range(3)])
+    status, _, error = _import(path, "--env", "textworld")
+    assert status == 2 and "no key that groups them into episodes" in error and "a step counter" in error
+
+
+def test_a_held_positive_reward_that_never_goes_down_asks_whether_it_is_a_running_score(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps({"episode": 0, "observation": f"o{t}", "action": f"a{t}", "reward": r,
+                                        "success": t == 2}) + "\n" for t, r in enumerate([0, 1, 1])))
+    status, _, error = _import(path, "--env", "textworld")
+    assert status == 2 and "stays at 1 from one step to the next" in error and "--reward cumulative" in error
+    assert read_logs(LogSource(str(path), rewards="cumulative"), cell="t")["reward"].to_pylist() == [0.0, 1.0, 0.0]
+    assert read_logs(LogSource(str(path), rewards="per-step"), cell="t")["reward"].to_pylist() == [0.0, 1.0, 1.0]
+    path.write_text("".join(json.dumps({"episode": 0, "observation": f"o{t}", "action": f"a{t}", "reward": r,
+                                        "success": t == 2}) + "\n" for t, r in enumerate([0, 1, 0])))
+    assert read_logs(LogSource(str(path)), cell="t")["reward"].to_pylist() == [0.0, 1.0, 0.0]  # it went down: per step
+
+
+def test_scores_are_never_success_in_silence(tmp_path):
+    """A return above 1 with no success flag is refused naming the flags; a fraction under a named
+    success key needs --success-at; a running score read as success says how to declare it."""
+    path = tmp_path / "points.jsonl"
+    turns = [{"from": "human", "value": "A room."}, {"from": "gpt", "value": "Action: look"},
+             {"from": "human", "value": "Dark."}]
+    path.write_text("".join(json.dumps({"conversations": turns, "reward": r, "progression": p}) + "\n"
+                            for r, p in ((30, 0.5), (350, 1.0))))
+    status, _, error = _import(path, "--env", "textworld")
+    assert status == 2 and "2 episode(s) without a success flag return more than 1 (up to 350)" in error
+    assert "--fields success=progression" in error
+    status, printed, _ = _import(path, "--env", "textworld", "--max-score", "350")
+    assert status == 0 and "successes: 1   reward range: [0.0857143, 1]" in printed
+    assert _import(path, "--env", "textworld", "--fields", "success=progression")[0] == 2  # 0.5 is no flag
+    status, printed, _ = _import(path, "--env", "textworld", "--fields", "success=progression", "--success-at", "1")
+    assert status == 0 and "successes: 1" in printed and "'progression' reaching --success-at 1" in printed
+    status, _, error = _import(path, "--env", "textworld", "--fields", "success=progression", "--success-at", "1",
+                               "--max-score", "350")
+    assert status == 0
+    flagged = tmp_path / "flagged.jsonl"
+    flagged.write_text(json.dumps({"conversations": turns, "reward": 1, "success": True}) + "\n")
+    status, _, error = _import(flagged, "--env", "textworld", "--success-at", "0.5")
+    assert status == 2 and "--success-at: every episode's success is given by the logs" in error
+    histories = tmp_path / "histories.json"  # a running score reaching 1, nothing declared: said, with the flags
+    histories.write_text(json.dumps({"3": _science_history(3, ["0.0", "0.5", "1.0"])}))
+    _, summary = inspect_logs(LogSource(str(histories), step_observation="after"), cell="t")
+    assert summary.successes == 1 and "--max-score N" in summary.warnings[0]
+    assert any(line.startswith("warning:   1 episode(s)") for line in summary.lines())
+    _, summary = inspect_logs(LogSource(str(histories), step_observation="after", max_score=1.0), cell="t")
+    assert summary.successes == 1 and not summary.warnings
+
+
+DEMOS = """Interact with a household to solve a task. Here are two examples.
+You are in the middle of a room. Looking quickly around you, you see a desk 1.
+Your task is to: put a mug in desk.
+> go to desk 1
+On the desk 1, you see a mug 1.
+STATUS: OK
+You are in the middle of a room. Looking quickly around you, you see a shelf 1.
+Your task is to: look at a book.
+> look
+Nothing happens.
+STATUS: FAIL
+New plan: look for the book first.
+
+Here is the task:
+"""
+
+
+def test_few_shot_demonstrations_before_each_task_are_left_out_and_counted(tmp_path):
+    """A Reflexion-style run log that shows the agent two demonstrations (their own '>' and
+    STATUS lines) before each task: only the tasks are episodes."""
+    path = tmp_path / "trial_0.log"
+    tasks = [("You are in a kitchen.\nYour task is to: heat an egg.\n> go to fridge 1\nThe fridge 1 is closed.\n"
+              "> open fridge 1\nYou open the fridge 1.\n", "FAIL"),
+             ("You are in a hall.\nYour task is to: find a key.\n> open drawer 1\nYou see a key 1.\n", "OK")]
+    path.write_text("".join(f"\n#####\n\nEnvironment #{i}:\n{DEMOS}{task}\nSTATUS: {status}\n\n#####\n"
+                            for i, (task, status) in enumerate(tasks)))
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert len(set(table["episode"].to_pylist())) == 2 and table["action"].to_pylist() == [
+        "go to fridge 1", "open fridge 1", "open drawer 1"]
+    assert summary.successes == 1 and summary.readings[
+        "few-shot demonstrations left out (from 'Here are … examples' to 'Here is the task')"] == 2
+    assert not any("mug" in o or "book" in o for o in table["observation"].to_pylist())
+    path.write_text(DEMOS.replace("Here is the task:\n", "") + tasks[0][0] + "STATUS: FAIL\n")
+    status, _, error = _import(path, "--env", "alfworld")
+    assert status == 2 and f"{path}:1: few-shot demonstrations begin here" in error and "'Here is the task:'" in error
+    prompt = tmp_path / "react.jsonl"  # the same in a transcript held as one string, under a key of another name
+    prompt.write_text(json.dumps({"id": 4, "prompt": DEMOS + tasks[1][0], "reward": 1, "correct": True}) + "\n")
+    table, summary = inspect_logs(LogSource(str(prompt)), cell="t")
+    assert table["action"].to_pylist() == ["open drawer 1"] and summary.mapping["conversations"] == "prompt"
+    assert summary.readings["few-shot demonstrations left out (from 'Here are … examples' to 'Here is the task')"] == 1
+
+
+def test_a_transcript_in_a_string_key_of_any_name_is_found_and_two_candidates_are_named(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    transcript = ("Question: Who wrote Hamlet?\nThought 1: I search it.\nAction 1: Search[Hamlet]\n"
+                  "Observation 1: Hamlet is a play by Shakespeare.\nAction 2: Finish[Shakespeare]\nObservation 2: "
+                  "Episode finished, reward = 1\n")
+    path.write_text(json.dumps({"question": "Who wrote Hamlet?", "prompt": transcript, "reward": 1,
+                                "correct": True}) + "\n")
+    table, summary = inspect_logs(LogSource(str(path)), cell="t")
+    assert table["action"].to_pylist() == ["Search[Hamlet]", "Finish[Shakespeare]"] and summary.successes == 1
+    path.write_text(json.dumps({"prompt": transcript, "output": transcript, "reward": 1}) + "\n")
+    status, _, error = _import(path, "--env", "hotpotqa")
+    assert status == 2 and "both 'prompt' and 'output' could hold the turns" in error
+    assert _import(path, "--env", "hotpotqa", "--fields", "conversations=prompt")[0] == 0
+
+
+def test_a_local_path_never_leaves_the_machine_and_an_unknown_suffix_is_refused_at_once(tmp_path):
+    """`adwm import` of a local file whose suffix names no format answers in under 2 s, before
+    any reader (or the hub client) loads, naming the formats and the flag; the flag reads it."""
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "run.dat"
+    path.write_text(json.dumps({"conversations": [{"from": "human", "value": "A room."},
+                                                  {"from": "gpt", "value": "Action: look"}], "reward": 1}) + "\n")
+    probe = ("import sys, time; start = time.monotonic(); from adwm_core import cli; "
+             f"code = cli.main(['import', {str(path)!r}, '--env', 'textworld']); "
+             "print(code, round(time.monotonic() - start, 2), sorted(m for m in ('datasets', 'huggingface_hub', "
+             "'pyarrow', 'fsspec') if m in sys.modules))")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "", "HF_ENDPOINT": "http://10.255.255.1"})
+    wall = time.monotonic() - started
+    code, seconds, loaded = done.stdout.split(" ", 2)
+    assert code == "2" and float(seconds) < 2.0 and loaded.strip() == "[]", (done.stdout, done.stderr, wall)
+    assert "suffix '.dat'" in done.stderr and "Formats read: .jsonl, .json" in done.stderr
+    assert "--format jsonl" in done.stderr
+    status, printed, _ = _import(path, "--env", "textworld", "--format", "jsonl")
+    assert status == 0 and "episodes:  1   steps: 1   successes: 1" in printed
+    status, _, error = _import(path, "--env", "textworld", "--format", "hf")
+    assert status == 2 and "--format hf reads a folder saved with save_to_disk" in error
+
+
+def test_a_folder_names_every_file_it_did_not_read(tmp_path):
+    folder = tmp_path / "runs"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    episode = json.dumps({"conversations": [{"from": "human", "value": "A room."},
+                                            {"from": "gpt", "value": "Action: look"}], "reward": 1}) + "\n"
+    (folder / "a.jsonl").write_text(episode)
+    (folder / ".ipynb_checkpoints" / "a-checkpoint.jsonl").write_text(episode)
+    (folder / ".ipynb_checkpoints" / "b-checkpoint.jsonl").write_text(episode)
+    (folder / "plot.png").write_bytes(b"\x89PNG")
+    (folder / "NOTES").write_text("to do")
+    _, summary = inspect_logs(LogSource(str(folder)), cell="t")
+    assert summary.episodes == 1 and summary.skipped == [
+        ".ipynb_checkpoints: hidden (2 files)",
+        "NOTES: no suffix, not a logs file (read: .jsonl, .json, .txt, .log, .md, .markdown, .csv, .tsv, .parquet; "
+        "another suffix is read only as the one file named, with --format)",
+        "plot.png: suffix '.png', not a logs file (read: .jsonl, .json, .txt, .log, .md, .markdown, .csv, .tsv, "
+        ".parquet; another suffix is read only as the one file named, with --format)"]
+    status, printed, _ = _import(folder, "--env", "textworld")
+    assert status == 0 and "skipped:   plot.png: suffix '.png'" in printed
+    (folder / "a.jsonl").unlink()
+    status, _, error = _import(folder, "--env", "textworld")
+    assert status == 2 and "the folder holds no logs file" in error and "plot.png: suffix '.png'" in error

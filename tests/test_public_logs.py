@@ -4,6 +4,7 @@ without an action is never an action, an instruction/"OK" opening is never a ste
 ambiguous outcome is refused with the flag that settles it — and that flag works."""
 
 import gzip
+import math
 import json
 import re
 from pathlib import Path
@@ -437,3 +438,120 @@ def test_every_public_slice_is_cited_in_sources():
     sources = (PUBLIC / "SOURCES.md").read_text()
     slices = [p for p in PUBLIC.rglob("*") if p.is_file() and p.suffix != ".md"]
     assert len(slices) >= 8 and all(f"`{p.relative_to(PUBLIC)}`" in sources for p in slices)
+
+
+BALROG = MORE / "balrog_textworld_claude35"
+
+
+def test_balrog_run_folder_reads_one_episode_per_csv_with_its_summary_and_asks_about_the_running_score(capsys):
+    """BALROG's leaderboard layout: one CSV per episode (Step, Observation, Action, Reasoning,
+    Reward, Done; each row's observation the answer to its action) beside its JSON summary
+    (progression 1.0 a success). The cooking game's Reward is the running score: refused until
+    --reward says so, then read as differences."""
+    tables = sorted(BALROG.rglob("*.csv"))
+    summaries = [json.loads(p.with_suffix(".json").read_text()) for p in tables]
+    rows = [p.read_bytes().count(b"\r\n") - 1 for p in tables]  # csv.writer ends each row with \r\n
+    assert rows == [s["num_steps"] for s in summaries]
+    expected = (len(tables), sum(rows), sum(s["progression"] == 1.0 for s in summaries))
+    assert expected == (4, 107, 1)
+    assert cli.main(["import", str(BALROG), "--env", "textworld"]) == 2
+    error = capsys.readouterr().err
+    assert "the_cooking_game_run_01.csv" in error and "--reward cumulative" in error and "--reward per-step" in error
+    source = LogSource(str(BALROG), rewards="cumulative")
+    table, summary = inspect_logs(source, cell="balrog")
+    assert _counts(table) == expected
+    assert summary.layout == "CSV, one episode per file, its BALROG summary (JSON) beside it"
+    cooking = tables[0].read_bytes().decode()
+    final_score = float(re.findall(r",(\d+(?:\.\d+)?),(?:True|False)\r\n", cooking)[-1])
+    first = table.filter(pa.compute.equal(table["episode"], 0)).to_pylist()
+    assert sum(r["reward"] for r in first) == final_score == 5.0  # differences of the running score
+    assert first[0]["observation"] == "" and first[0]["next_observation"].startswith(
+        cooking.split('\r\n0,"', 1)[1][:30])  # the row's observation is the answer to its action
+    assert first[1]["observation"] == first[0]["next_observation"]
+    assert cli.main(["import", str(BALROG), "--env", "textworld", "--reward", "cumulative"]) == 0
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in capsys.readouterr().out
+    one = tables[1]  # a single CSV, its summary found beside it, reads as shipped
+    assert cli.main(["import", str(one), "--env", "textworld"]) == 0
+    assert f"episodes:  1   steps: {rows[1]}   successes: 1" in capsys.readouterr().out
+
+
+TALES = MORE / "tales_detective_gpt4omini_first11steps.jsonl"
+
+
+def test_tales_one_long_run_is_split_where_the_move_counter_restarts_and_scored_against_its_max_score(capsys):
+    """TALES: one JSONL row per step of one long game (Step, Score, Max Score, Moves,
+    Observation, Action, Feedback, the prompt's history): an episode per life, its running Score
+    read as fractions of Max Score."""
+    lines = TALES.read_text().splitlines()
+    moves = [int(re.search(r'"Moves":(\d+)', line).group(1)) for line in lines]
+    scores = [int(re.search(r'"Score":(\d+)', line).group(1)) for line in lines]
+    top = int(re.search(r'"Max Score":(\d+)', lines[0]).group(1))
+    starts = [0] + [i for i in range(1, len(lines)) if moves[i] < moves[i - 1]]
+    expected = (len(starts), len(lines), sum(scores[end - 1] >= top for end in [*starts[1:], len(lines)]))
+    assert expected == (2, 11, 0)
+    assert cli.main(["import", str(TALES), "--env", "textworld"]) == 0
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in capsys.readouterr().out
+    table = read_logs(LogSource(str(TALES)), cell="tales")
+    for episode, (start, end) in enumerate(zip(starts, [*starts[1:], len(lines)])):
+        rewards = [r["reward"] for r in table.to_pylist() if r["episode"] == episode]
+        assert len(rewards) == end - start and math.isclose(sum(rewards), scores[end - 1] / top)
+    assert table["next_observation"][0].as_py() == json.loads(lines[0])["Feedback"]
+
+
+def test_a_score_above_one_with_no_maximum_is_refused_naming_the_flags_and_max_score_reads_it(tmp_path, capsys):
+    """The TALES run without its Max Score: a reward key over raw scores of 10–40 would read as
+    success in silence; it is refused, and --max-score (or --success-at) reads it."""
+    path = tmp_path / "no_max.jsonl"
+    rows = [json.loads(line) for line in TALES.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "Max Score"}) + "\n" for row in rows))
+    assert cli.main(["import", str(path), "--env", "textworld", "--fields", "reward=Score"]) == 2
+    error = capsys.readouterr().err
+    assert "episode(s) without a success flag return more than 1 (up to 30)" in error
+    assert "--max-score N" in error and "--success-at X" in error
+    assert cli.main(["import", str(path), "--env", "textworld", "--max-score", "360"]) == 0
+    assert "episodes:  2   steps: 11   successes: 0" in capsys.readouterr().out
+    assert cli.main(["import", str(path), "--env", "textworld", "--success-at", "20"]) == 0
+    assert "episodes:  2   steps: 11   successes: 2" in capsys.readouterr().out  # both lives reach 20 points
+
+
+ADK = MORE / "adk_personalized_shopping"
+
+
+def test_adk_markdown_sessions_read_function_calls_as_actions_and_take_their_outcome_from_the_flag_named(capsys):
+    """Google ADK's exported sessions: **\\[user\\]:** turns, fenced `function call` blocks with
+    their args (the action) and `Response from` blocks (the observation), no outcome."""
+    sessions = sorted(ADK.glob("*.md"))
+    texts = [p.read_text() for p in sessions]
+    calls = [re.findall(r'^function call: "(\w+)"\nargs: \{\n\s+"\w+": "([^"]*)"', t, re.M) for t in texts]
+    done = "Thank you for shopping with us"
+    expected = (len(sessions), sum(map(len, calls)), sum(done in t for t in texts))
+    assert expected == (2, 23, 2)
+    assert cli.main(["import", str(ADK), "--env", "webshop"]) == 2
+    assert "--success-line REGEX" in capsys.readouterr().err
+    argv = ["import", str(ADK), "--env", "webshop", "--success-line", done]
+    assert cli.main(argv) == 0
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in capsys.readouterr().out
+    table = read_logs(LogSource(str(ADK), success_line=done), cell="adk")
+    assert table["action"].to_pylist() == [f"{name}[{value}]" for episode in calls for name, value in episode]
+    first = table.to_pylist()[0]
+    assert first["observation"].startswith("(Upload [an image]") and first["next_observation"].startswith(
+        "Back to Search [SEP] Page 1")
+
+
+AUTOACT = MORE / "autoact_hotpotqa_hard_first6.jsonl"
+
+
+def test_autoact_transcripts_held_in_a_prompt_string_are_found_by_content_and_load_as_shipped(capsys):
+    """AutoAct's HotpotQA runs (BOLAA's record: question, answer, correct, reward, halted, error,
+    prompt): the instruction, the question and the whole Thought/Action/Observation transcript
+    are one string under ``prompt``; once refused listing the keys, read without a flag now."""
+    raw = AUTOACT.read_text().splitlines()
+    expected = (len(raw), sum(line.count("\\nAction: ") for line in raw), sum('"correct": true' in line for line in raw))
+    assert expected == (6, 29, 1)
+    assert cli.main(["import", str(AUTOACT), "--env", "hotpotqa"]) == 0
+    printed = capsys.readouterr().out
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in printed
+    assert "conversations ← prompt" in printed
+    table = read_logs(LogSource(str(AUTOACT)), cell="autoact")
+    assert table["action"].to_pylist()[:3] == ["BingSearch[VIDEO INTERACTIVE VISION AND AUDIO]",
+                                               "Finish[VIRTUAL INTERACTIVE VISION AND AUDIO]", "Reflect[right]"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..specs import LogSource
 from .log_steps import STEP_ROWS_KEY, is_step_list
-from .log_text import FROM_OUTCOME_LINE, TASK_LINE
+from .log_text import FROM_OUTCOME_LINE, FROM_SUCCESS_LINE, TASK_LINE
 from .log_turns import Counts, Problems, raw_turns
 from .log_values import has
 
@@ -121,6 +121,23 @@ def check_options(source: LogSource, counts: Counts, file_readings: Counter, pro
     if source.rewards is not None and "rewards" not in counts.used:
         problems.add(source.path, "--reward", "no turn or step of these logs holds a reward of its own, so it changes "
                      "nothing; name the key that does with --fields reward=KEY, or leave it out")
+    if counts.unscaled:
+        where, peak = counts.unscaled[0], max(p for _, p in counts.unscaled)
+        candidates = ", ".join(f"--fields success={k}" for k, _ in counts.fraction_keys.most_common(3))
+        problems.add(where[0], "(success)", f"{len(counts.unscaled)} episode(s) without a success flag return more "
+                     f"than 1 (up to {peak:g}): these rewards are points, and a success where they reach 1 would be "
+                     "read in silence. Declare the score that finishes the game with --max-score N (rewards read as "
+                     "fractions of it), the return from which an episode succeeds with --success-at X, or the key "
+                     "that holds success with --fields success=KEY" + (f" (numbers in [0, 1] here: {candidates}, "
+                                                                      "with --success-at 1 for a fraction)"
+                                                                      if candidates else ""))
+    for option, flag in (("max_score", "--max-score"), ("success_at", "--success-at")):
+        if getattr(source, option) is not None and option not in counts.used:
+            problems.add(source.path, flag, "every episode's success is given by the logs and no reward is read "
+                         "against it, so it changes nothing; leave it out")
+    if source.success_line is not None and not file_readings[FROM_SUCCESS_LINE]:
+        problems.add(source.path, "--success-line", "no text or chat episode needed it (each has its outcome, or the "
+                     "logs are no text), so it changes nothing; leave it out")
     if source.outcome_line is not None and not file_readings[FROM_OUTCOME_LINE]:
         problems.add(source.path, "--outcome-line", f"{source.outcome_line!r} matched no line of a text episode (it "
                      "reads text files only; its first group is the reward or true/false), so it changes nothing")

@@ -43,9 +43,9 @@ from typing import Any
 
 from ..policies.parsing import has_action_cue, parse_action
 from ..specs import LogSource
-from .log_steps import STEP_ROWS_KEY
+from .log_steps import STEP_EPISODE_KEYS, STEP_ROWS_KEY, row_key
 from .log_turns import Counts, Problems, Turn, is_thought, raw_turns, turns_of, unlabelled_after_thought
-from .log_values import OutcomeKeys, as_number, decreasing, finite, flag, has, is_score_key, lookup
+from .log_values import REWARD_KEYS, OutcomeKeys, as_number, decreasing, finite, flag, has, is_score_key, lookup
 
 ACKNOWLEDGEMENT = re.compile(r"^\s*(ok(ay)?|sure|understood|got it|alright|all right|i understand|i am ready|"
                              r"i'm ready|ready|yes|certainly|of course)\b", re.IGNORECASE)
@@ -53,6 +53,11 @@ LONGEST_ACKNOWLEDGEMENT = 200  # characters: a longer reply is an answer, not an
 TASK_OPENING = re.compile(r"(^|\[SEP\])\s*(question|task|claim|goal|instruction)\s*\d*\s*:|your task is to\b",
                           re.IGNORECASE | re.MULTILINE)
 FIX_VALUE = "; correct it in the logs, or name the key that holds it with --fields"
+MAX_LOGGED = "episodes whose rewards are read as fractions of their own {key!r} (a success where the score reaches it)"
+MAX_GIVEN = "episodes whose rewards are read as fractions of --max-score {maximum:g} (a success where the score reaches it)"
+SUCCESS_AT = "episodes without a success flag, a success where their return reaches --success-at {at:g}"
+NOT_SUCCESS = frozenset({*REWARD_KEYS, *STEP_EPISODE_KEYS, "variation", "seed", "t", "done"})  # never a success
+SUCCESS_KEY_AT = "episodes whose success is their {key!r} reaching --success-at {at:g}"
 CUMULATIVE = "episodes whose per-step {key!r} is a running score, read as its per-step differences"
 NO_OPENING = {
     "json": "the episode must open with what the agent saw; where it is kept apart, name it with --fields opening=KEY",
@@ -60,6 +65,7 @@ NO_OPENING = {
             "ReAct's numbering restarts with no question before it, write the question above its 'Thought 1:'",
     "bare list": "a list of messages must open with what the agent saw (a user turn); give it one, or give the "
                  "episode as an object with its opening under a key named by --fields opening=KEY",
+    "chat": "the session must open with what the agent was told (a user turn)",
 }
 NO_OUTCOME = {
     "json": "missing: no reward nor success on the episode or its turns; name the key with --fields reward=KEY (or "
@@ -67,7 +73,11 @@ NO_OUTCOME = {
             "one to each episode",
     "text": "missing: this text gives the episode no outcome; end each episode with a line 'STATUS: OK' or 'STATUS: "
             "FAIL', put the episodes under section headers that name CORRECT / INCORRECT, or name the line that holds "
-            "it with --outcome-line REGEX (its first group a reward or true/false)",
+            "it with --outcome-line REGEX (its first group a reward or true/false), or the line that marks a success "
+            "with --success-line REGEX",
+    "chat": "missing: a chat session holds no outcome; mark the line that means a success with --success-line REGEX "
+            "(a session without it is a failure), or name the line that holds a reward or true/false with "
+            "--outcome-line REGEX",
     "bare list": "missing: a bare list of messages holds no outcome; give each episode as an object with its turns "
                  "and its outcome, e.g. {\"messages\": [...], \"success\": true}",
 }
@@ -96,8 +106,10 @@ def step_rewards(episodes: Sequence[tuple[str, Any]], source: LogSource, keys: O
         key = "score"
     else:
         key = None
-    if source.rewards is not None or key is None or not is_score_key(key):
+    if source.rewards is not None or key is None:
         return StepRewards(key, source.rewards == "cumulative"), []
+    if not is_score_key(key):
+        return StepRewards(key, False), _maybe_running(turn_lists, key)
     for at, turns in turn_lists:
         values = [number for turn in turns if (number := as_number(lookup(turn, key))[0]) is not None]
         down = decreasing(values)
@@ -108,12 +120,36 @@ def step_rewards(episodes: Sequence[tuple[str, Any]], source: LogSource, keys: O
     return StepRewards(key, True), []
 
 
+def _maybe_running(turn_lists: Sequence[tuple[str, list]], key: str) -> list[tuple[str, str]]:
+    """A reward per step that never goes down in any episode, rises from one logged step to the
+    next and then stays at a value above 0 may be a running score (BALROG's TextWorld logs the
+    game's score as its reward: 0, 1, 2, 2): the two readings differ, so the logs are refused until
+    ``--reward`` says which. A constant reward per step (0.1 each) rises nowhere: per step."""
+    held = None
+    for at, turns in turn_lists:
+        values = [number for turn in turns if (number := as_number(lookup(turn, key))[0]) is not None]
+        if decreasing(values) is not None:
+            return []
+        rises = next((i for i in range(1, len(values)) if values[i] > values[i - 1]), None)
+        stays = None if rises is None else next(
+            (i for i in range(rises + 1, len(values)) if values[i] == values[i - 1] > 0), None)
+        if held is None and stays is not None:
+            held = (at, values[stays], stays)
+    if held is None:
+        return []
+    at, number, i = held
+    return [(at, f"the per-step {key!r} never goes down in any episode and stays at {number:g} from one step to the "
+                 f"next (steps {i - 1} and {i}): is it a running score (--reward cumulative: each step's reward the "
+                 "difference from the step before) or a reward per step (--reward per-step)?")]
+
+
 def preamble_length(turns: list[Turn], source: LogSource) -> int | None:
     """How many opening turns are no step (the module's rule); None where it cannot tell."""
     if source.preamble_turns is not None:
         return source.preamble_turns
     start = 1 if turns and turns[0].kind == "system" else 0
-    if len(turns) > start + 2 and turns[start].kind == "observation" and turns[start + 1].kind == "action":
+    if len(turns) > start + 2 and turns[start].kind == "observation" and turns[start + 1].kind == "action" \
+            and "action" not in turns[start + 1].fields:  # a logged action (a function call) is no acknowledgement
         reply = turns[start + 1].text.strip()
         if ACKNOWLEDGEMENT.match(reply) and len(reply) <= LONGEST_ACKNOWLEDGEMENT and not has_action_cue(reply):
             opening, answer = (TASK_OPENING.search(turns[i].text) is not None for i in (start, start + 2))
@@ -275,7 +311,13 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
     """Episode-level fields onto the steps: rewards, success, done, scores, identity columns."""
     before = len(problems.found)
     episode_reward = None if keys.reward is None else _reward(value, keys.reward, counts, problems, at)
-    success = _flag(value, keys.success, problems, at)
+    raw_success = None if keys.success is None else lookup(value, keys.success)
+    if source.success_at is not None and finite(raw_success):  # a fraction under the success key: its threshold
+        success = raw_success >= source.success_at
+        counts.used.add("success_at")
+        counts.readings[SUCCESS_KEY_AT.format(key=keys.success, at=source.success_at)] += 1
+    else:
+        success = _flag(value, keys.success, problems, at)
     done = _flag(value, "done", problems, at)
     identity = {key: _typed(value, key, check, expected, problems, at)
                 for key, check, expected in (("policy", _is_str, "a string"), ("task", _is_str, "a string"),
@@ -302,9 +344,12 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
                                                          abs_tol=1e-9):
         steps[-1]["reward"] = (steps[-1]["reward"] or 0.0) + episode_reward - sum(s["reward"] or 0.0 for s in steps)
         counts.reward_beyond_turns += 1  # the episode's return is its reward: the rest lands on its last step
+    maximum = _maximum(value, source, counts, problems, at)
+    if maximum is not None:  # points: read as fractions of the score that finishes the game
+        for s in steps:
+            s["reward"] = (s["reward"] or 0.0) / maximum
     if success is None and len(problems.found) == before:
-        success = sum(s["reward"] or 0.0 for s in steps) >= 1.0
-        counts.success_from_reward += 1
+        success = _success_from_return(steps, source, maximum, per_step and rewards.cumulative, value, counts, at)
     if len(problems.found) > before:
         return None
     cumulative = 0.0
@@ -322,6 +367,50 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
               "variation": identity["variation"] if identity["variation"] is not None else line,
               "seed": identity["seed"] or 0}
     return [{**common, **s} for s in steps]
+
+
+def _maximum(value: Mapping, source: LogSource, counts: Counts, problems: Problems, at: str) -> float | None:
+    """The score that finishes the episode's game: ``--max-score``, else the episode's own (a
+    ``Max Score`` key on it or on its first step row), else None."""
+    if source.max_score is not None:
+        counts.used.add("max_score")
+        counts.readings[MAX_GIVEN.format(maximum=source.max_score)] += 1
+        return source.max_score
+    key = next((k for k in value if row_key(k) == "max_score"), None)
+    if key is None:
+        return None
+    number = as_number(value[key])[0]
+    if number is None or number <= 0:
+        problems.add(at, key, f"expected the game's maximum score, a number above 0, got {value[key]!r:.40}; give "
+                     "it with --max-score N, or leave the key out")
+        return None
+    counts.readings[MAX_LOGGED.format(key=key)] += 1
+    return number
+
+
+def _success_from_return(steps: list[dict], source: LogSource, maximum: float | None, running: bool,
+                         value: Mapping, counts: Counts, at: str) -> bool:
+    """An episode without a success flag succeeds where its return reaches ``--success-at``, else
+    its maximum (rewards already read as fractions of it), else 1 — where 1 means something:
+    a return above 1 with nothing declared is no success in silence (counted, refused together
+    by log_checks), and a running score read so is reported with the flags that declare it."""
+    total = sum(s["reward"] or 0.0 for s in steps)
+    if source.success_at is not None:
+        counts.used.add("success_at")
+        counts.readings[SUCCESS_AT.format(at=source.success_at)] += 1
+        return total >= source.success_at
+    counts.success_from_reward += 1
+    if maximum is not None:
+        return total >= 1.0 - 1e-9
+    peak = max([total, *(s["reward"] or 0.0 for s in steps)])
+    if peak > 1.0:
+        counts.unscaled.append((at, peak))
+        counts.fraction_keys.update(k for k, v in value.items() if k not in NOT_SUCCESS and finite(v)
+                                    and 0.0 <= v <= 1.0)
+        return False
+    if running:
+        counts.running_success += 1
+    return total >= 1.0
 
 
 def _keys_here(value: Mapping) -> list:

@@ -16,7 +16,14 @@ Hugging Face dataset. Each file's layout is told by its content, never by a flag
   becomes the episode's ``task`` where it names none, ``group/id`` its id;
 - JSON lists of messages with no wrapper: one (a file that is a list of turns), a JSON array of
   them, or JSONL of them, each an episode;
-- plain text: one transcript or several, split into episodes by log_text.py.
+- plain text: one transcript or several, split into episodes by log_text.py; a chat session
+  exported as Markdown or text (``**[user]:**`` turns, fenced function calls), one episode,
+  by log_chat.py;
+- a CSV or TSV table of steps, one episode a file, with the JSON summary beside it where there
+  is one (log_tables.py).
+
+A folder's files are read by their suffix (``LOG_SUFFIXES``); every file it does not read — a
+hidden one, one of another suffix — is named in the summary with the reason.
 
 Any file may be gzip-compressed (``.gz``); a UTF-8 byte-order mark is skipped. A record keeps
 where it came from (file, line or item) for every error about it.
@@ -35,13 +42,16 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..specs import LogSource
+from ..specs import LOG_SUFFIXES as SUFFIXES
+from ..specs import LogSource, unknown_suffix
+from .log_chat import chat_episode, is_chat_export
 from .log_steps import grouped_steps
+from .log_tables import is_table, sidecar_of, table_records
 from .log_text import TRANSCRIPT_KEY, text_episodes
 from .log_turns import TURN_KEYS, is_message_list, turn_list_keys
 from .log_values import LogFormatError, has
 
-LOG_SUFFIXES = (".jsonl", ".json", ".txt", ".log", ".parquet")
+LOG_SUFFIXES = tuple(SUFFIXES)
 STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # a table of steps needs these
 BARE_LISTS = "episodes given as bare lists of messages"
 
@@ -77,6 +87,7 @@ class LogFiles:
     records: list[Record] = field(default_factory=list)
     layouts: dict[str, str] = field(default_factory=dict)  # file → layout
     readings: Counter = field(default_factory=Counter)  # what the layouts read in a way to know of
+    skipped: list[str] = field(default_factory=list)  # "name: why" for every file of a folder not read
 
     @property
     def layout(self) -> str:
@@ -92,29 +103,52 @@ def read_files(source: LogSource) -> LogFiles:
     if not fs.exists(path):
         raise FileNotFoundError(f"{source.path}: no logs file or folder here; check behaviour.logs.path (or the "
                                 "LOGS argument)")
-    files = [path] if fs.isfile(path) else _folder_files(fs, path, source.path)
     read = LogFiles()
+    if fs.isfile(path):
+        files, summaries = [path], {}
+        if is_table(path, source):
+            beside = sidecar_of(path, set(fs.ls(os.path.dirname(path) or ".", detail=False)))
+            summaries = {path: beside} if beside else {}
+    else:
+        files, summaries = _folder_files(fs, path, source.path, read.skipped)
     for name in files:
-        layout, records = _file_records(fs, name, source, read.readings)
+        if is_table(name, source):
+            layout, records = table_records(fs, name, source, summaries.get(name), Record, read.readings)
+        else:
+            layout, records = _file_records(fs, name, source, read.readings)
         read.layouts[name] = layout
         read.records.extend(records)
     read.readings[BARE_LISTS] += sum(r.kind == "bare list" for r in read.records)
     return read
 
 
-def _folder_files(fs, path: str, shown: str) -> list[str]:
-    names = sorted(name for name in fs.find(path) if _is_log_file(os.path.relpath(name, path)))
-    if not names:
+def _folder_files(fs, path: str, shown: str, skipped: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A folder's logs files in name order and each table's summary beside it; ``skipped`` gets
+    every other file, named with the reason (a hidden folder once, with its count)."""
+    names = sorted(fs.find(path))
+    files, hidden = [], Counter()
+    for name in names:
+        relative = os.path.relpath(name, path)
+        parts = relative.split(os.sep)
+        top_hidden = next((os.sep.join(parts[:i + 1]) for i, part in enumerate(parts) if part.startswith(".")), None)
+        if top_hidden is not None:
+            hidden[top_hidden] += 1
+        elif os.path.basename(relative).lower().removesuffix(".gz").endswith(LOG_SUFFIXES):
+            files.append(name)
+        else:
+            skipped.append(f"{relative}: {unknown_suffix(relative)}, not a logs file (read: {', '.join(LOG_SUFFIXES)}; "
+                           "another suffix is read only as the one file named, with --format)")
+    skipped[:0] = [f"{entry}: hidden" + (f" ({n} files)" if n > 1 else "") for entry, n in hidden.items()]
+    present = set(files)
+    summaries = {name: beside for name in files if name.lower().removesuffix(".gz").endswith((".csv", ".tsv"))
+                 and (beside := sidecar_of(name, present))}
+    files = [name for name in files if name not in set(summaries.values())]
+    if not files:
         if fs.exists(os.path.join(path, "dataset_info.json")) or fs.exists(os.path.join(path, "state.json")):
             raise LogFormatError(f"{shown}: a saved Hugging Face dataset; read it with format 'hf' (--format hf)")
-        raise LogFormatError(f"{shown}: the folder holds no logs file ({', '.join(LOG_SUFFIXES)}, each may be .gz)")
-    return names
-
-
-def _is_log_file(relative: str) -> bool:
-    """A logs file of a folder: a known suffix, nothing hidden on its way (``.ipynb_checkpoints``)."""
-    hidden = any(part.startswith(".") for part in relative.split(os.sep))
-    return not hidden and os.path.basename(relative).lower().removesuffix(".gz").endswith(LOG_SUFFIXES)
+        raise LogFormatError(f"{shown}: the folder holds no logs file ({', '.join(LOG_SUFFIXES)}, each may be .gz)"
+                             + ("; skipped: " + "; ".join(skipped[:10]) if skipped else ""))
+    return files, summaries
 
 
 def _file_records(fs, path: str, source: LogSource, readings: Counter) -> tuple[str, list[Record]]:
@@ -140,6 +174,10 @@ def _lines_or_transcript(path: str, text: str, whole_error: json.JSONDecodeError
     """JSONL where any of the first lines is a JSON object or list; else broken JSON, or text."""
     lines = text.splitlines()
     if not any(_is_json_record(line) for line in [row for row in lines if row.strip()][:20]):
+        if is_chat_export(text):
+            layout, episodes, read = chat_episode(path, text, source)
+            readings.update(read)
+            return layout, [Record(path, line, value, kind="chat") for line, value in episodes]
         if text.lstrip()[0] in "[{":  # JSON that does not parse: say where
             raise LogFormatError(f"{path}: not valid JSON ({whole_error.msg} at line {whole_error.lineno}, column "
                                  f"{whole_error.colno})") from None
@@ -267,6 +305,10 @@ def _dataset_records(source: LogSource) -> LogFiles:
 
 
 def cached_dataset(source: LogSource):
+    if os.path.exists(source.path):  # a path on this machine is never looked up on a hub
+        raise LogFormatError(f"{source.path}: a file on this machine, and --format hf reads a folder saved with "
+                             "save_to_disk or a dataset name in the local Hugging Face cache; read the file with "
+                             "--format jsonl, csv or parquet")
     import datasets
 
     try:

@@ -11,7 +11,12 @@ convention named are counted in the import summary, with the flag that reads the
 
 **Keys.** ``fields`` names the row keys as it names an episode's: ``reward`` (per step),
 ``success`` (the episode's, on its last row), ``logprob``; ``episode_id`` groups rows into
-episodes (else the first of ``STEP_EPISODE_KEYS`` every row holds), in order of ``t``.
+episodes (else the first of ``STEP_EPISODE_KEYS`` every row holds), in order of ``t``. Rows of
+one long run with no such key (a game played on after each death) are split where a step
+counter (``t``, ``step``, ``moves``, ``turn``) goes back, or before a row whose ``restart`` flag
+is true; a run whose counter never goes back is one episode. Top-level rows are read whatever
+the case and spacing of their keys (``Observation``, ``Max Score``): ``ROW_NAMES`` maps them,
+``Feedback`` (the game's answer) to ``next_observation``, ``Reasoning`` to ``response``.
 """
 
 from __future__ import annotations
@@ -25,8 +30,16 @@ from .log_values import LogFormatError, has, lookup
 
 STEP_ROWS_KEY = "steps"  # where a record of grouped step rows keeps them
 # what groups records of steps into episodes, in order of preference (a per-row ``id`` last)
-STEP_EPISODE_KEYS = ("episode", "episode_id", "traj_id", "trajectory_id", "session_id", "item_id", "id")
-EPISODE_COLUMNS = ("task_description", "policy", "task", "variation", "seed")  # read on an episode's first row
+STEP_EPISODE_KEYS = ("episode", "episode_id", "traj_id", "trajectory_id", "session_id", "run_id", "item_id", "id")
+COUNTERS = ("t", "moves", "turn")  # step counters whose going back starts a new episode of a run
+RESTART_KEYS = ("restart", "restarted")  # a row flag: the game restarted before this row
+# top-level row keys, lower-cased with spaces, '_' and '-' taken out, as the reader reads them
+ROW_NAMES = {"observation": "observation", "obs": "observation", "action": "action",
+             "nextobservation": "next_observation", "feedback": "next_observation", "response": "response",
+             "reasoning": "response", "reward": "reward", "score": "score", "maxscore": "max_score", "done": "done",
+             "success": "success", "step": "t", "t": "t", "moves": "moves", "turn": "turn", "restart": "restart",
+             "restarted": "restarted"}
+EPISODE_COLUMNS = ("task_description", "policy", "task", "variation", "seed", "max_score")  # an episode's first row
 TURN_FIELDS = ("admissible", "valid", "score")  # copied from a row onto its action turn as they are
 BEFORE_UNNAMED = ("step rows without next_observation, each row's observation read as the one its action was "
                   "taken on (--step-observation after if it is the action's answer)")
@@ -112,21 +125,46 @@ def episode_fields(steps: Sequence[Mapping], episode_key: str, source: LogSource
     return record
 
 
-def grouped_steps(records: list, source: LogSource | None = None) -> list | None:
+def row_key(name: str) -> str:
+    """A top-level row key as the reader names it (``ROW_NAMES``), else as it is."""
+    return ROW_NAMES.get("".join(ch for ch in name.lower() if ch not in " _-"), name) if isinstance(name, str) else name
+
+
+def canonical_row(value: Any) -> Any:
+    """A record with its keys named as ``ROW_NAMES`` says, where it is a step row so named
+    (``Observation`` and ``Action`` in any case), each value also under its logged key; any
+    other value as it is. A key already present under its reader's name is never overwritten."""
+    if not isinstance(value, Mapping) or value.get("from") is not None or value.get("role") is not None:
+        return value
+    renamed = {row_key(k): k for k in value}
+    if "observation" not in renamed or "action" not in renamed:
+        return value
+    out = dict(value)  # the keys as logged stay, so that --fields may name them
+    for k, v in value.items():
+        out.setdefault(row_key(k), v)
+    return out
+
+
+def grouped_steps(records: list, source: LogSource | None = None, *, one_run: bool = False) -> list | None:
     """``records`` (log_files.Record) of single steps grouped into one record per episode, its
-    rows under ``STEP_ROWS_KEY`` — or None where they are not all steps."""
-    values = [r.value for r in records]
+    rows under ``STEP_ROWS_KEY`` — or None where they are not all steps. ``one_run``: the records
+    are one file's run (a CSV of one episode), one episode unless a counter goes back."""
+    values = [canonical_row(r.value) for r in records]
     if not is_step_list(values):
         return None
+    for record, value in zip(records, values):
+        record.value = value
     named = None if source is None else source.fields.get("episode_id")
     key = named or next((k for k in STEP_EPISODE_KEYS if all(k in v for v in values)), None)
     first = records[0]
-    if key is None or not all(has(v, key) for v in values):
+    runs = None if key is not None else _runs(values, one_run)
+    if runs is None and (key is None or not all(has(v, key) for v in values)):
         missing = next(r for r in records if key is None or not has(r.value, key))
         raise LogFormatError(f"{first.file}:{missing.line}: records of single steps (observation, action) but "
                            + (f"this one has no {key!r} (--fields episode_id={key})" if named else
                               f"no key that groups them into episodes: give each one of "
-                              f"{', '.join(STEP_EPISODE_KEYS)}, or name it with --fields episode_id=KEY"))
+                              f"{', '.join(STEP_EPISODE_KEYS)} (or a step counter, {', '.join(COUNTERS)}, that "
+                              "starts again with each episode), or name it with --fields episode_id=KEY"))
     for record in records:
         for column in ("observation", "action"):
             if not isinstance(record.value[column], str):
@@ -137,13 +175,35 @@ def grouped_steps(records: list, source: LogSource | None = None) -> list | None
                                f"{type(record.value['t']).__name__}; give each row's index in its episode, or "
                                "leave t out to keep the rows' order")
     grouped: dict[Any, list] = {}
-    for record in records:
-        grouped.setdefault(_hashable(lookup(record.value, key)), []).append(record)
-    for rows in grouped.values():
-        rows.sort(key=lambda r: r.value.get("t") if r.value.get("t") is not None else 0)  # stable: file order else
+    if runs is not None:  # one run, split where a counter goes back
+        for run, record in zip(runs, records):
+            grouped.setdefault(run, []).append(record)
+    else:
+        for record in records:
+            grouped.setdefault(_hashable(lookup(record.value, key)), []).append(record)
+        for rows in grouped.values():
+            rows.sort(key=lambda r: r.value.get("t") if r.value.get("t") is not None else 0)  # stable: file order else
     return [type(first)(rows[0].file, rows[0].line, {STEP_ROWS_KEY: [r.value for r in rows],
                                                      **episode_fields([r.value for r in rows], key, source)},
-                        key=lookup(rows[0].value, key)) for rows in grouped.values()]
+                        key=None if key is None else lookup(rows[0].value, key)) for rows in grouped.values()]
+
+
+def _runs(values: Sequence[Mapping], one_run: bool) -> list[int] | None:
+    """Each row's episode in a run of rows with no episode key: a new one where a step counter
+    every row holds goes back, or at a row whose restart flag is true; None where the rows hold
+    neither a counter nor a restart flag (and are not ``one_run``)."""
+    counters = [c for c in COUNTERS if all(isinstance(v.get(c), int) and not isinstance(v.get(c), bool)
+                                           for v in values)]
+    restarts = [k for k in RESTART_KEYS if any(k in v for v in values)]
+    if not counters and not restarts and not one_run:
+        return None
+    runs, run = [], 0
+    for i, value in enumerate(values):
+        if i and (any(value[c] < values[i - 1][c] for c in counters)
+                  or any(value.get(k) is True or str(value.get(k)).lower() == "true" for k in restarts)):
+            run += 1
+        runs.append(run)
+    return runs
 
 
 def _hashable(value: Any) -> Any:

@@ -61,6 +61,13 @@ SPLIT_AT = {"task": "episodes begun in text at a new task (a 'Question:', 'Task:
 STUBS = "text blocks between section headers in which the agent never speaks (placeholders), dropped"
 FROM_SECTION = "episodes whose success is read from their section header (CORRECT / INCORRECT / FAIL / HALTED)"
 FROM_OUTCOME_LINE = "episodes whose outcome is read from the line --outcome-line matches"
+FROM_SUCCESS_LINE = "episodes whose success is whether a line --success-line matches"
+MATCHED_SUCCESS_LINE = "episodes with a line --success-line matches (successes)"
+DEMONSTRATIONS = "few-shot demonstrations left out (from 'Here are … examples' to 'Here is the task')"
+DEMO_START = re.compile(r"\bhere (?:are|is) (?:(?:two|three|four|five|some|a few|the|\d+) )?(?:few-shot )?"
+                        r"(?:examples?|demonstrations?)\s*[:.]?\s*$", re.IGNORECASE)  # the line ends announcing them
+DEMO_END = re.compile(r"^\s*(?:here is (?:the|your) (?:task|question)|\(?end of examples\)?|now,? it'?s your turn)"
+                      r"\b", re.IGNORECASE)
 
 
 @dataclass
@@ -83,7 +90,9 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
     lines = text.splitlines()
     _refuse_debug_log(path, lines)
     headers, readings = _header_lines(lines), Counter()
-    has_status = any(STATUS_LINE.match(row) for row in lines)
+    demos, blocks = demonstration_lines(lines, path)
+    readings[DEMONSTRATIONS] += blocks
+    has_status = any(STATUS_LINE.match(row) for i, row in enumerate(lines) if i not in demos)
     done: list[tuple[_Episode, bool | None, bool]] = []  # each episode with its STATUS, and whether a stub
     current, section, state = _Episode(), None, None  # state after a STATUS line: status | reflection
 
@@ -98,6 +107,8 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
 
     for index, row in enumerate(lines):
         number, status = index + 1, STATUS_LINE.match(row)
+        if index in demos:
+            continue
         if status:
             current.ended_at = number
             close(status.group(1) == "OK")
@@ -144,7 +155,19 @@ def _record(path: str, episode: _Episode, status: bool | None, source: LogSource
     record: dict = {TRANSCRIPT_KEY: episode.text()}
     if status is not None:
         record["success"] = status
-    found = next(((line, match) for line, row in episode.rows if (match := _outcome_match(row, source))), None)
+    record.update(outcome_of(path, episode.rows, source, readings, given="success" in record))
+    if "success" not in record and "reward" not in record and episode.section is not None:
+        record["success"] = episode.section
+        readings[FROM_SECTION] += 1
+    return record
+
+
+def outcome_of(path: str, rows: list[tuple[int, str]], source: LogSource, readings: Counter, given: bool = False
+               ) -> dict:
+    """An episode's outcome from its (line, text) ``rows``: the line ``outcome_line`` matches (its
+    first group a reward or a flag), else, where nothing gives one (``given``: a STATUS line did),
+    whether a line ``success_line`` matches."""
+    found = next(((line, match) for line, row in rows if (match := _outcome_match(row, source))), None)
     if found is not None:
         line, match = found
         value = match.group(1)
@@ -152,16 +175,43 @@ def _record(path: str, episode: _Episode, status: bool | None, source: LogSource
         if reward is None and success is None:
             raise LogFormatError(f"{path}:{line}: --outcome-line {source.outcome_line!r} matches this line, but its "
                                  f"first group, {value!r}, is no reward nor true/false (correct/incorrect, "
-                                 "success/fail); make the group catch the number or the flag")
-        if reward is not None:
-            record["reward"] = reward
-        else:
-            record["success"] = success
+                                 "success/fail); make the group catch the number or the flag, or mark the line "
+                                 "that means a success with --success-line REGEX")
         readings[FROM_OUTCOME_LINE] += 1
-    if "success" not in record and "reward" not in record and episode.section is not None:
-        record["success"] = episode.section
-        readings[FROM_SECTION] += 1
-    return record
+        return {"reward": reward} if reward is not None else {"success": success}
+    if source.success_line is None or given:
+        return {}
+    matched = any(re.search(source.success_line, row) for _, row in rows)
+    readings[FROM_SUCCESS_LINE] += 1
+    readings[MATCHED_SUCCESS_LINE] += matched
+    return {"success": matched}
+
+
+def demonstration_lines(lines: list[str], path: str) -> tuple[set[int], int]:
+    """The indices of the lines that are few-shot demonstrations (from a line that announces
+    examples, "Here are two examples.", to the line that hands over the task, "Here is the
+    task:", both included) and how many such blocks; a block never handed over is refused."""
+    inside, blocks, i = set(), 0, 0
+    while i < len(lines):
+        if not DEMO_START.search(lines[i]):
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if DEMO_END.match(lines[j])), None)
+        if end is None:
+            raise LogFormatError(f"{path}:{i + 1}: few-shot demonstrations begin here ({lines[i].strip()[:60]!r}), "
+                                 "but no line after them hands over the logged task ('Here is the task:', '(END OF "
+                                 "EXAMPLES)'): they would be read as episodes. Write 'Here is the task:' above the "
+                                 "task the agent played, or cut the demonstrations")
+        inside.update(range(i, end + 1))
+        blocks, i = blocks + 1, end + 1
+    return inside, blocks
+
+
+def without_demonstrations(text: str, where: str) -> tuple[str, int]:
+    """``text`` with its few-shot demonstration blocks taken out (``demonstration_lines``), and their number."""
+    lines = text.splitlines()
+    demos, blocks = demonstration_lines(lines, where)
+    return ("\n".join(row for i, row in enumerate(lines) if i not in demos), blocks) if blocks else (text, 0)
 
 
 def _layout(episodes: int, has_status: bool, readings: Counter) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 from ..policies.parsing import has_action_cue
 from ..specs import LogSource
 from .log_steps import STEP_ROWS_KEY, is_step_list, step_turns
-from .log_text import TRANSCRIPT_KEY
+from .log_text import DEMONSTRATIONS, TRANSCRIPT_KEY, without_demonstrations
 from .log_values import has, lookup
 
 TURN_KEYS = ("conversations", "messages", "traj", "trajectory", "history", "dialog", "dialogue", "turns")
@@ -83,6 +83,9 @@ class Counts:
     readings: Counter = field(default_factory=Counter)  # further readings, by their summary line
     used: set = field(default_factory=set)  # options that read something: "rewards", "strip:<pattern>", …
     unsure_openings: list = field(default_factory=list)  # where an opening may or may not be a preamble
+    unscaled: list = field(default_factory=list)  # (where, peak) of returns above 1 with no maximum nor threshold
+    fraction_keys: Counter = field(default_factory=Counter)  # episode keys holding numbers in [0, 1]: success?
+    running_success: int = 0  # episodes whose success is a running score reaching 1, nothing declared
 
 
 @dataclass(frozen=True)
@@ -119,10 +122,23 @@ def turn_paths(value: Mapping, source: LogSource) -> list[str]:
     keys = [key for key in present if value[key] not in ("", [])] or present[:1]  # an empty one: no step
     if not keys:
         keys = turn_list_keys(value)
+    if not keys:  # a transcript held as one string under a key of another name ("prompt")
+        keys = [key for key, held in value.items() if isinstance(held, str) and looks_like_transcript(held, source)]
     if not keys:  # one object down: {"data": {"messages": [...]}}
         keys = [f"{outer}.{inner}" for outer, nested in value.items() if isinstance(nested, Mapping)
                 for inner in TURN_KEYS if isinstance(nested.get(inner), list)]
     return [_nested(value, key) for key in keys]
+
+
+def looks_like_transcript(text: str, source: LogSource) -> bool:
+    """A text block of several turns: an agent line (``agent_prefix``) and a line of another, or
+    ReAct's ``Action`` and ``Observation`` lines."""
+    rows = [row for row in text.splitlines() if row.strip()]
+    agent = [row.startswith(source.agent_prefix) for row in rows]
+    if any(agent) and not all(agent):
+        return True
+    labels = {m.group(1).lower() for row in rows if (m := REACT_LINE.match(row))}
+    return {"action", "observation"} <= labels
 
 
 def _nested(value: Mapping, key: str) -> str:
@@ -161,6 +177,8 @@ def turns_of(value: Mapping, source: LogSource, problems: Problems, at: str, cou
     key, turns = keys[0], lookup(value, keys[0])
     opening = _opening(value, source, problems, at)
     if isinstance(turns, str):
+        turns, blocks = without_demonstrations(turns, f"{at}: {key}")
+        counts.readings[DEMONSTRATIONS] += blocks
         read = transcript_turns(turns, key, source, problems, at, opened=bool(opening), first_line=first_line)
         return key, opening + _stripped(read, source, counts)
     if not isinstance(turns, list):

@@ -67,6 +67,8 @@ class ImportSummary:
     reward_range: tuple[float, float]
     readings: dict[str, int] = field(default_factory=dict)
     first_episode: list[dict] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # files of a folder not read, each "name: why"
+    warnings: list[str] = field(default_factory=list)  # readings the user should settle with a flag
 
     def lines(self, shown_steps: int = 3) -> list[str]:
         """The summary as ``adwm import`` prints it, the first episode's first ``shown_steps`` steps."""
@@ -75,6 +77,8 @@ class ImportSummary:
                f"episodes:  {self.episodes}   steps: {self.steps}   successes: {self.successes}   "
                f"reward range: [{self.reward_range[0]:g}, {self.reward_range[1]:g}]"]
         out += [f"read:      {n} {what}" for what, n in self.readings.items()] or ["read:      every step as logged"]
+        out += [f"skipped:   {entry}" for entry in self.skipped]
+        out += [f"warning:   {text}" for text in self.warnings]
         out.append(f"first episode, as the world model reads it ({len(self.first_episode)} step(s)):")
         for step in self.first_episode[:shown_steps]:
             out.append(f"  t={step['t']}  observation: {_short(step['observation'])}")
@@ -146,7 +150,14 @@ def inspect_logs(source: LogSource, *, cell: str) -> tuple[pa.Table, ImportSumma
     readings = files.readings + count_lines(counts, source.thoughts)
     readings.update(repeated_lines([steps[0]["observation"] for _, steps in episodes],
                                    [step["next_observation"] for _, steps in episodes for step in steps]))
-    return table, _summary(source, table, files.layout, mapping, readings)
+    summary = _summary(source, table, files.layout, mapping, readings)
+    summary.skipped = list(files.skipped)
+    if counts.running_success:
+        summary.warnings.append(f"{counts.running_success} episode(s) without a success flag read as a success where "
+                                "their running score reaches 1, its maximum undeclared: declare the score that "
+                                "finishes the game with --max-score N, or the return that is a success with "
+                                "--success-at X")
+    return table, summary
 
 
 def _episode_value(record) -> object:
