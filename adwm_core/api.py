@@ -37,6 +37,7 @@ from . import pipeline
 from .cell import CellConfig, logs_cell_name
 from .data import ESTIMATES, GROUND_TRUTH, ROLLOUTS, TRAJECTORIES, read_table, write_table
 from .data.io import atomic_open
+from .endpoints import endpoint
 from .ope.statistics.intervals import CONCENTRATION
 from .ope.statistics.metrics import normalised_absolute_error, regret_at_k, spearman
 from .ope.classical.settings import BaselineConfig, EstimatorName
@@ -61,19 +62,6 @@ WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned an
 
 
 # ------------------------------------------------------------------------------- the cell, shared
-
-def endpoint(base_url: str, mode: str | None) -> tuple[str, str]:
-    """The base URL the OpenAI client takes (…/v1) and the request mode, from a base URL or a full
-    route as lm-evaluation-harness users give it (…/v1/completions, …/v1/chat/completions)."""
-    url = base_url.rstrip("/")
-    for route, implied in (("/chat/completions", "chat"), ("/completions", "completions")):
-        if url.endswith(route):
-            if mode not in (None, implied):
-                raise ValueError(f"--agent-base-url {base_url} is the {implied} route, but --agent-mode is {mode}: "
-                                 f"give the base URL {url[:-len(route)]} or drop --agent-mode")
-            return url[:-len(route)], implied
-    return url, mode or "completions"
-
 
 def agent(model: str, base_url: str | None = None, *, backend: str | None = None, tokenizer: str | None = None,
           mode: str | None = None, concurrency: int = 8, max_retries: int = 5, timeout: float = 120.0,

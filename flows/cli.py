@@ -107,13 +107,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not base_url and not args.agent_backend:
         raise ValueError("say where the agent runs: --agent-base-url http://…/v1 (or $ADWM_AGENT_BASE_URL), or "
                          "--agent-backend transformers with --agent-model a model folder")
+    for flag, path in (("--output-path", args.output_path), ("--log-samples", args.log_samples)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise ValueError(f"{flag} {path}: no writable folder {folder} to write it in; create it or choose another "
+                             "path (checked before any stage runs)")
+    from adwm_core.endpoints import check_endpoint, check_tokenizer, endpoint
+
+    if base_url:  # the agent's side first, in seconds: the endpoint answers, its tokenizer is at hand
+        base_url, mode = endpoint(base_url, mode)
+        check_endpoint(base_url)
+        for model in dict.fromkeys([args.agent_tokenizer] if args.agent_tokenizer else models):
+            check_tokenizer(model)  # it fits prompts to the context in either mode
 
     import json  # the evaluation's tools load once the agent and its endpoint are named
 
     import fsspec
 
-    from adwm_core.api import (agent, check_live, endpoint, evaluation_cell, live_top_up, recommended_with_live,
-                               seed_overrides)
+    from adwm_core.api import agent, check_live, evaluation_cell, live_top_up, recommended_with_live, seed_overrides
     from adwm_core.cell import parse_assignments
     from adwm_core.data import ESTIMATES, ROLLOUTS, read_table
     from adwm_core.data.logs import inspect_logs
@@ -124,13 +135,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     from adwm_core.report import (cannot_tell_lines, interval_lines, not_applicable_lines, recommended_lines,
                                   topped_up_lines, trust_lines)
 
-    if base_url:
-        base_url, mode = endpoint(base_url, mode)
-    for flag, path in (("--output-path", args.output_path), ("--log-samples", args.log_samples)):
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            raise ValueError(f"{flag} {path}: no writable folder {folder} to write it in; create it or choose another "
-                             "path (checked before any stage runs)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     settings = parse_assignments(args.overrides)
     logs = core.log_source(args)

@@ -31,7 +31,7 @@ def test_collect_refuses_bad_input_before_running_anything(tmp_path, capsys):
 
 
 def test_adwm_evaluate_reads_full_routes_shifts_seeds_and_refuses_a_missing_agent(monkeypatch, capsys):
-    from adwm_core.api import endpoint, seed_overrides
+    from adwm_core.api import endpoint, seed_overrides  # the API's name for adwm_core.endpoints.endpoint
     from flows.cli import main
 
     assert endpoint("http://h:8000/v1/completions", None) == ("http://h:8000/v1", "completions")
@@ -173,7 +173,74 @@ def test_calibrated_agents_keep_their_verdict_where_both_left_the_log_and_lose_i
         (-1.0, 1.0 + 1e-9)  # another worker's float noise: the hull
 
 
-def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def answering_endpoint():
+    """An HTTP server on loopback that answers GET /v1/models as an OpenAI-compatible one does
+    (two agents served): the endpoint check passes, and nothing is ever generated."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "agent-a"}, {"id": "agent-b"}]}).encode()
+            self.send_response(200 if self.path.endswith("/models") else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_an_endpoint_that_does_not_answer_is_named_in_seconds_before_any_other_lookup(tmp_path, monkeypatch, capsys):
+    """Issue 88: the shipped example with an endpoint nothing listens on took 58 s of hub retries,
+    then blamed a tokenizer. The endpoint is named first, within 5 s; a tokenizer neither here nor
+    reachable is named at once, with what to pass instead."""
+    import time
+
+    from adwm_core.endpoints import check_tokenizer
+    from flows.cli import main
+
+    monkeypatch.setenv("ADWM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["evaluate", "--logs", "examples/simonsays-logs.jsonl", "--env", "textworld-express",
+            "--agent-base-url", "http://127.0.0.1:9/v1", "--agent-model", "x"]
+    started = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - started < 5.0
+    error = capsys.readouterr().err
+    assert "the agent's endpoint http://127.0.0.1:9/v1 does not answer" in error and "tokenizer" not in error
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError, match="no tokenizer 'no-such-org/no-such-model' on this machine .* and the "
+                                                "hub cannot be reached: pass --agent-tokenizer FOLDER"):
+        check_tokenizer("no-such-org/no-such-model")
+    assert time.monotonic() - started < 2.0
+    assert not (tmp_path / "home" / "cells").exists()
+
+
+def test_an_answering_endpoint_whose_tokenizer_is_nowhere_is_refused_at_once(answering_endpoint, tmp_path,
+                                                                            monkeypatch, capsys):
+    import time
+
+    from flows.cli import main
+
+    monkeypatch.setenv("ADWM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    assert main(["evaluate", "--logs", "examples/simonsays-logs.jsonl", "--env", "textworld-express",
+                 "--agent-base-url", answering_endpoint, "--agent-model", "agent-a"]) == 2
+    assert time.monotonic() - started < 5.0
+    assert "no tokenizer 'agent-a' on this machine" in capsys.readouterr().err
+
+
+def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(answering_endpoint, tmp_path, monkeypatch,
+                                                                      capsys):
     """--live with an environment whose engine cannot start here and no --live-logs names both
     fixes; live logs of agents the run does not score name the agents; neither leaves a cell."""
     import json
@@ -188,8 +255,8 @@ def test_a_live_top_up_that_cannot_happen_is_refused_before_any_stage(tmp_path, 
     monkeypatch.setitem(registry._REGISTRY, "no-engine", no_engine)  # a registered environment that cannot start
     home = tmp_path / "home"
     monkeypatch.setenv("ADWM_HOME", str(home))
-    base = ["evaluate", "--logs", "examples/simonsays-logs.jsonl", "--agent-base-url", "http://127.0.0.1:9/v1",
-            "--agent-model", "agent-a", "--agent-model", "agent-b"]
+    base = ["evaluate", "--logs", "examples/simonsays-logs.jsonl", "--agent-base-url", answering_endpoint,
+            "--agent-tokenizer", str(tmp_path), "--agent-model", "agent-a", "--agent-model", "agent-b"]
     assert main([*base, "--env", "no-engine", "--live", "4"]) == 2
     error = capsys.readouterr().err
     assert "the environment no-engine cannot be run here (no-engine runs on a simulator this machine lacks)" in error

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..endpoints import check_tokenizer
 from .base import LanguageModel, LogprobsUnavailable
 from .scoring import action_span, fit_context
 
@@ -58,6 +59,7 @@ class OpenAICompatibleLM(LanguageModel):
             raise ValueError(f"openai backend: concurrency must be at least 1, got {concurrency}")
         self.model, self.mode, self.concurrency = model, mode, concurrency
         self.chat = mode == "chat"
+        check_tokenizer(tokenizer or model, "options.tokenizer (--agent-tokenizer)")  # no hub retries offline
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or model)
         except (OSError, ValueError) as error:
