@@ -820,3 +820,20 @@ def test_a_folder_names_every_file_it_did_not_read(tmp_path):
     (folder / "a.jsonl").unlink()
     status, _, error = _import(folder, "--env", "textworld")
     assert status == 2 and "the folder holds no logs file" in error and "plot.png: suffix '.png'" in error
+    run = tmp_path / "submission"  # a leaderboard submission: tables, their summaries, a README, a run summary, logs
+    (run / "task" / "logs").mkdir(parents=True)
+    (run / "README.md").write_text("# My agent\n\nScores are in the JSON files.\n")
+    (run / "task" / "task_summary.json").write_text(json.dumps({"progression_percentage": 50.0}))
+    (run / "task" / "logs" / "run.log").write_text("".join(f"2024-03-21 20:13:3{i},532 - INFO - step {i}\n"
+                                                           for i in range(4)))
+    (run / "task" / "task_run_00.csv").write_text("Step,Observation,Action,Reward,Done\n0,A hall.,go north,1,True\n")
+    (run / "task" / "task_run_00.json").write_text(json.dumps({"task": "task", "done": True}))
+    table, summary = inspect_logs(LogSource(str(run)), cell="t")
+    assert summary.episodes == 1 and table["task"].to_pylist() == ["task"]  # the summary beside its table read
+    assert [entry.split(":")[0] for entry in summary.skipped] == ["task/task_summary.json", "README.md",
+                                                                 "task/logs/run.log"]
+    assert "a debug log (4 Python logging records)" in summary.skipped[2]
+    (run / "task" / "task_run_00.csv").write_text('Step,Observation,Action,Reward,Done\n0,A hall.,go north,1,True\n'
+                                                  '1,"The process was killed here')
+    status, _, error = _import(run, "--env", "textworld")
+    assert status == 2 and "task_run_00.csv:3: a row without its action (the file ends inside it" in error

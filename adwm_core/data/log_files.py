@@ -49,7 +49,7 @@ from .log_steps import grouped_steps
 from .log_tables import is_table, sidecar_of, table_records
 from .log_text import TRANSCRIPT_KEY, text_episodes
 from .log_turns import TURN_KEYS, is_message_list, turn_list_keys
-from .log_values import LogFormatError, has
+from .log_values import LogFormatError, NotATrajectoryLog, has
 
 LOG_SUFFIXES = tuple(SUFFIXES)
 STEP_COLUMNS = ("episode", "observation", "action", "reward", "success")  # a table of steps needs these
@@ -111,13 +111,23 @@ def read_files(source: LogSource) -> LogFiles:
             summaries = {path: beside} if beside else {}
     else:
         files, summaries = _folder_files(fs, path, source.path, read.skipped)
+    in_folder = not fs.isfile(path)
     for name in files:
-        if is_table(name, source):
-            layout, records = table_records(fs, name, source, summaries.get(name), Record, read.readings)
-        else:
-            layout, records = _file_records(fs, name, source, read.readings)
+        try:
+            if is_table(name, source):
+                layout, records = table_records(fs, name, source, summaries.get(name), Record, read.readings)
+            else:
+                layout, records = _file_records(fs, name, source, read.readings, in_folder)
+        except NotATrajectoryLog as error:
+            if not in_folder:
+                raise
+            read.skipped.append(f"{os.path.relpath(name, path)}: {error.reason}")
+            continue
         read.layouts[name] = layout
         read.records.extend(records)
+    if in_folder and not read.records:
+        raise LogFormatError(f"{source.path}: the folder holds no logs file it could read; skipped: "
+                             + "; ".join(read.skipped[:10]))
     read.readings[BARE_LISTS] += sum(r.kind == "bare list" for r in read.records)
     return read
 
@@ -140,9 +150,14 @@ def _folder_files(fs, path: str, shown: str, skipped: list[str]) -> tuple[list[s
                            "another suffix is read only as the one file named, with --format)")
     skipped[:0] = [f"{entry}: hidden" + (f" ({n} files)" if n > 1 else "") for entry, n in hidden.items()]
     present = set(files)
-    summaries = {name: beside for name in files if name.lower().removesuffix(".gz").endswith((".csv", ".tsv"))
-                 and (beside := sidecar_of(name, present))}
-    files = [name for name in files if name not in set(summaries.values())]
+    tables = [name for name in files if name.lower().removesuffix(".gz").endswith((".csv", ".tsv"))]
+    summaries = {name: beside for name in tables if (beside := sidecar_of(name, present))}
+    read_with_tables = set(summaries.values())
+    orphans = [name for name in files if tables and name.lower().removesuffix(".gz").endswith(".json")
+               and name not in read_with_tables]  # beside tables, a JSON of no table is a run's summary
+    skipped += [f"{os.path.relpath(name, path)}: a JSON beside tables that is no table's summary (a run's "
+                "summary?); name it alone to read it as logs" for name in orphans]
+    files = [name for name in files if name not in read_with_tables and name not in orphans]
     if not files:
         if fs.exists(os.path.join(path, "dataset_info.json")) or fs.exists(os.path.join(path, "state.json")):
             raise LogFormatError(f"{shown}: a saved Hugging Face dataset; read it with format 'hf' (--format hf)")
@@ -151,7 +166,8 @@ def _folder_files(fs, path: str, shown: str, skipped: list[str]) -> tuple[list[s
     return files, summaries
 
 
-def _file_records(fs, path: str, source: LogSource, readings: Counter) -> tuple[str, list[Record]]:
+def _file_records(fs, path: str, source: LogSource, readings: Counter, in_folder: bool = False
+                  ) -> tuple[str, list[Record]]:
     if path.lower().removesuffix(".gz").endswith(".parquet"):
         return _parquet_records(fs, path, source)
     with fs.open(path, "rb", compression="infer") as f:
@@ -162,6 +178,9 @@ def _file_records(fs, path: str, source: LogSource, readings: Counter) -> tuple[
         raise LogFormatError(f"{path}: not UTF-8 text (byte {error.start}); save the logs as UTF-8") from None
     if not text.strip():
         raise LogFormatError(f"{path}: the file is empty")
+    if in_folder and path.lower().removesuffix(".gz").endswith((".md", ".markdown")) and not is_chat_export(text):
+        raise NotATrajectoryLog(f"{path}: Markdown that is no chat session", reason="Markdown that is no chat "
+                                "session (a README?); name it alone to read it as a text log")
     try:
         whole = json.loads(text)
     except json.JSONDecodeError as error:

@@ -85,6 +85,11 @@ def table_records(fs, path: str, source: LogSource, summary_path: str | None, re
     records, line = [], 1
     for row in reader:
         values = _row(row, named)
+        short = [role for role in ("observation", "action") if not isinstance(values.get(role), str)]
+        if short:
+            raise LogFormatError(f"{path}:{line + 1}: a row without its {' and '.join(short)} (the file ends inside "
+                                 f"it, or a quote is not closed: it has {sum(v is not None for k, v in row.items() if k)}"
+                                 f" of {len(header)} cells); cut the row, or close its quote")
         records.append(record_type(path, line + 1, values))
         line = reader.line_num
     if not records:

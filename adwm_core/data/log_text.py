@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..specs import LogSource
-from .log_values import LogFormatError, as_number, flag
+from .log_values import LogFormatError, NotATrajectoryLog, as_number, flag
 
 TRANSCRIPT_KEY = "transcript"  # a text block of turns; where a plain-text file's content is kept
 STATUS_LINE = re.compile(r"^\s*STATUS:\s*(OK|FAIL)\s*$")
@@ -229,10 +229,12 @@ def _refuse_debug_log(path: str, lines: list[str]) -> None:
     opening = next((row for row in first_lines if LOG_RECORD.match(row)), None)
     records = sum(1 for row in lines if LOG_RECORD.match(row))
     if opening is not None and records >= LEAST_LOG_RECORDS:
-        raise LogFormatError(f"{path}: not a trajectory log: a debug log, {records} of its lines are logging records "
-                             f"({opening.strip()[:70]!r}…) with prompts and program state between them. Write the "
-                             "agent's episodes out — JSONL turns with an outcome, or a transcript whose agent lines "
-                             "start with '> ' and end at 'STATUS: OK|FAIL' — and import that")
+        raise NotATrajectoryLog(
+            f"{path}: not a trajectory log: a debug log, {records} of its lines are logging records "
+            f"({opening.strip()[:70]!r}…) with prompts and program state between them. Write the agent's episodes "
+            "out — JSONL turns with an outcome, or a transcript whose agent lines start with '> ' and end at "
+            "'STATUS: OK|FAIL' — and import that",
+            reason=f"a debug log ({records} Python logging records), not a trajectory log")
 
 
 def _header_lines(lines: list[str]) -> set[int]:

@@ -24,6 +24,15 @@ class LogFormatError(ValueError):
     problem, and what to do about it."""
 
 
+class NotATrajectoryLog(LogFormatError):
+    """A file that holds no trajectories at all (a debug log): refused when named, skipped and
+    named with the reason in a folder."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 FLAG_SPELLINGS = {True: True, False: False, "true": True, "false": False, "1": True, "0": False, "yes": True,
                   "no": False, "success": True, "succeeded": True, "won": True, "win": True, "fail": False,
                   "failed": False, "failure": False, "lost": False, "correct": True, "incorrect": False}
