@@ -8,6 +8,7 @@ import os
 from . import pipeline
 from .cell import LOCAL_PREFIX, CellConfig
 from .data import TRAJECTORIES, read_table
+from .endpoints import hub_reachable
 from .policies.local_models import OFFLINE_PREFIX, check_offline_model
 from .specs import REMOTE_BACKENDS
 
@@ -70,7 +71,7 @@ def _on_hub(name: str) -> bool:
 
     if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
         return True
-    if huggingface_hub.constants.HF_HUB_OFFLINE:
+    if huggingface_hub.constants.HF_HUB_OFFLINE or not hub_reachable():  # no request where none can answer
         return False
     try:
         huggingface_hub.model_info(name, timeout=10)
