@@ -202,7 +202,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]
     collect.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     imports = sub.add_parser("import", help="read your logs, check them and print how they were read (layout, keys, "
                              "counts, the first episode), training nothing")
-    imports.add_argument("logs", help="logs file, folder of files, dataset folder or name, or Parquet")
+    imports.add_argument("logs", help="logs file (JSONL, JSON, text, Markdown chat export, CSV/TSV, Parquet; maybe "
+                         ".gz), folder of such files, or dataset folder or name")
     add_log_arguments(imports)
     imports.add_argument("--show-steps", type=int, default=3, metavar="N",
                          help="how many steps of the first episode to print (default 3)")

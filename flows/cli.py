@@ -31,8 +31,9 @@ truth the estimates are ungraded.
       --agent-base-url http://127.0.0.1:8000/v1 --agent-model my-agent
 
 Logs: a file or folder of episodes — JSONL, JSON (an array, an object of episodes, a wrapper
-around a list), text transcripts, each maybe .gz —, a Hugging Face dataset saved with
-save_to_disk or in the local cache, or Parquet (trajectories or a table of steps); check how
+around a list), text transcripts, chat exports (Markdown), CSV or TSV tables of steps, each maybe
+.gz —, a Hugging Face dataset saved with save_to_disk or in the local cache, or Parquet
+(trajectories or a table of steps); a local file of another suffix needs --format; check how
 they are read first with `adwm import LOGS --env ENV` (docs/your-logs.md). The agent: a model
 behind an OpenAI-compatible endpoint (vLLM's server and most others), or with --agent-backend
 a Hugging Face folder loaded in this process. Artifacts go to $ADWM_HOME/cells/<name>/. The
@@ -44,8 +45,9 @@ run as the tracked flow evaluate-logs instead, in the Prefect UI and logged to M
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
     evaluate = sub.add_parser("evaluate", help="estimate your agents' values from your own behaviour logs",
                               description=EVALUATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    evaluate.add_argument("--logs", required=True, help="behaviour logs: a file or folder of JSONL, JSON or text "
-                          "transcripts (maybe .gz), a dataset folder or name, Parquet (see `adwm import`)")
+    evaluate.add_argument("--logs", required=True, help="behaviour logs: a file or folder of JSONL, JSON, text "
+                          "transcripts, chat exports or CSV/TSV tables (maybe .gz), a dataset folder or name, Parquet "
+                          "(see `adwm import`)")
     core.add_log_arguments(evaluate)
     evaluate.add_argument("--agent-model", action="append", default=[],
                           help="an agent: its model name at the endpoint, or a model folder with --agent-backend; "
