@@ -12,9 +12,16 @@ What a stage's key hashes (and the one rule of what stays out):
   revision this machine's Hugging Face cache holds, read once per process (so a model the run
   itself downloads keeps the key it started with); an endpoint model by its name and URL;
 - the keys of its input stages;
-- the code that computes it: :func:`~adwm_core.fingerprints.code_fingerprint` of its module
-  (and, for a stage that runs the environment or prompts an LLM in it, of its cell's environment
-  module where that is part of ``adwm_core``, with the package's environment data files).
+- what computes it: for an estimator stage (ADWM, the baselines, the report: minutes to
+  recompute), :func:`~adwm_core.fingerprints.code_fingerprint` of its module (and, where it runs
+  the environment or prompts an LLM in it, of its cell's environment module where that is part
+  of ``adwm_core``); for an upstream stage (policies, behaviour, ground truth, log-probs, greedy
+  actions, world model, ψ: hours to rebuild, kept in ``bench/store``), the declared
+  ``Stage.version`` of what its outputs mean instead, so a refactor that moves no value costs no
+  rebuild — bumped where a change moves them; ``python -m bench.versions confirm`` recomputes a
+  small cell's upstream against the store before its code is confirmed at the version
+  (:func:`stage_code`); with, for a stage that runs the environment, the package's environment
+  data files.
 
 Left out of keys, because they say where or how fast a stage runs, not what it computes:
 the device (``device`` fields and options), a policy's GPU share, request concurrency,
@@ -146,7 +153,8 @@ class Stage:
     ``settings(cell, policy)`` for a per-π_e stage — is the slice of the cell its key hashes;
     ``inputs(cell)`` the stages it reads; ``module`` holds its ``compute(run: StageRun)``;
     ``environment``: it runs the cell's environment or prompts an LLM in it; ``gpu`` and
-    ``retries`` tell the orchestrator where to run it and how often to retry it."""
+    ``retries`` tell the orchestrator where to run it and how often to retry it; ``version``
+    (upstream stages): what its outputs mean, which its key reads in place of its code."""
 
     name: str
     settings: Callable[..., Any]
@@ -157,6 +165,7 @@ class Stage:
     environment: bool = False
     gpu: bool = False
     retries: int = 0
+    version: int | None = None
 
     def run_name(self, label: str | None = None) -> str:
         """The stage's tracked run: ``"<name> [<π_e label>]"`` per π_e."""
@@ -201,24 +210,24 @@ def _maybe(condition: bool, *names: str) -> tuple[str, ...]:
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("policies", lambda cell: {"env": cell.env, "local_policies": cell.local_policies},
-          {"family": "family"}, "adwm_core.stages.policies", environment=True),
+          {"family": "family"}, "adwm_core.stages.policies", environment=True, version=1),
     Stage("behaviour", _behaviour, {"trajectories": "trajectories.parquet"}, "adwm_core.stages.behaviour",
-          environment=True, retries=2),
+          environment=True, retries=2, version=1),
     Stage("ground-truth", lambda cell, policy: {"env": cell.env, "evaluation": _evaluation(cell, policy),
                                                 "ground_truth": cell.ground_truth},
           {"episodes": "episodes.parquet", "summary": "summary.parquet"}, "adwm_core.stages.ground_truth",
-          per_policy=True, environment=True, retries=2),
+          per_policy=True, environment=True, retries=2, version=1),
     Stage("logprobs", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
           {"logprobs": "logprobs.parquet"}, "adwm_core.stages.logprobs", inputs=lambda cell: ("behaviour",),
-          per_policy=True, environment=True, gpu=True, retries=1),
+          per_policy=True, environment=True, gpu=True, retries=1, version=1),
     Stage("greedy", lambda cell, policy: {"evaluation": _evaluation(cell, policy)},
           {"actions": "greedy_actions.parquet"}, "adwm_core.stages.greedy", inputs=lambda cell: ("behaviour",),
-          per_policy=True, environment=True, gpu=True, retries=1),
+          per_policy=True, environment=True, gpu=True, retries=1, version=1),
     Stage("world-model", lambda cell: cell.world_model, {"members": "members"}, "adwm_core.stages.world_model",
-          inputs=lambda cell: ("behaviour",), gpu=True),
+          inputs=lambda cell: ("behaviour",), gpu=True, version=1),
     Stage("psi", lambda cell, policy: {"psi": cell.psi, "policy": policy}, {"adapter": "adapter"},
           "adwm_core.stages.psi", inputs=lambda cell: ("behaviour", "world-model"), per_policy=True,
-          environment=True, gpu=True),
+          environment=True, gpu=True, version=1),
     Stage("adwm", lambda cell, policy: {"adwm": cell.adwm, "evaluation": _evaluation(cell, policy),
                                         **({"fqe": cell.handover_fqe} if cell.adwm.hands_over_to_fqe else {})},
           {"estimates": "estimates.parquet", "timings": "timings.json", "samples": "samples.jsonl",
@@ -330,6 +339,12 @@ def _code_modules(cell: CellConfig, stage: Stage) -> tuple[str, ...]:
     return (stage.module, *([environment] if environment and module_file(environment) else []))
 
 
+def stage_code(cell: CellConfig, name: str) -> str:
+    """The fingerprint of the code that computes stage ``name`` of ``cell``: an estimator stage's
+    key reads it; an upstream stage's code is confirmed at its version (bench/store.py)."""
+    return code_fingerprint(*_code_modules(cell, stage(name)))
+
+
 def _model_identity(spec: PolicySpec, family: Callable[[], str]) -> dict:
     if spec.model.startswith(LOCAL_PREFIX):
         return {"family": family(), "checkpoint": spec.model[len(LOCAL_PREFIX):]}
@@ -398,7 +413,7 @@ def stage_key(cell: CellConfig, name: str, policy: PolicySpec | None = None,
     settings = stage_.settings(cell, policy) if stage_.per_policy else stage_.settings(cell)
     settings = _key_form(settings, lambda: _located(cell, "policies", None, memo).key, uses_family)
     inputs = _input_artifacts(cell, stage_, policy, uses_family[0], memo)
-    code = code_fingerprint(*_code_modules(cell, stage_))
+    code = stage_code(cell, name) if stage_.version is None else f"version {stage_.version}"
     if stage_.environment:
         code += content_fingerprint(ENVIRONMENT_DATA)
     payload = json.dumps({"stage": name, "settings": settings, "code": code,

@@ -1,6 +1,7 @@
 """The stage registry (adwm_core/pipeline.py): every stage declared once, keys that say what
 computed an artifact — settings, inputs, code — and never where it lay."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -152,18 +153,34 @@ def test_an_estimator_only_change_retrains_no_world_model():
 
 def test_a_stage_that_runs_the_environment_is_keyed_by_its_environment_code(cell, monkeypatch):
     """The environment's module (loaded by name through the registry, so no import reaches it)
-    is part of the code of the stages that run it or prompt an LLM in it, not of the others."""
+    is part of the code of the stages that run it or prompt an LLM in it, not of the others: an
+    estimator stage's key reads it, an upstream stage's version is confirmed against it."""
     from adwm_core.envs.registry import env_module
 
     real, calls = pipeline.code_fingerprint, []
     monkeypatch.setattr(pipeline, "code_fingerprint", lambda *modules: calls.append(modules) or real(*modules))
-    policy = cell.evaluation.policies[0]
     for name in pipeline.STAGES:
-        pipeline.stage_key(cell, name, policy if pipeline.stage(name).per_policy else None)
-        own = calls[-1]  # inputs' keys come first
-        assert own[0] == pipeline.stage(name).module
+        pipeline.stage_code(cell, name)
+        assert calls[-1][0] == pipeline.stage(name).module
         expected = name in ("policies", "behaviour", "ground-truth", "logprobs", "greedy", "psi", "adwm")
-        assert (env_module(cell.env.name) in own) == expected, name
+        assert (env_module(cell.env.name) in calls[-1]) == expected, name
+
+
+def test_an_upstream_stage_is_keyed_by_its_declared_version_and_an_estimator_stage_by_its_code(cell, monkeypatch):
+    """A refactor of upstream code keeps every upstream key (the bench's store stays valid); the
+    estimator stages, minutes to recompute, follow their code; a bumped version re-keys the stage
+    and every stage that reads it."""
+    upstream = {name for name, stage in pipeline.STAGES.items() if stage.version is not None}
+    assert upstream == {"policies", "behaviour", "ground-truth", "logprobs", "greedy", "world-model", "psi"}
+    before = keys(cell)
+    real = pipeline.code_fingerprint
+    monkeypatch.setattr(pipeline, "code_fingerprint", lambda *modules: "refactored" + real(*modules))
+    after = keys(cell)
+    assert {k for k in before if before[k] != after[k]} == {k for k in before if k[0] not in upstream}
+    monkeypatch.setitem(pipeline.STAGES, "world-model", dataclasses.replace(pipeline.STAGES["world-model"], version=2))
+    bumped = keys(cell)
+    moved = {k[0] for k in after if after[k] != bumped[k]}
+    assert moved == {"world-model", "adwm", "baselines", "report"}
 
 
 def test_cells_are_changed_in_code_only_through_validation(cell):
@@ -271,4 +288,5 @@ def test_a_greedy_hand_over_plans_the_greedy_action_stage_and_evaluate_policy_pl
     soft = greedy.replace(adwm=greedy.adwm.replace(reading="soft_tokens"))
     assert [s.name for s in pipeline.plan(soft.with_evaluated(agent), ["adwm"], given)] == ["greedy", "psi", "adwm"]
     assert [s.name for s in pipeline.plan(greedy, ["adwm"], given)][0] == "policies"  # a family agent: its family
+
 
