@@ -49,9 +49,11 @@ import hashlib
 import json
 import os
 import posixpath
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 import fsspec
@@ -69,6 +71,11 @@ MARKER = "_COMPLETE"
 UNITS = "_units"  # StageRun.units: finished units of a stage's work, kept across a kill
 ENVIRONMENT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envs", "data")  # read by the adapters
 UNKEYED_SETTINGS = frozenset({"device"})  # fields of any settings section left out of keys
+# A flow runs independent stages on threads (the thread pool, Dask's workers), and a stage's module
+# imports transformers; transformers' lazy top-level module is not thread-safe while it initialises,
+# so two first imports at once fail ("cannot import name 'GPT2Config' from 'transformers'"). Every
+# orchestrator reaches a stage's module through Stage.load, which imports under this one lock.
+_IMPORTING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -171,13 +178,18 @@ class Stage:
         """The stage's tracked run: ``"<name> [<π_e label>]"`` per π_e."""
         return self.name if label is None else f"{self.name} [{label}]"
 
+    def load(self) -> ModuleType:
+        """The stage's module, imported under the process's one import lock (see ``_IMPORTING``)."""
+        with _IMPORTING:
+            return import_module(self.module)
+
     def compute(self, run: StageRun) -> None:
-        import_module(self.module).compute(run)
+        self.load().compute(run)
 
     def check(self, run: StageRun) -> None:
         """The module's ``check(run)``, where it has one: refuses inputs it cannot use before
         any folder is made."""
-        check = getattr(import_module(self.module), "check", None)
+        check = getattr(self.load(), "check", None)
         if check is not None:
             check(run)
 

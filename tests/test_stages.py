@@ -290,3 +290,35 @@ def test_a_greedy_hand_over_plans_the_greedy_action_stage_and_evaluate_policy_pl
     assert [s.name for s in pipeline.plan(greedy, ["adwm"], given)][0] == "policies"  # a family agent: its family
 
 
+
+TWO_STAGES_AT_ONCE = """
+import sys, threading
+from adwm_core import pipeline
+errors = []
+def load(name):
+    try:
+        pipeline.stage(name).load()
+    except Exception as error:
+        errors.append(f"{name}: {type(error).__name__}: {error}")
+threads = [threading.Thread(target=load, args=(name,)) for name in ("policies", "ground-truth")]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+sys.exit("; ".join(errors) or None)
+"""
+
+
+def test_two_stage_modules_imported_at_once_from_two_threads_both_load():
+    """A flow starts ``policies`` and a pretrained π_e's ground truth at once; both modules import
+    transformers, whose lazy module fails a second thread's first import while it initialises
+    (issue 89). In a fresh interpreter, three times: imported without the stages' import lock,
+    each try failed (5 of 5 here), so this test failed on that code with probability ≥ 0.99."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for _ in range(3):
+        result = subprocess.run([sys.executable, "-c", TWO_STAGES_AT_ONCE], cwd=repo, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
