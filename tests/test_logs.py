@@ -644,6 +644,16 @@ def test_a_table_of_steps_reads_in_any_column_order_as_csv_or_tsv_and_fields_nam
     grouped = tmp_path / "two.csv"
     grouped.write_text("episode,observation,action,reward\n7,a,x,0\n8,b,y,1\n7,c,z,1\n")
     assert [r["action"] for r in read_logs(LogSource(str(grouped)), cell="t").to_pylist()] == ["x", "z", "y"]
+    state = tmp_path / "state.jsonl"  # the same names for JSON step rows, top level or nested
+    state.write_text("".join(json.dumps({"episode": 0, "state": f"s{t}", "command": f"c{t}", "reward": t}) + "\n"
+                             for t in range(2)))
+    assert _import(state, "--env", "textworld")[0] == 2
+    named = LogSource(str(state), fields={"observation": "state", "action": "command"})
+    assert read_logs(named, cell="t")["action"].to_pylist() == ["c0", "c1"]
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps([{"trajectory": [{"state": "s0", "command": "c0"}], "reward": 1}]))
+    assert read_logs(LogSource(str(nested), fields={"observation": "state", "action": "command"}), cell="t")[
+        "observation"].to_pylist() == ["s0"]
     restarted = tmp_path / "run.csv"
     restarted.write_text("Step,Observation,Action,Reward\n0,a,x,0\n1,b,y,1\n0,c,z,0\n1,d,w,0\n")
     table, summary = inspect_logs(LogSource(str(restarted)), cell="t")

@@ -125,6 +125,15 @@ def episode_fields(steps: Sequence[Mapping], episode_key: str, source: LogSource
     return record
 
 
+def named_row(value: Any, source: LogSource | None) -> Any:
+    """A record with the keys ``fields`` names for a step's observation and action copied under
+    those names (``--fields observation=state action=command``); any other value as it is."""
+    named = {} if source is None else {r: source.fields[r] for r in ("observation", "action") if r in source.fields}
+    if not named or not isinstance(value, Mapping) or not all(has(value, k) for k in named.values()):
+        return value
+    return {**value, **{role: lookup(value, key) for role, key in named.items()}}
+
+
 def row_key(name: str) -> str:
     """A top-level row key as the reader names it (``ROW_NAMES``), else as it is."""
     return ROW_NAMES.get("".join(ch for ch in name.lower() if ch not in " _-"), name) if isinstance(name, str) else name
@@ -149,7 +158,7 @@ def grouped_steps(records: list, source: LogSource | None = None, *, one_run: bo
     """``records`` (log_files.Record) of single steps grouped into one record per episode, its
     rows under ``STEP_ROWS_KEY`` — or None where they are not all steps. ``one_run``: the records
     are one file's run (a CSV of one episode), one episode unless a counter goes back."""
-    values = [canonical_row(r.value) for r in records]
+    values = [canonical_row(named_row(r.value, source)) for r in records]
     if not is_step_list(values):
         return None
     for record, value in zip(records, values):

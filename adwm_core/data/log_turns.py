@@ -37,7 +37,7 @@ from typing import Any
 
 from ..policies.parsing import has_action_cue
 from ..specs import LogSource
-from .log_steps import STEP_ROWS_KEY, is_step_list, step_turns
+from .log_steps import STEP_ROWS_KEY, is_step_list, named_row, step_turns
 from .log_text import DEMONSTRATIONS, TRANSCRIPT_KEY, without_demonstrations
 from .log_values import has, lookup
 
@@ -187,6 +187,7 @@ def turns_of(value: Mapping, source: LogSource, problems: Problems, at: str, cou
         problems.add(at, key, f"expected a list of turns or a transcript, got {type(turns).__name__}{nested}")
         return None
     wheres = [f"{key}[{i}]" for i in range(len(turns))]
+    turns = [named_row(turn, source) for turn in turns]
     if is_step_list(turns):
         turns, rows, reading = step_turns(turns, source, opened=bool(opening))
         wheres = [f"{key}[{row}]" for row in rows]
