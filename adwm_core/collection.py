@@ -19,6 +19,7 @@ an existing file is an error unless ``overwrite`` is given.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -243,10 +244,12 @@ def extract_logprobs(
     *,
     epsilons: Sequence[float] = EPSILONS,
     overwrite: bool = False,
+    progress: Progress | None = None,
 ) -> pa.Table:
     """log π_b(a_t|h_t) by the pool member named in each step's ``policy`` column, and
     log π_e^ε(a_t|h_t) = log((1-ε)π_e(a_t|h_t) + ε·1[a_t∈A_t]/|A_t|) for every ε, with
-    π_e's greedy action at h_t (what π_e plays at ε = 0; FQE's target policy needs it)."""
+    π_e's greedy action at h_t (what π_e plays at ε = 0; FQE's target policy needs it).
+    ``progress(done, total)`` is told of every batch of steps a model scored or acted on."""
     check_output(out, overwrite=overwrite)
     check_epsilons(epsilons)
     table = read_table(trajectories, TRAJECTORIES)
@@ -262,17 +265,19 @@ def extract_logprobs(
     pi_e = models.policy(policy, env_name)
     behaviour_logp = recorded.copy()
     behaviour_tokens = np.zeros(len(steps), dtype=np.int64)
-    for name, pi_b in pi_bs.items():
-        idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name and row["behavior_logprob"] is None]
-        logp, n_tok = pi_b.logprob([steps[i][1] for i in idx], [steps[i][0]["action"] for i in idx])
-        behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
-    histories = [h for _, h in steps]
-    actions = [row["action"] for row, _ in steps]
-    if pi_e.lm.chat:  # a chat endpoint cannot score given actions: π_e's rows hold NaN, IS-type estimators sit out
-        eval_logp, eval_tokens = np.full(len(steps), np.nan), np.zeros(len(steps), dtype=np.int64)
-    else:
-        eval_logp, eval_tokens = pi_e.logprob(histories, actions)
-    greedy = [decision.action for decision in pi_e.act(histories)]
+    rescored = sum(row["policy"] in pi_bs and row["behavior_logprob"] is None for row, _ in steps)
+    with _reporting([*pi_bs.values(), pi_e], progress, rescored + len(steps) * (2 - pi_e.lm.chat)):
+        for name, pi_b in pi_bs.items():
+            idx = [i for i, (row, _) in enumerate(steps) if row["policy"] == name and row["behavior_logprob"] is None]
+            logp, n_tok = pi_b.logprob([steps[i][1] for i in idx], [steps[i][0]["action"] for i in idx])
+            behaviour_logp[idx], behaviour_tokens[idx] = logp, n_tok
+        histories = [h for _, h in steps]
+        actions = [row["action"] for row, _ in steps]
+        if pi_e.lm.chat:  # a chat endpoint cannot score given actions: π_e's rows hold NaN, IS-type estimators sit out
+            eval_logp, eval_tokens = np.full(len(steps), np.nan), np.zeros(len(steps), dtype=np.int64)
+        else:
+            eval_logp, eval_tokens = pi_e.logprob(histories, actions)
+        greedy = [decision.action for decision in pi_e.act(histories)]
     in_set = [h.admissible is not None and a in h.admissible for h, a in zip(histories, actions)]
     n_admissible = np.array([len(h.admissible or ()) for h in histories], dtype=np.int64)
     # without log π_b for every step (imported logs lacking them, no pool model to re-score) the
@@ -281,6 +286,26 @@ def extract_logprobs(
         ("eval", eps, eps_mix_logprob(eval_logp, eps, in_set, n_admissible), eval_tokens) for eps in epsilons
     ]
     return write_table(logprob_table(steps, blocks, greedy, n_admissible), out, LOGPROBS, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def _reporting(policies: Sequence, progress: Progress | None, total: int) -> Iterator[None]:
+    """``progress(done, total)`` after each batch any of the ``policies``' models answers, inside the block."""
+    models = list({id(policy.lm): policy.lm for policy in policies}.values()) if progress is not None else []
+    done = 0
+
+    def answered(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(min(done, total), total)
+
+    for model in models:
+        model.on_items = answered
+    try:
+        yield
+    finally:
+        for model in models:
+            model.on_items = None
 
 
 LogprobBlock = tuple[str, "float | None", np.ndarray, np.ndarray]  # role, ε, log-prob and token count per step

@@ -130,6 +130,20 @@ def test_logprobs_rescore_with_the_producing_policy_and_mix_per_epsilon(behaviou
     assert np.mean(np.exp(late)) > 0.5
 
 
+def test_logprob_extraction_reports_its_progress_and_computes_the_same_values(behaviour, pool, tmp_path):
+    """Every re-scored step of the pool and every π_e step (scored, then acted on) is counted as its
+    model's batch finishes, ending at the total; reporting moves no value."""
+    told = []
+    quiet = extract_logprobs(behaviour, NAME, pool, pool[1], str(tmp_path / "quiet.parquet"), epsilons=(0.0, 1.0))
+    shown = extract_logprobs(behaviour, NAME, pool, pool[1], str(tmp_path / "shown.parquet"), epsilons=(0.0, 1.0),
+                             progress=lambda done, total: told.append((done, total)))
+    n_steps = len(list(logged_histories(read_table(behaviour, TRAJECTORIES))))
+    assert shown.equals(quiet)
+    assert len(told) > 3 and {total for _, total in told} == {3 * n_steps}  # π_b re-scores each step, π_e twice
+    assert [done for done, _ in told] == sorted(done for done, _ in told) and told[-1][0] == 3 * n_steps
+    assert all(getattr(load_language_model(spec.model), "on_items", None) is None for spec in pool)  # unhooked after
+
+
 def test_logprob_extraction_names_policies_missing_from_the_pool(behaviour, pool, tmp_path):
     with pytest.raises(ValueError, match="tiny-early@p0"):
         extract_logprobs(behaviour, NAME, pool[1:], pool[1], str(tmp_path / "lp.parquet"))

@@ -30,6 +30,7 @@ class LanguageModel(ABC):
     tokenizer: object
     max_context: int  # prompt + generated tokens
     chat = False  # True: acts on message lists (generate_chat), the endpoint applying its chat template
+    on_items: Callable[[int], None] | None = None  # told of each batch of n prompts answered (a stage's progress)
 
     @abstractmethod
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:

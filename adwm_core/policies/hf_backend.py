@@ -118,9 +118,11 @@ class TransformersLM(LanguageModel):
                 for i, text in zip(rows, self.tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)):
                     out[i] = text
                 keep_rows(store, batch, ids)
+                if self.on_items is not None:
+                    self.on_items(len(rows))
         return out
 
     def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         with self._calls:
             return score_actions(self.model, self.tokenizer, prompts, continuations, batch_size=self.batch_size,
-                                 max_context=self.max_context, store=self.prefix_store)
+                                 max_context=self.max_context, store=self.prefix_store, on_batch=self.on_items)

@@ -14,7 +14,7 @@ in log space with ``logaddexp`` so no ratio underflows.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,14 +88,16 @@ def eps_mix_logprob(logprob, epsilon: float, admissible, n_admissible) -> np.nda
 
 
 def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[str], batch_size: int = 8,
-                  max_context: int | None = None, store: PrefixStore | None = None):
+                  max_context: int | None = None, store: PrefixStore | None = None,
+                  on_batch: Callable[[int], None] | None = None):
     """log π(a_i | prompt_i) over each action span, and the span lengths in tokens.
 
     Forward passes of a causal LM (transformers) over the tokens ``store`` does not already hold
     (:func:`~.prefix_cache.read_new_tokens`; without a store every token is read), ``batch_size``
     items at a time in :func:`~.prefix_cache.interleaved_batches` so an episode's steps reuse each
     other's prompt; the sums are accumulated in float64; a prompt + action longer than the context
-    loses its oldest prompt tokens (:func:`fit_context`). Returns ``(logprobs, n_tokens)`` as numpy arrays.
+    loses its oldest prompt tokens (:func:`fit_context`); ``on_batch(n)`` is told of every batch of
+    n items scored. Returns ``(logprobs, n_tokens)`` as numpy arrays.
     """
     from .prefix_cache import PrefixStore, interleaved_batches, read_new_tokens
 
@@ -117,4 +119,6 @@ def score_actions(model, tokenizer, prompts: Sequence[str], actions: Sequence[st
                                keep=[len(row) - start + 1 for row, start in zip(ids, starts)])
         for i, row, start, token_logp in zip(rows, ids, starts, kept):
             logprobs[i] = math.fsum(token_logp[np.arange(len(row) - start), row[start:]].tolist())
+        if on_batch is not None:
+            on_batch(len(rows))
     return logprobs, n_tokens

@@ -1,4 +1,5 @@
-"""The log-prob stage: log π_b and log π_e^ε of every logged action, for one π_e."""
+"""The log-prob stage: log π_b and log π_e^ε of every logged action, for one π_e (its progress in
+steps scored or acted on, each model's batches as they finish)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
 
 def compute(run: StageRun) -> None:
     cell = run.cell
-    extract_logprobs(run.input("behaviour", "trajectories"), cell.env.name,
-                     [run.resolved(spec) for spec in cell.behaviour.pool], run.resolved(run.policy),
-                     run.output("logprobs"), epsilons=cell.evaluation.epsilons)
+    with run.tracker.progress(f"log-prob steps of {run.policy.label}") as progress:
+        extract_logprobs(run.input("behaviour", "trajectories"), cell.env.name,
+                         [run.resolved(spec) for spec in cell.behaviour.pool], run.resolved(run.policy),
+                         run.output("logprobs"), epsilons=cell.evaluation.epsilons, progress=progress)
