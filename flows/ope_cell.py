@@ -18,6 +18,7 @@ from __future__ import annotations
 import mlflow
 import yaml
 from prefect import flow
+from prefect.futures import PrefectFuture, wait
 from prefect.runtime import flow_run
 
 from adwm_core.cell import CellConfig
@@ -60,15 +61,44 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
             mlflow.set_tag("smoke", "true")
             mlflow.log_dict(smoke_overlay, "smoke_overlay.json")
         config = prepare_policies(config)
-        for future in submit_plan(config, parent).values():
-            result = future.result()  # in the plan's order: raises the first failed stage's own error
+        futures = submit_plan(config, parent)
+        wait(list(futures.values()))  # the branches a failure does not hold back run to their end and are kept
+        check_stages(futures)
+        result = futures[next(reversed(futures))].result()
         publish(config.name, result)
     print(f"report: {result.file('report')}")
     return result.path
 
 
+class StageFailed(RuntimeError):
+    """A cell's stage failed: named first, with its error, then the stages it held back."""
+
+
+def check_stages(futures: dict[tuple[str, str | None], PrefectFuture]) -> None:
+    """Raise :class:`StageFailed` (from the first failed stage's own error) where a stage of the
+    plan failed: the failed stages and their errors first, then those held back and those kept."""
+    def named(index: tuple[str, str | None]) -> str:
+        return index[0] + (f" [{index[1]}]" if index[1] else "")
+
+    states = {index: future.state for index, future in futures.items()}
+    failed = [index for index, state in states.items() if state.is_failed() or state.is_crashed()]
+    if not failed:
+        return
+    errors = {index: states[index].result(raise_on_failure=False) for index in failed}
+    held = [named(index) for index, state in states.items() if not state.is_final()]
+    kept = [named(index) for index, state in states.items() if state.is_completed()]
+    raise StageFailed(
+        "; ".join(f"stage {named(index)} failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                  for index, error in errors.items())
+        + (f" — it held back {', '.join(held)}" if held else "")
+        + (f"; finished and kept for a rerun: {', '.join(kept)}" if kept else "")
+    ) from next((error for error in errors.values() if isinstance(error, BaseException)), None)
+
+
 if __name__ == "__main__":
     import argparse
+    import atexit
+    import sys
 
     parser = argparse.ArgumentParser(description="Run one cell's flow here (docs/operations.md, 'Orchestration').")
     parser.add_argument("cell", nargs="?", default="local-simonsays", help="a name under deployments/ or a YAML path")
@@ -77,5 +107,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.stand_in and not args.smoke:
         parser.error("--stand-in only applies with --smoke")
+    failure: list[str] = []  # said at exit, registered first so it runs last: after the embedded server's own lines
+    atexit.register(lambda: failure and print(failure[0], file=sys.stderr, flush=True))
     state = ope_cell(args.cell, smoke=args.smoke, stand_in=args.stand_in, return_state=True)
+    if not state.is_completed():  # the last line names the failed stage and its error, after every traceback
+        failure.append(f"ope-cell {args.cell}: {state.result(raise_on_failure=False)}")
+        sys.exit(1)
     print(closing_screen(state.result(), str(state.state_details.flow_run_id)))

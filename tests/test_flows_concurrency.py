@@ -94,3 +94,27 @@ def test_two_runs_of_one_cell_at_once_both_complete_and_compute_each_stage_once(
                         for s in STAGES}, computed
     assert_one_artifact_per_stage("tiny-twice")
     assert any("another run is computing" in log for log in logs)  # started together, they met at a stage
+
+
+def test_a_failed_stage_is_named_first_on_the_flows_last_line_and_the_other_branches_are_kept(tiny_policies, tmp_path):
+    """π_e's weights are unreadable: its ground truth, log-probs and ψ fail while the pool's behaviour
+    and the world model finish (kept for a rerun); the run exits non-zero and its last line names the
+    failed stages and their error first, then what they held back (issue 89)."""
+    import shutil
+
+    broken = tmp_path / "broken-late"
+    shutil.copytree(tiny_policies["late"], broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    config = yaml.safe_load(open(small_cell(tmp_path, tiny_policies, "tiny-failing")))
+    config["evaluation"]["policies"] = [{"label": "late", "model": str(broken)}]
+    (tmp_path / "tiny-failing.yaml").write_text(yaml.safe_dump(config))
+    run = subprocess.run([sys.executable, "-m", "flows.ope_cell", str(tmp_path / "tiny-failing.yaml")], cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ope-cell ") and ": stage ground-truth [late@p0] failed: " in last, last
+    assert last.index("failed") < last.index("held back") < last.index("adwm [late@p0]") < last.index("report"), last
+    assert "finished and kept for a rerun: behaviour" in last and "world-model" in last, last
+    for stage in ("behaviour", "world-model"):
+        (folder,) = glob.glob(os.path.join(os.environ["ADWM_HOME"], "cells", "tiny-failing", stage, "*"))
+        assert os.path.exists(os.path.join(folder, "_COMPLETE"))
