@@ -163,7 +163,7 @@ def test_prefect_yaml_deploys_every_cell_and_names_only_existing_ones():
         if flow == "ope_cell":
             with open(os.path.join(DEPLOYMENTS, f"{deployment['name']}.yaml")) as f:
                 config = yaml.safe_load(f)
-            kind = {"local": "development", "test": "test"}.get(deployment["name"].split("-")[0], "seed")
+            kind = {"local": "development", "dev": "development", "test": "test"}.get(deployment["name"].split("-")[0], "seed")
             assert deployment["tags"] == ["ope-cell", kind, config["env"]["name"],
                                           "gpu" if config.get("needs_gpu") else "cpu"], deployment["name"]
     assert by_flow["ope_cell"] == cells
