@@ -55,7 +55,7 @@ from .data.log_steps import episode_of_steps
 from .data.logs import ImportSummary, inspect_logs, read_logs
 from .envs import EnvironmentUnavailable, check_env_task
 from .ope.statistics.calibration import Point, ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
-from .ope.statistics.recommend import Recommendation, point_key, with_live
+from .ope.statistics.recommend import Recommendation, live_only, point_key, with_live
 
 CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
 WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
@@ -173,13 +173,14 @@ def live_episodes(config: CellConfig, live: dict[Point, list[tuple[str, float]]]
     return found
 
 
-def recommended_with_live(record: Mapping, config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None
-                          ) -> Recommendation:
+def recommended_with_live(record: Mapping, config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None,
+                          alone: bool = False) -> Recommendation:
     """The report's recommended reading (``record``) with the live episodes folded in under the same
-    calibration (ope/statistics/recommend.py's ``with_live``)."""
+    calibration (ope/statistics/recommend.py's ``with_live``); ``alone``: the same live episodes
+    read with no offline estimate (``live_only``), the row to set beside it."""
     episodes = live_episodes(config, live)
-    return with_live(Recommendation.from_record(record),
-                     {point_key(*point): [g for _, g in runs] for point, runs in episodes.items()})
+    returns = {point_key(*point): [g for _, g in runs] for point, runs in episodes.items()}
+    return (live_only if alone else with_live)(Recommendation.from_record(record), returns)
 
 
 def live_top_up(config: CellConfig, live: dict[Point, list[tuple[str, float]]] | None = None) -> list[ToppedUp]:
@@ -434,17 +435,20 @@ class OffPolicyEvaluation:
                 picked.append({**row, "estimator": name})
         return picked
 
-    def recommended(self, alpha: float | None = None) -> Recommended:
+    def recommended(self, alpha: float | None = None, live_alone: bool = False) -> Recommended:
         """The recommended estimate (ope/statistics/recommend.py): its source, Ĵ of every (agent, ε)
         with its interval calibrated on the bench's errors, the verdicts on every pair of points
         (``better`` None: cannot tell, with the ``live_episodes`` per point that would likely decide
         it), and the estimators not eligible here with why. With live episodes (``live=K`` or
-        ``live_logs``) they are folded in under the same calibration."""
+        ``live_logs``) they are folded in under the same calibration; ``live_alone``: the same live
+        episodes read with no offline estimate, the row to compare the combination with."""
         import pandas as pd
 
         with fsspec.open(f"{self.run(alpha)}/{pipeline.stage('report').outputs['curves']}") as f:
             curves = json.load(f)
-        reading = (recommended_with_live(curves["recommended"], self.config, self._live) if self._live_asked
+        if live_alone and not self._live_asked:
+            raise ValueError("live_alone reads live episodes: give live=K or live_logs to OffPolicyEvaluation first")
+        reading = (recommended_with_live(curves["recommended"], self.config, self._live, live_alone) if self._live_asked
                    else Recommendation.from_record(curves["recommended"]))
         rows = [{"agent": agent, "epsilon": epsilon, "value": reading.values[label], "lower": reading.low[label],
                  "upper": reading.high[label]}

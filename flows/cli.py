@@ -160,7 +160,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     printed = PrintedInterval.of(curves.get("answers", {}).values())
     print("\n" + "\n".join(recommended_lines(curves, args.pairs)))
     if args.live or args.live_logs:
-        print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live).lines(args.pairs)))
+        for alone in (False, True):  # the combination, and beside it the same live episodes alone
+            print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live, alone).lines(args.pairs)))
     coverage = BenchCalibration.shipped().interval_coverage
     print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded; an interval the bench "

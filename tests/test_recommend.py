@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, conformal_quantile,
-                                                live_episodes_to_decide, recommend, with_live, withheld)
+from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, cell_weighted_quantile,
+                                                conformal_quantile, live_episodes_to_decide, live_only, recommend,
+                                                with_live, withheld)
 from adwm_core.report import recommended_lines
 
 POINTS = [f"pi ε={e:g}" for e in (0.0, 0.25, 0.5, 0.75, 1.0)]
@@ -95,15 +96,11 @@ def test_verdicts_are_calibrated_on_the_signs_the_bench_got_right():
     assert right / decided >= 0.92 and decided / pairs >= 0.85, (right / decided, decided / pairs)
 
 
-def test_the_interval_widens_where_the_models_part_and_holds_where_they_share_a_bias():
+def shared_bias_bench(seed: int) -> list[BenchCell]:
     """60 cells, ADWM, FQE and kNN-WM on each: on one in five the three agree within N(0, 0.01)
-    around one shared bias N(0, 0.1) (their disagreement says nothing of the error), on the
-    others each errs apart by N(0, 0.02), one point in five by N(0, 0.3). The interval, the wider of
-    the disagreement's and the scale's, holds J on both kinds and is widest where the models part
-    (measured over seeds 0–4: coverage 0.996–1.000 where they part and 0.983–1.000 where they share
-    a bias, 0.75–0.77 there with the disagreement's interval alone; the parted points' mean
-    half-width 3.6–5.8 × the others'; the bounds leave 0.08 and 2.1 of margin)."""
-    rng = np.random.default_rng(8)
+    around one shared bias N(0, 0.1) (their disagreement says nothing of the error), on the others
+    each errs apart by N(0, 0.02), one point in five by N(0, 0.3)."""
+    rng = np.random.default_rng(seed)
     models = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")
     cells = []
     for i in range(60):
@@ -115,17 +112,69 @@ def test_the_interval_widens_where_the_models_part_and_holds_where_they_share_a_
             sd = {p: 0.3 if k == 0 else 0.02 for k, p in enumerate(POINTS)}
             estimates = {m: {p: j + rng.normal(0, sd[p]) for p, j in truth.items()} for m in models}
         cells.append(BenchCell(f"c{i}", "env", -1.0, 2.0, 1.0, 0.8, truth, estimates))
+    return cells
+
+
+def test_the_interval_widens_where_the_models_part_and_covers_a_shared_bias_over_cells():
+    """On ``shared_bias_bench``, each cell read from the others: the interval is widest where the
+    models part, and holds J at 0.95 of all points, each cell weighing one. A bias the models share
+    is seen by no diagnostic, so it is covered over cells, not on its own: the promise is marginal
+    (measured over seeds 8–12: overall 0.920–0.950, the shared-bias cells 0.78–0.83, parted
+    half-width 1.85–3.17 × the others'; the bounds leave 0.04, 0.08 and 0.35 of margin)."""
+    cells = shared_bias_bench(8)
     bench = BenchCalibration(tuple(cells))
     held, parted, calm = {0: [], 1: []}, [], []
     for i, c in enumerate(cells):
         r = recommend(c.estimates, bench=bench, return_range=(-1, 2), scale=1.0, answered=0.8, cell=c.name)
-        assert "disagree" in r.unit
+        assert "disagreement" in r.unit and "59 bench cells" in r.unit
         held[i % 5 == 0] += [r.low[p] <= j <= r.high[p] for p, j in c.truth.items()]
         if i % 5:
             parted.append(r.half_widths[POINTS[0]])
             calm += [r.half_widths[p] for p in POINTS[1:]]
-    assert min(np.mean(held[0]), np.mean(held[1])) >= 0.90, {k: np.mean(v) for k, v in held.items()}
+    assert np.mean(held[0] + held[1]) >= 0.88 and np.mean(held[1]) >= 0.70, {k: np.mean(v) for k, v in held.items()}
     assert np.mean(parted) >= 1.5 * np.mean(calm), (np.mean(parted), np.mean(calm))
+
+
+def diagnosed_bench(seed: int, cells: int = 60) -> list[BenchCell]:
+    """Cells whose log answered π_e well (a = 0.9) or badly (a = 0.1), alternating; ADWM's error is
+    clustered by cell, as the bench's are (a bias shared by the cell's points plus each point's own
+    noise), and ten times larger where the log answered badly: N(0, 0.03) + N(0, 0.01) against
+    N(0, 0.3) + N(0, 0.1)."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for i in range(cells):
+        answered, size = (0.9, 0.03) if i % 2 else (0.1, 0.3)
+        truth = dict(zip(POINTS, np.sort(rng.uniform(0.2, 0.8, len(POINTS)))[::-1].tolist()))
+        bias = rng.normal(0, size)
+        estimates = {"ADWM:reward_sum": {p: j + bias + rng.normal(0, size / 3) for p, j in truth.items()}}
+        found.append(BenchCell(f"c{i}", "env", -2.0, 3.0, 1.0, answered, truth, estimates))
+    return found
+
+
+def test_the_interval_conditioned_on_what_the_log_answered_covers_in_both_regimes_and_is_narrow_where_it_can():
+    """On ``diagnosed_bench`` (errors clustered by cell, growing as the log answers less), each
+    cell read from the others: the 95 % interval holds J at its nominal rate on the cells the log
+    answered well and on those it answered badly, and is several times narrower on the first
+    (measured over seeds 0–4: coverage 0.89–0.99 where it answered well and 0.89–1.00 where badly,
+    half-width ratio 8.9–9.0; the bounds leave 0.04 and 3.9 of margin). The cells, not the points,
+    are the units: pooling points alike would count a cell's shared bias five times."""
+    cells = diagnosed_bench(0)
+    bench = BenchCalibration(tuple(cells))
+    held, width = {0.9: [], 0.1: []}, {0.9: [], 0.1: []}
+    for c in cells:
+        r = recommend(c.estimates, bench=bench, return_range=(-2, 3), scale=1.0, answered=c.answered, cell=c.name)
+        held[c.answered] += [r.low[p] <= j <= r.high[p] for p, j in c.truth.items()]
+        width[c.answered] += list(r.half_widths.values())
+    assert min(np.mean(held[0.9]), np.mean(held[0.1])) >= 0.85, {a: np.mean(v) for a, v in held.items()}
+    assert np.mean(width[0.1]) >= 5 * np.mean(width[0.9]), {a: np.mean(v) for a, v in width.items()}
+
+
+def test_a_cell_weighted_quantile_counts_each_cell_once():
+    """Two cells: one of 99 points at 0, one of a single point at 1: the median weighs the cells,
+    not the points, so half the weight sits at 1."""
+    assert cell_weighted_quantile([[0.0] * 99, [1.0]], 0.5) == 0.0
+    assert cell_weighted_quantile([[0.0] * 99, [1.0]], 0.51) == 1.0
+    assert cell_weighted_quantile([[], []], 0.5) == math.inf
 
 
 def test_estimates_outside_the_return_range_or_resting_on_one_episode_are_never_recommended():
@@ -247,7 +296,7 @@ def test_live_episodes_alone_decide_where_the_bench_calibrates_nothing():
     """A bench that gives no finite interval (whole range) leaves the live mean as the estimate."""
     bench = BenchCalibration(tuple(synthetic_cell(np.random.default_rng(5), f"c{i}", {"A": 0.1}) for i in range(3)))
     alone = recommend({"A": {"a": 0.6, "b": 0.4}}, bench=bench, return_range=(0, 1), answered=0.8)
-    assert alone.low == {"a": 0.0, "b": 0.0} and alone.high == {"a": 1.0, "b": 1.0}  # 15 scores: no 95 % quantile
+    assert alone.low == {"a": 0.0, "b": 0.0} and alone.high == {"a": 1.0, "b": 1.0}  # 3 cells: fewer than 10
     live = with_live(alone, {"a": [1.0] * 6 + [0.0] * 2, "b": [0.0] * 8})
     assert live.values["a"] == pytest.approx(0.75, abs=0.05) and live.values["b"] == pytest.approx(0.0, abs=0.05)
     assert live.low["b"] < live.high["b"]  # eight returns alike still carry width
@@ -324,3 +373,35 @@ def test_the_agents_view_lists_the_agents_pairs_and_only_the_decided_other_pairs
     assert section == ["## Recommended", "", *shown, ""]
     with pytest.raises(ValueError, match="pairs must be one of all, agents"):
         reading.lines("some")
+
+
+def test_live_episodes_alone_sit_beside_the_combination_which_drops_a_prior_they_contradict():
+    """K = 8 live returns per point, 200 draws. Where the offline estimate is right, the combination
+    is narrower than the same episodes alone at no cost in coverage, and says what the estimate is
+    worth in live episodes; where it is off by far more than its calibrated error (a bias shared by
+    the cell's points), the live returns contradict the prior, which is dropped, so the combination
+    reads no worse than them alone (measured over seeds 0–4: coverage where right 0.974–0.981 against
+    0.943–0.948 alone, width 0.78–0.82 of theirs; where off 0.936–0.955 against 0.943–0.959 alone;
+    the bounds leave 0.08 of width and 0.02 of coverage)."""
+    rng = np.random.default_rng(6)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.05}) for i in range(30)))
+    truth = dict(zip(POINTS, [0.8, 0.65, 0.5, 0.35, 0.2]))
+    graded = {}
+    for name, shift in (("right", 0.0), ("off", 0.5)):
+        reading = recommend({"A": {p: j - shift for p, j in truth.items()}}, bench=bench, return_range=(-1, 2),
+                            answered=0.8)
+        held, widths = {"combined": [], "alone": []}, {"combined": [], "alone": []}
+        for _ in range(200):
+            live = {p: (j + 0.3 * rng.standard_normal(8)).tolist() for p, j in truth.items()}
+            for kind, read in (("combined", with_live(reading, live, bench)), ("alone", live_only(reading, live))):
+                held[kind] += [read.low[p] <= j <= read.high[p] for p, j in truth.items()]
+                widths[kind] += [read.high[p] - read.low[p] for p in truth]
+        graded[name] = {kind: (np.mean(held[kind]), np.mean(widths[kind])) for kind in held}
+        if name == "right":
+            assert read.source == "the live episodes alone" and "Live only" in read.lines()[0]
+            combined = with_live(reading, live, bench)
+            assert combined.live_worth and all(w > 0 for w in combined.live_worth.values())
+            assert "worth about" in combined.lines()[1]
+    right, off = graded["right"], graded["off"]
+    assert right["combined"][0] >= right["alone"][0] - 0.02 and right["combined"][1] <= 0.9 * right["alone"][1], right
+    assert off["combined"][0] >= off["alone"][0] - 0.03, off

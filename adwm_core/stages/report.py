@@ -27,19 +27,18 @@ REPORTED = ("report", "results", "curves", "plot")
 def return_range_and_scale(cell, trajectories: pa.Table | None) -> tuple[tuple[float, float], float | None]:
     """What the recommended estimate reads of the cell (ope/statistics/recommend.py): the return
     range — the environment's declared episode range, else its step range times the horizon
-    (``env.max_steps``) — and the scale its errors are measured in: the declared range's width,
-    else the span of the logged episodes' returns (None where the log is not at hand or its
-    returns do not spread)."""
+    (``env.max_steps``) — and the scale its errors are measured in, one kind of unit for every
+    cell: the span of the logged episodes' returns (read without the truth; where the log is not at
+    hand or its returns do not spread, the declared range's width, else None)."""
     returns = ReturnRange.declared(cell.env.name)
-    if returns.episode is not None:
-        low, high = returns.episode
-        return (float(low), float(high)), float(high - low)
-    low, high = (float(cell.env.max_steps * r) for r in returns.reward)
+    declared = None if returns.episode is None else tuple(float(r) for r in returns.episode)
+    low, high = declared or tuple(float(cell.env.max_steps * r) for r in returns.reward)
+    fallback = None if declared is None else high - low
     if trajectories is None:
-        return (low, high), None
+        return (low, high), fallback
     episode = [c for c in ("policy", "episode") if c in trajectories.column_names]
     spread = float(np.ptp(trajectories.group_by(episode).aggregate([("reward", "sum")])["reward_sum"].to_numpy()))
-    return (low, high), spread if spread > 0 else None
+    return (low, high), spread if spread > 0 else fallback
 
 
 def logged_rewards(path: str) -> pa.Table:

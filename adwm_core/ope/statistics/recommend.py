@@ -24,11 +24,16 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   u(a, b) = max_m (Ĵ_m(a) − Ĵ_m(b)) − min_m (Ĵ_m(a) − Ĵ_m(b)) + f S; elsewhere u = S. The bench
   measured the errors in the same unit (normalised conformal prediction: where the models agree
   the error was small, where they part it was large);
-- **the interval**: Ĵ ± max(q u, q_S S), clipped to [lo, hi], q the split-conformal quantile of
-  |Ĵ − J| / u over B's points: the ⌈(n + 1)(1 − α)⌉-th smallest of n (the whole range where n is
-  too small), q_S the same of |Ĵ − J| / S. Both hold J at 1 − α of exchangeable cells; the wider
-  is kept because models that agree can share one bias (WebShop catalogue2: ADWM, FQE and kNN-WM
-  all read 0.01–0.05 where J runs 0.19–0.72, so the disagreement's interval alone held no point);
+- **the interval**, conditioned on what predicts the error and in one unit for every cell:
+  Ĵ(p) ± q σ(p) S, clipped to [lo, hi], with σ(p) = (g(p) + f)^γ (1 − a)^k (``ErrorModel``), g(p)
+  the disagreement of ``SPREAD_ESTIMATORS`` at p over S (1 where fewer than two read it) and a the
+  share of π_e's imagined steps the log answered (0 where unknown). On every bench cell but the
+  evaluated one, each model of ``ERROR_MODELS`` gets q, the (1 − α) quantile of |Ĵ − J| / (σ S)
+  with each cell weighing one (its points 1/n each: points of one cell share its biases, so the
+  cells, not the points, are the exchangeable units); the model kept is the one whose intervals
+  are narrowest on those cells (``fit_interval``). What it promises is marginal over cells and
+  approximate: with 18 cells no finite-sample guarantee at 95 % exists, so the bench reports the
+  coverage it measured on cells the fit never saw (bench/results/recommended.md);
 - **verdicts**: for a pair (a, b) with d = Ĵ_a − Ĵ_b, the band d ± t u(a, b); "a is better" where
   it excludes 0, else "cannot tell". t is calibrated on the signs the bench got right, not on the
   size of its errors (an estimator that overstates every difference still orders the pairs): over
@@ -43,7 +48,12 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   σ̂² the within-point variance pooled over the cell's points (ν = Σ (K_p − 1) degrees of freedom:
   a point whose K returns all agree still gets width, and a few returns per point borrow strength
   from the others; where every point's returns agree, the variance one more return at the range's
-  far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²).
+  far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²), unless
+  |Ĵ − ḡ| > ``PRIOR_CONTRADICTED`` √(τ² + s²): the live returns contradict the offline estimate
+  (the bench's errors are heavy-tailed and shared across a cell), which is then dropped and the
+  point reads ḡ ± z s. What the offline estimate was worth is said in live episodes: K (s² / σ² − 1),
+  σ the combination's sd. ``live_only`` reads the same returns with no offline estimate, the row a
+  user and the bench set beside the combination.
   Verdicts alike, the prior of a difference of sd τ₂ = max(q₂ u(a, b), q₂_S S) / z, q₂ the
   conformal quantile of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs (q₂_S: of the same
   over S), and s_a² + s_b²: the combined difference d' of sd σ'. "a is better" where |d'| / σ' > t',
@@ -84,8 +94,14 @@ INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on t
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
 SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
 VERDICT_ERROR_RATE = 0.05  # the share of the bench's verdicts the calibrated band lets be wrong
+LIVE_ONLY = "the live episodes alone"  # the source of ``live_only``'s reading
 PAIRS_SHOWN = ("all", "agents")  # Recommendation.lines: every verdict, or the agents' pairs at the same ε first
-LIVE_CALIBRATION_DRAWS = 10  # simulated live draws per bench cell when calibrating the live verdicts' t'
+MIN_INTERVAL_CELLS = 10  # fewer bench cells reading the estimator: its interval is the whole range
+LIVE_CALIBRATION_DRAWS = 10
+# |prior − live| beyond this many sd of their difference: the live returns contradict the offline estimate,
+# which is dropped (a synthetic bench with a shared bias of 10 calibrated errors: coverage 0.94–0.96, the
+# live returns alone 0.94–0.96; at 1.0 the prior was dropped where right too, at z = 1.96 kept where wrong)
+PRIOR_CONTRADICTED = 1.5  # simulated live draws per bench cell when calibrating the live verdicts' t'
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
@@ -254,6 +270,88 @@ def withheld(estimator: str, coverage: Mapping[str, float]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ErrorModel:
+    """How an estimate's error scales with what the logs show, in units of S (module docstring,
+    "the interval"): σ = (g + f)^γ (1 − a)^k."""
+
+    floor: float  # f: of S, added to the disagreement (models that agree are not taken for exact)
+    spread_power: float  # γ
+    answered_power: float  # k
+
+    def sigma(self, spread: float, answered: float) -> float:
+        answered = 0.0 if math.isnan(answered) else min(max(answered, 0.0), 1.0)
+        return (spread + self.floor) ** self.spread_power * (1.0 - answered) ** self.answered_power
+
+    def describe(self) -> str:
+        parts = [f"(disagreement/S + {self.floor:g})^{self.spread_power:g}" if self.spread_power else "",
+                 f"(1 − answered)^{self.answered_power:g}" if self.answered_power else ""]
+        return " × ".join(["S", *(part for part in parts if part)])
+
+
+ERROR_MODELS = tuple(ErrorModel(f, g, k) for f in (0.02, 0.05, 0.1, 0.2, 0.5, 1.0) for g in (0.0, 0.5, 1.0)
+                     for k in (0.0, 1.0, 2.0) if g or f == 1.0)  # γ = 0 needs no floor: one of them
+
+
+def point_spread(estimates: Mapping[str, Mapping[str, float]], scale: float, point: str) -> float:
+    """g(p): how far ``SPREAD_ESTIMATORS`` disagree at ``point``, over S; 1 where fewer than two read it."""
+    readings = [values[point] for values in (estimates[name] for name in SPREAD_ESTIMATORS if name in estimates)
+                if math.isfinite(values.get(point, math.nan))]
+    return (max(readings) - min(readings)) / scale if len(readings) >= 2 else 1.0
+
+
+def cell_weighted_quantile(scores_by_cell: Sequence[Sequence[float]], level: float) -> float:
+    """The smallest score at or below which the points weigh at least ``level`` of the whole, each
+    cell weighing one (its n points 1/n each); inf where no cell holds a score."""
+    scored = [(s, 1.0 / len(scores)) for scores in scores_by_cell if scores for s in scores]
+    if not scored:
+        return math.inf
+    scored.sort()
+    total, running = float(len([1 for scores in scores_by_cell if scores])), 0.0
+    for score, weight in scored:
+        running += weight
+        if running >= level * total - 1e-12:
+            return float(score)
+    return float(scored[-1][0])
+
+
+@dataclass(frozen=True)
+class IntervalFit:
+    """The error model and its quantile q, fitted on ``cells`` bench cells (``fit_interval``)."""
+
+    model: ErrorModel
+    quantile: float
+    cells: int
+
+    def half_width(self, spread: float, answered: float, scale: float) -> float:
+        return self.quantile * self.model.sigma(spread, answered) * scale
+
+
+def fit_interval(cells: Sequence[BenchCell], estimator: str, alpha: float) -> IntervalFit | None:
+    """Of ``ERROR_MODELS``, the one whose intervals at level 1 − α are narrowest on ``cells``
+    (their mean half-width over the range, each cell weighing one), with its cell-weighted
+    quantile (module docstring, "the interval"); None where fewer than ``MIN_INTERVAL_CELLS`` read
+    ``estimator`` (the interval is then the whole range)."""
+    found = []
+    for cell in cells:
+        values, width = cell.estimates.get(estimator, {}), (cell.high - cell.low) / cell.scale
+        points = [(point_spread(cell.estimates, cell.scale, p), abs(values[p] - cell.truth[p]) / cell.scale)
+                  for p in cell.read(estimator)]
+        if points:
+            found.append((cell.answered, width, points))
+    if len(found) < MIN_INTERVAL_CELLS:
+        return None
+
+    def fitted(model: ErrorModel) -> tuple[float, IntervalFit]:
+        q = cell_weighted_quantile([[error / model.sigma(g, a) if model.sigma(g, a) > 0 else math.inf
+                                     for g, error in points] for a, _, points in found], 1 - alpha)
+        narrowness = float(np.mean([np.mean([min(q * model.sigma(g, a), width) / width for g, _ in points])
+                                    for a, width, points in found]))
+        return narrowness, IntervalFit(model, q, len(found))
+
+    return min((fitted(model) for model in ERROR_MODELS), key=lambda pair: pair[0])[1]
+
+
 def conformal_quantile(scores: Sequence[float], alpha: float) -> float:
     """The ⌈(n + 1)(1 − α)⌉-th smallest of n scores (split conformal); inf where that exceeds n."""
     ordered = np.sort(np.asarray(scores, float))
@@ -329,6 +427,7 @@ class Recommendation:
     live: int = 0  # live episodes per point folded in (``with_live``)
     return_range: tuple[float, float] = (-math.inf, math.inf)
     live_threshold: float = math.nan  # t' of the verdicts with live episodes (``with_live``)
+    live_worth: dict[str, float] = field(default_factory=dict)  # point → live episodes the offline estimate is worth
 
     def record(self) -> dict:
         """The reading as JSON-ready data (the report's ``curves["recommended"]``), with its printed lines."""
@@ -352,6 +451,11 @@ class Recommendation:
             raise ValueError(f"pairs must be one of {', '.join(PAIRS_SHOWN)}, got {pairs!r}")
         if not self.values:
             return [f"Recommended: none ({self.source})"]
+        if self.source == LIVE_ONLY:
+            head = (f"Live only, beside it: the same {self.live} live episodes per point with no offline estimate "
+                    f"(each point's mean ± its t-interval at {1 - self.alpha:.0%}; a verdict where a difference's "
+                    "band excludes 0)")
+            return [head, *self._rows_and_verdicts(pairs)]
         alike = ("" if not self.alike else
                  f" whose log answered π_e {'as much as' if self.answered >= ANSWERED_SPLIT else 'as little as'} this "
                  f"one's ({self.answered:.0%} of imagined steps)")
@@ -360,14 +464,21 @@ class Recommendation:
                 f"measured at {self.bench_commit or 'an unrecorded commit'}); "
                 + ("intervals from the bench's errors and the live episodes" if self.live
                    else "intervals from the bench's errors")
-                + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts wrong on at most "
-                f"{VERDICT_ERROR_RATE:.0%} of the bench's decided pairs"
+                + f" at {1 - self.alpha:.0%}, in units of {self.unit}; verdicts at the band where "
+                f"{VERDICT_ERROR_RATE:.0%} of the bench's decided pairs were wrong (the bench's pairs, no guarantee)"
                 + ("" if not self.live else
                    f" (with the live episodes: where |d'| > {self.live_threshold:.2f} σ', calibrated on the bench with "
                    f"{self.live} simulated live returns per point)" if math.isfinite(self.live_threshold) else
                    " (with the live episodes: at the normal band, the bench records no spread of returns)"
                    if math.isnan(self.live_threshold) else
                    " (with the live episodes: none from their combination, no threshold held that rate on the bench)"))
+        worth = ([f"  the offline estimate is worth about {float(np.median(list(self.live_worth.values()))):.1f} live "
+                  f"episodes per point here (median over points: the combination's variance is that of "
+                  f"{self.live} + that many live episodes alone)"] if self.live_worth else [])
+        return [head, *worth, *self._rows_and_verdicts(pairs),
+                *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
+
+    def _rows_and_verdicts(self, pairs: str) -> list[str]:
         rows = [f"  {p}: {v:+.4f} [{self.low[p]:+.4f}, {self.high[p]:+.4f}]" for p, v in self.values.items()]
         across = [v for v in self.verdicts if v.a.rsplit(" ε=", 1)[-1] == v.b.rsplit(" ε=", 1)[-1]]
         within = [v for v in self.verdicts if v not in across]
@@ -377,7 +488,7 @@ class Recommendation:
                      "  the other pairs of points:", *(f"  {v.line()}" for v in within if v not in untold),
                      *([f"  cannot tell the other {len(untold)} pair(s) apart (`--pairs all` lists each, with the "
                         "live episodes that would likely decide it)"] if untold else [])])
-        return [head, *rows, *verdicts, *(f"  not eligible: {name} ({why})" for name, why in self.excluded.items())]
+        return [*rows, *verdicts]
 
 
 def eligibility(estimates: Mapping[str, Mapping[str, float]], min_ess: Mapping[str, float],
@@ -432,17 +543,16 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     trusted = {name: trust(name) for name in eligible}
     chosen = max(trusted, key=trusted.get)
     width = high - low
-    q = -trusted[chosen][1]
     pairs = [score for c in similar for score in c.pair_scores(chosen, by_spread)]
     t = sign_threshold([(size, right) for size, right, _ in pairs], VERDICT_ERROR_RATE)
     q2 = conformal_quantile([error for _, _, error in pairs], alpha)
-    # in units of S as well: models that agree can share one bias (module docstring, "the interval")
-    q_scale, q2_scale = ((conformal_quantile([e for c in similar for e in c.normalised_errors(chosen)], alpha),
-                          conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha))
-                         if by_spread else (q, q2))
-    q_scale, q2_scale = q_scale * scale, q2_scale * scale
+    # the pairs' prior (``with_live``) in units of S as well: models that agree can share one bias
+    q2_scale = (conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha)
+                if by_spread else q2) * scale
     values = dict(estimates[chosen])
-    half_widths = {p: min(max(q * error_unit(estimates, scale, by_spread, p), q_scale), width) for p in values}
+    fit = fit_interval([c for c in bench.cells if c.name != cell], chosen, alpha)
+    half_widths = {p: width if fit is None else min(fit.half_width(point_spread(estimates, scale, p), answered, scale),
+                                                    width) for p in values}
     verdicts = []
     for a, b in combinations(values, 2):
         d, unit = values[a] - values[b], error_unit(estimates, scale, by_spread, a, b)
@@ -452,8 +562,8 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
         verdicts.append(RecommendedVerdict(a, b, d, d - band, d + band,
                                            live_episodes_to_decide(d, variance, alpha) if undecided else None,
                                            min(max(q2 * unit, q2_scale), width)))
-    unit = (f"how far {', '.join(n for n in SPREAD_ESTIMATORS if n in estimates)} disagree + {SPREAD_FLOOR:g} S"
-            if by_spread else "the scale S")
+    unit = (f"the return range (fewer than {MIN_INTERVAL_CELLS} bench cells read it)" if fit is None else
+            f"{fit.model.describe()}, fitted on {fit.cells} bench cells")
     return Recommendation(chosen, values, {p: max(low, v - half_widths[p]) for p, v in values.items()},
                           {p: min(high, v + half_widths[p]) for p, v in values.items()}, verdicts, answered,
                           [c.name for c in similar], trusted[chosen][0], half_widths, alpha, bench.commit, excluded,
@@ -477,8 +587,14 @@ def _live_readings(live: Mapping[str, Sequence[float]], return_range: tuple[floa
 
 
 def _combined(prior: float, prior_sd: float, reading: float, variance: float) -> tuple[float, float]:
-    """Precision-weighted mean of a prior (sd ``prior_sd``: inf reads nothing) and a reading, and its sd."""
+    """Precision-weighted mean of a prior (sd ``prior_sd``: inf reads nothing) and a reading, and its
+    sd; the reading alone where the two disagree by more than ``PRIOR_CONTRADICTED`` times the sd of
+    their difference (the bench's errors are heavy-tailed and shared across a cell, so a prior the
+    live returns contradict is dropped rather than averaged in, and the combination reads no worse
+    than they do alone)."""
     prior_precision = prior_sd ** -2.0 if math.isfinite(prior_sd) else 0.0
+    if prior_precision and abs(prior - reading) > PRIOR_CONTRADICTED * math.sqrt(prior_sd ** 2 + variance):
+        prior_precision = 0.0
     precision = prior_precision + 1 / variance
     return (prior * prior_precision + reading / variance) / precision, precision ** -0.5
 
@@ -534,9 +650,11 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]],
     low, high = reading.return_range
     read = _live_readings(played, reading.return_range, z)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
+    worth = {}
     for p, (mean, variance) in read.items():
         value, sd = _combined(reading.values[p], reading.half_widths[p] / z, mean, variance)
         values[p], lows[p], highs[p] = value, max(low, value - z * sd), min(high, value + z * sd)
+        worth[p] = len(played[p]) * (variance / sd ** 2 - 1)  # K' − K: the live episodes of the combination's variance
     verdicts = []
     for old in reading.verdicts:
         if old.a not in read or old.b not in read:
@@ -552,4 +670,30 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]],
                                            live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
                                            else None, old.prior_half_width))
     return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts, live=count,
-                   live_threshold=calibrated)
+                   live_threshold=calibrated, live_worth=worth)
+
+
+def live_only(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> Recommendation:
+    """The same live returns read with no offline estimate, beside ``with_live``: each point's live
+    mean ± z s (s as ``with_live`` reads it) and a verdict on a pair where its live difference's
+    band ± z √(s_a² + s_b²) excludes 0; points without live returns have no reading."""
+    played = {p: live[p] for p in reading.values if len(live.get(p, ())) > 0}
+    if not played:
+        raise ValueError(f"no live returns at any of the reading's points {sorted(reading.values)}")
+    z = float(stats.norm.ppf(1 - reading.alpha / 2))
+    low, high = reading.return_range
+    read = _live_readings(played, reading.return_range, z)
+    values = {p: mean for p, (mean, _) in read.items()}
+    verdicts = []
+    for a, b in combinations(values, 2):
+        d, sd = values[a] - values[b], math.sqrt(read[a][1] + read[b][1])
+        undecided = d - z * sd <= 0 <= d + z * sd
+        spread = len(played[a]) * (read[a][1] + read[b][1])
+        verdicts.append(RecommendedVerdict(a, b, d, d - z * sd, d + z * sd,
+                                           live_episodes_to_decide(d, spread, reading.alpha) if undecided else None))
+    count = min(len(returns) for returns in played.values())
+    return replace(reading, source=LIVE_ONLY, values=values,
+                   low={p: max(low, m - z * math.sqrt(v)) for p, (m, v) in read.items()},
+                   high={p: min(high, m + z * math.sqrt(v)) for p, (m, v) in read.items()}, verdicts=verdicts,
+                   half_widths={p: z * math.sqrt(v) for p, (_, v) in read.items()}, live=count,
+                   live_threshold=z, live_worth={}, excluded={})
