@@ -28,12 +28,12 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.ope.statistics.calibration import live_by_point
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
 from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, SHIPPED, BenchCalibration, BenchCell,
-                                                Recommendation, point_key, recommend, with_live)
+                                                Recommendation, live_only, point_key, recommend, with_live)
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.stages.report import logged_rewards, return_range_and_scale
 from bench.common import RESULTS, artifact, cell_config, development_cells, machine
 from bench.figures import report_results, truth_points
-from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES
+from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES, LIVE_ONLY, RECOMMENDED_LIVE, live_results
 
 
 def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str, float] | None = None,
@@ -71,6 +71,36 @@ def live_returns(name: str) -> tuple[dict[str, float], dict[str, list[float]]] |
         for point, runs in live_by_point(read_table(truth.file("episodes"), TRAJECTORIES)).items():
             returns[point_key(*point)] = [g for _, g in runs]
     return {point_key(p["policy"], p["epsilon"]): p["stderr"] for p in points}, returns
+
+
+def cell_results(report, cell: str) -> dict[str, dict] | None:
+    """:func:`report_results` of a finished report, with ADWM topped up by live episodes
+    (``ADWM+live8``: bench/studies/verdicts.py) and the recommended estimate with them folded in
+    (``recommended+live8``: bench/calibrate.py) where the cell's ground truth holds them, each with
+    the same live episodes alone beside it."""
+    results = report_results(report, cell)
+    live = live_results(cell) if results is not None else None
+    if live is not None:
+        results.update(live)
+        for name, alone in ((RECOMMENDED_LIVE, False), (LIVE_ONLY, True)):
+            recommended = recommended_live_results(report, cell, alone)
+            if recommended is not None:
+                results[name] = recommended
+    return results
+
+
+def recommended_live_results(report, cell: str, alone: bool = False) -> dict | None:
+    """The report's recommended reading (calibrated without this cell) with 8 of each point's
+    ground-truth episodes folded in (``alone``: those episodes with no offline estimate): ρ, NMAE,
+    coverage, decided, precision, mean of the draws."""
+    with open(report.file("curves")) as f:
+        curves = json.load(f)
+    record, found = curves.get("recommended"), live_returns(cell)
+    if not record or found is None:
+        return None
+    record_cell = bench_cell(cell, curves, stderr=found[0])
+    return None if record_cell is None else live_grades(Recommendation.from_record(record), record_cell, found[1],
+                                                        alone=alone)
 
 
 def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dict[str, list[float]]]]:
@@ -121,21 +151,24 @@ def save_calibration(cells: tuple[BenchCell, ...], commit: str) -> bool:
 
 
 def grades(reading: Recommendation, cell: BenchCell) -> dict:
-    """The reading graded on the cell's truth: ρ, NMAE, coverage, verdicts decided (of the pairs the
-    truth splits; every pair whose truths differ where the record has no standard errors) and precision."""
+    """The reading graded on the cell's truth: ρ, NMAE, coverage, the mean half-width of its printed
+    (clipped) intervals over the return range, verdicts decided (of the pairs the truth splits;
+    every pair whose truths differ where the record has no standard errors) and precision."""
     points = list(reading.values)
     j = [cell.truth[p] for p in points]
     scores = verdict_scores(reading.verdicts, cell.truth, {p: cell.truth_stderr.get(p, 0.0) for p in points})
     return {"rho": spearman([reading.values[p] for p in points], j),
             "nmae": normalised_absolute_error([reading.values[p] for p in points], j) if np.ptp(j) > 0 else math.nan,
             "coverage": float(np.mean([reading.low[p] <= cell.truth[p] <= reading.high[p] for p in points])),
+            "half_width": float(np.mean([(reading.high[p] - reading.low[p]) / 2 for p in points])) / (cell.high - cell.low),
             "decided": scores.decided, "precision": scores.precision}
 
 
 def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[float]]] | None = None) -> dict[str, dict]:
     """Per bench cell, the recommended estimate from the other cells alone, graded on its truth; and
     where ``live`` holds the cell's ground-truth returns by point, the same with ``LIVE_EPISODES`` of
-    them folded in (``with_live``; the same episode numbers at every point, ``LIVE_DRAWS`` draws)."""
+    them folded in (``with_live``; the same episode numbers at every point, ``LIVE_DRAWS`` draws)
+    and the same episodes alone (``live_only``); and the verdict on the cell's two agents at ε = 0."""
     graded = {}
     for cell in bench.cells:
         reading = recommend(cell.estimates, return_range=(cell.low, cell.high), answered=cell.answered, bench=bench,
@@ -143,30 +176,48 @@ def leave_one_cell_out(bench: BenchCalibration, live: dict[str, dict[str, list[f
         if not reading.values:
             graded[cell.name] = {"source": reading.source}
             continue
-        graded[cell.name] = {"source": reading.source, **grades(reading, cell),
-                             "half_width": float(np.mean(list(reading.half_widths.values()))) / (cell.high - cell.low)}
-        topped = live_grades(reading, cell, (live or {}).get(cell.name) or {}, bench)
-        if topped is not None:
-            graded[cell.name]["live"] = topped
+        graded[cell.name] = {"source": reading.source, **grades(reading, cell), "agents": agents_verdict(reading, cell)}
+        for key, alone in (("live", False), ("live_alone", True)):
+            topped = live_grades(reading, cell, (live or {}).get(cell.name) or {}, bench, alone)
+            if topped is not None:
+                graded[cell.name][key] = topped
     return graded
 
 
+def agents_verdict(reading: Recommendation, cell: BenchCell) -> str | None:
+    """The verdict on the cell's first two agents at ε = 0 (the question a user brings) beside the
+    truth: "a > b (truth a > b)", "cannot tell (truth …)"; None where the cell has one agent."""
+    at_zero = [p for p in reading.values if p.endswith(" ε=0")]
+    if len(at_zero) < 2:
+        return None
+    a, b = at_zero[:2]
+    verdict = next(v for v in reading.verdicts if {v.a, v.b} == {a, b})
+    agent = {p: p.rsplit(" ε=", 1)[0] for p in (a, b)}
+    said = "cannot tell" if verdict.better is None else f"{agent[verdict.better]} better"
+    gap, se = cell.truth[a] - cell.truth[b], math.hypot(cell.truth_stderr.get(a, 0.0), cell.truth_stderr.get(b, 0.0))
+    truth = (f"{agent[a] if gap > 0 else agent[b]} better" if abs(gap) > 1.96 * se else "not split") + \
+        f", J {cell.truth[a]:+.2f} vs {cell.truth[b]:+.2f}"
+    return f"{said} (truth: {truth})"
+
+
 def live_grades(reading: Recommendation, cell: BenchCell, returns: dict[str, list[float]],
-                bench: BenchCalibration | None = None) -> dict | None:
+                bench: BenchCalibration | None = None, alone: bool = False) -> dict | None:
     """The reading with ``LIVE_EPISODES`` of each point's ground-truth ``returns`` folded in
-    (``with_live`` on ``bench``, None: the shipped one; the same episode numbers at every point),
-    graded, the mean of ``LIVE_DRAWS`` draws (None: fewer returns than that at some point)."""
+    (``with_live`` on ``bench``, None: the shipped one; ``alone``: the same episodes with no offline
+    estimate, ``live_only``; the same episode numbers at every point), graded, the mean of
+    ``LIVE_DRAWS`` draws (None: fewer returns than that at some point)."""
     if not reading.values or any(len(returns.get(p, ())) < LIVE_EPISODES for p in reading.values):
         return None
     rng, n = np.random.default_rng(0), min(len(returns[p]) for p in reading.values)
-    draws = [grades(with_live(reading, {p: [returns[p][i] for i in drawn] for p in reading.values}, bench), cell)
+    read = (lambda live: live_only(reading, live)) if alone else (lambda live: with_live(reading, live, bench))
+    draws = [grades(read({p: [returns[p][i] for i in drawn] for p in reading.values}), cell)
              for drawn in (rng.choice(n, LIVE_EPISODES, replace=False) for _ in range(LIVE_DRAWS))]
     return {k: float(np.nanmean([d[k] for d in draws])) for k in draws[0]}
 
 
 def write_grades(bench: BenchCalibration, graded: dict[str, dict]) -> None:
     keys = ("rho", "nmae", "coverage", "half_width", "decided", "precision")
-    live_keys = ("coverage", "decided", "precision")
+    live_keys = ("coverage", "half_width", "decided", "precision")
     splits = {c.name: c.split_pairs for c in bench.cells}
     counted = [g for name, g in graded.items() if splits[name] >= MIN_SPLIT_PAIRS]
 
@@ -174,22 +225,27 @@ def write_grades(bench: BenchCalibration, graded: dict[str, dict]) -> None:
         return " | ".join("–" if v is None or v != v else f"{v:.2f}" for v in values)
 
     rows = [f"| {name}{'' if splits[name] >= MIN_SPLIT_PAIRS else ' (not counted)'} | {splits[name]} | {g['source']} | "
-            + cells([g.get(k) for k in keys]) + " | " + cells([g.get("live", {}).get(k) for k in live_keys]) + " |"
+            + cells([g.get(k) for k in keys]) + " | " + cells([g.get("live", {}).get(k) for k in live_keys]) + " | "
+            + cells([g.get("live_alone", {}).get(k) for k in live_keys]) + f" | {g.get('agents') or '–'} |"
             for name, g in graded.items()]
     means = [np.nanmean([g[k] for g in counted if k in g] or [np.nan]) for k in keys]
-    live_means = [np.nanmean([g["live"][k] for g in counted if "live" in g] or [np.nan]) for k in live_keys]
+    live_means = [np.nanmean([g[side][k] for g in counted if side in g] or [np.nan])
+                  for side in ("live", "live_alone") for k in live_keys]
     lowest = min((g["coverage"] for g in counted if "coverage" in g), default=math.nan)
     lines = ["# The recommended estimate on the bench, each cell from the others alone", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Bench: {len(bench.cells)} cells measured at `{bench.commit}` ({SHIPPED.rsplit('/', 1)[-1]}); "
              f"95 % intervals; half-width over the return range; decided: of the pairs of points the truth splits. "
              f"With {LIVE_EPISODES} live episodes per point folded in (`with_live`, the mean of {LIVE_DRAWS} draws "
-             f"from the ground truth's episodes): coverage / decided / precision. Means over the {len(counted)} cells "
+             f"from the ground truth's episodes), and beside it the same episodes alone (`live_only`): coverage / "
+             f"half-width / decided / precision. Agents at ε = 0: the verdict on the cell's two agents, the question "
+             f"a user brings, beside what the truth says. Means over the {len(counted)} cells "
              f"whose truth splits at least {MIN_SPLIT_PAIRS} pairs (bench/ADOPTION.md); lowest coverage there "
              f"{lowest:.2f}.", "",
              "| cell | split pairs | recommended | ρ | NMAE | coverage | half-width | decided | precision | "
-             f"+live{LIVE_EPISODES} coverage | decided | precision |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
-             *rows, "| **mean** | | | " + cells(means) + " | " + cells(live_means) + " |", "",
+             f"+live{LIVE_EPISODES} coverage | half-width | decided | precision | live{LIVE_EPISODES} alone coverage | "
+             "half-width | decided | precision | agents at ε = 0 |", "|---" * 18 + "|",
+             *rows, "| **mean** | | | " + cells(means) + " | " + cells(live_means) + " | |", "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "recommended.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "recommended.json").write_text(json.dumps({"commit": bench.commit, "cells": graded}, indent=2))

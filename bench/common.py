@@ -102,6 +102,29 @@ def test_batches() -> dict[str, list[str]]:
     return {batch: list(entry["cells"]) for batch, entry in (_bench().get("test") or {}).items()}
 
 
+def stored_world_models() -> list[str]:
+    """The cells whose world model bench/store keeps whole (bench/bench.yaml, ``store``); the others'
+    are trained again on restore and checked against the SHA-256 kept of them."""
+    return list((_bench().get("store") or {}).get("world_models") or [])
+
+
+def batch_cells(batch: str) -> list[str]:
+    """The admitted cells of a declared test batch, in declaration order."""
+    batches = test_batches()
+    if batch not in batches:
+        raise SystemExit(f"no test batch {batch!r} in bench/bench.yaml; batches: {sorted(batches)}")
+    return [cell for cell in batches[batch] if cell in admitted_cells()]
+
+
+def bench_cells(names: list[str]) -> list[str]:
+    """Cells named, a test batch's admitted cells where a name is a batch, every development cell
+    for ``development``: each once, in order."""
+    batches = test_batches()
+    found = [cell for name in names for cell in (development_cells() if name == "development" else
+                                                 batch_cells(name) if name in batches else [name])]
+    return list(dict.fromkeys(found))
+
+
 def cell_config(cell: str) -> CellConfig:
     """The config of ``cell`` (a name under deployments/ or a YAML path), as written."""
     return CellConfig.load(cell_config_path(cell))

@@ -1,8 +1,9 @@
 """What the bench reads from a cell's finished stages: each estimator's grades in its report, the
 cell's ground-truth points and how many of their pairs the truth splits, and means over cells.
 
-Shared by the held-out table (bench/tables/heldout.py), the bench loop (bench/loop.py) and the
-reading ledger (bench/ledger.py).
+Shared by the held-out table (bench/tables/heldout.py), the calibration (bench/calibrate.py), the
+bench loop (bench/loop.py) and the reading ledger (bench/ledger.py); it reads no other bench module
+but the rule's.
 """
 
 from __future__ import annotations
@@ -85,34 +86,3 @@ def mean_with_interval(values: list[float], seed: int = 0) -> tuple[float, float
     low, high = percentile_bootstrap(lambda resamples: x[resamples].mean(1), len(x), n_resamples=2000,
                                      confidence=0.95, seed=seed)
     return float(x.mean()), float(low), float(high)
-
-
-def cell_results(report, cell: str) -> dict[str, dict] | None:
-    """:func:`report_results` of a finished report, with ADWM topped up by live episodes
-    (``ADWM+live8``: bench/studies/verdicts.py) and the recommended estimate with them folded in
-    (``recommended+live8``: bench/calibrate.py) where the cell's ground truth holds them."""
-    from bench.studies.verdicts import LIVE, RECOMMENDED_LIVE, live_results
-
-    results = report_results(report, cell)
-    live = live_results(cell) if results is not None else None
-    if live is not None:
-        results[LIVE] = live
-        recommended = recommended_live_results(report, cell)
-        if recommended is not None:
-            results[RECOMMENDED_LIVE] = recommended
-    return results
-
-
-def recommended_live_results(report, cell: str) -> dict | None:
-    """The report's recommended reading (calibrated without this cell) with 8 of each point's
-    ground-truth episodes folded in: ρ, NMAE, coverage, decided, precision, mean of the draws."""
-    from adwm_core.ope.statistics.recommend import Recommendation
-    from bench.calibrate import bench_cell, live_grades, live_returns
-
-    with open(report.file("curves")) as f:
-        curves = json.load(f)
-    record, found = curves.get("recommended"), live_returns(cell)
-    if not record or found is None:
-        return None
-    record_cell = bench_cell(cell, curves, stderr=found[0])
-    return None if record_cell is None else live_grades(Recommendation.from_record(record), record_cell, found[1])

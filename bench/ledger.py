@@ -30,11 +30,11 @@ from adwm_core import pipeline
 from adwm_core.provenance import source_version
 from bench import store
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS
-from bench.common import REPO, RESULTS, admitted_cells, cell_config, test_batches
-from bench.figures import cell_results, mean_with_interval, truth_split_pairs
+from bench.calibrate import cell_results
+from bench.common import RESULTS, batch_cells, cell_config, test_batches
+from bench.figures import mean_with_interval, truth_split_pairs
 
 LEDGER = RESULTS / "ledger.jsonl"
-ESTIMATOR_STAGES = ("adwm", "baselines", "report")  # the stages a test cell's figures come from
 
 
 def readings(batch: str, ledger: Path = LEDGER) -> list[dict]:
@@ -61,45 +61,6 @@ def append(entry: dict, ledger: Path = LEDGER) -> None:
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with ledger.open("a") as f:
         f.write(json.dumps(entry) + "\n")
-
-
-def batch_cells(batch: str) -> list[str]:
-    """The admitted cells of a declared test batch, in declaration order."""
-    batches = test_batches()
-    if batch not in batches:
-        raise SystemExit(f"no test batch {batch!r} in bench/bench.yaml; batches: {sorted(batches)}")
-    return [cell for cell in batches[batch] if cell in admitted_cells()]
-
-
-def upstream_stages(config) -> tuple[str, ...]:
-    """The stages of the cell's plan that no estimator figure comes from, in plan order."""
-    names = [step.name for step in pipeline.plan(config)]
-    return tuple(dict.fromkeys(name for name in names if name not in ESTIMATOR_STAGES))
-
-
-def prepare_batch(batch: str, reverse: bool = False) -> None:
-    """Build the admitted cells' upstream stages, reading nothing (the reading stays unspent);
-    ``reverse``: from the batch's last cell, for a second worker (the stage locks keep two apart)."""
-    cells = batch_cells(batch)
-    restored = store.restore()
-    _stamped(f"restored {len(restored)} kept stage(s) from {store.STORE.relative_to(REPO)}")
-    for cell in reversed(cells) if reverse else cells:
-        config = cell_config(cell)
-        stages = upstream_stages(config)
-        _stamped(f"{cell}: preparing {', '.join(stages)}")
-        for step in pipeline.plan(config, stages):
-            store.keep(pipeline.run(config, step.name, step.policy, log=_stamped, on_start=_started))
-    _stamped(f"batch {batch!r}: upstream complete")
-
-
-def _started(artifact: pipeline.Artifact, reused: bool) -> None:
-    if not reused:
-        _stamped(f"computing {artifact.path}")
-
-
-def _stamped(message: str) -> None:
-    """A progress line with the wall clock, so that the stages' durations read off the log."""
-    print(time.strftime("%H:%M:%S"), message, flush=True)
 
 
 def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
@@ -184,7 +145,7 @@ def main() -> None:
     commands.add_parser("show", help="the batches' tables from the ledger, computing nothing")
     args = parser.parse_args()
     if args.command == "prepare":
-        prepare_batch(args.batch, args.reverse)
+        store.build(batch_cells(args.batch), args.reverse)
         return
     if args.command == "read":
         read_batch(args.batch, args.again)

@@ -1,9 +1,10 @@
 """One loop over the whole development bench, and the adoption rule's verdict (issue 72).
 
-`python -m bench.loop [--set KEY=VALUE ...] [CELL ...]`: every development cell of
-bench/bench.yaml (or those named) runs in this process, one after another, its finished
-stages reused (with the upstream built, only what today's code and settings have not computed
-runs: the estimator stages for an estimator setting, the world model too for a world-model one):
+`python -m bench.loop [--set KEY=VALUE ...] [CELL ...]`: the cells' upstream is restored from
+bench/store into the artifact root where it lacks it (bench/store.py), then every development cell
+of bench/bench.yaml (or those named) runs in this process, one after another, its finished
+stages reused (only what today's code and settings have not computed runs: the estimator stages
+for an estimator setting, the world model too for a world-model one and where the store keeps none):
 - without ``--set``, as its config stands (the current default) → bench/results/bench.{md,json}:
   per cell its environment group, how many of its pairs of points the ground truth splits, the
   seconds it took and, per estimator, ρ / NMAE / coverage of the 95 % intervals / decided /
@@ -33,9 +34,10 @@ from adwm_core.cell import CellConfig
 from adwm_core.ope.statistics.recommend import SHIPPED
 from adwm_core.provenance import source_version
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS, CellFigures, decide
-from bench.calibrate import from_reports, save_calibration
+from bench.calibrate import cell_results, from_reports, save_calibration
 from bench.common import REPO, RESULTS, cell_config, development_cells, machine, slug
-from bench.figures import cell_results, mean_with_interval, truth_split_pairs
+from bench.figures import mean_with_interval, truth_split_pairs
+from bench.store import restore, retrained
 from bench.tables.heldout import parse_settings, variant_path
 
 GRADES = ("rho", "nmae", "coverage", "decided", "precision")
@@ -49,6 +51,8 @@ def run_cell(source: str) -> dict:
     started = time.perf_counter()
     try:
         report = pipeline.run_all(config)
+        if (note := retrained(pipeline.locate(config, "world-model"))) is not None:
+            print(note, flush=True)
     except Exception as error:  # one cell's failure (a refusal, a crash) keeps the others' rows
         traceback.print_exc()
         return {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}",
@@ -300,6 +304,8 @@ def main() -> None:
     cells = args.cells or development
     if args.set and args.headline:
         raise SystemExit("--set and --headline are separate candidates: judge one at a time")
+    restored = restore(cells=cells)  # a clean clone's empty root: the bench's upstream comes from bench/store
+    print(f"restored {len(restored)} kept upstream stage(s) from bench/store", flush=True)
     if args.headline:
         headline_run(cells, args.headline)
     elif args.set:

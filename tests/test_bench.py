@@ -132,7 +132,8 @@ def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path)
 def test_preparing_a_test_batch_builds_its_world_model_and_truth_and_no_estimator_stage():
     from adwm_core import pipeline
     from bench.common import cell_config
-    from bench.ledger import ESTIMATOR_STAGES, batch_cells, upstream_stages
+    from bench.common import batch_cells
+    from bench.store import upstream_stages
 
     cells = batch_cells("third")
     assert cells, "the third batch has admitted cells (bench/results/admission.json)"
@@ -140,10 +141,10 @@ def test_preparing_a_test_batch_builds_its_world_model_and_truth_and_no_estimato
         config = cell_config(cell)
         stages = upstream_stages(config)
         assert {"behaviour", "world-model", "ground-truth"} <= set(stages)
-        assert not set(ESTIMATOR_STAGES) & set(stages)
+        assert not {"adwm", "baselines", "report"} & set(stages)
         # with the upstream built, the reading's plan holds nothing but the estimator stages
         planned = {step.name for step in pipeline.plan(config)}
-        assert planned - set(stages) == set(ESTIMATOR_STAGES)
+        assert planned - set(stages) == {"adwm", "baselines", "report"}
 
 
 def test_a_cells_report_curves_become_its_bench_record_on_the_return_scale():
@@ -162,6 +163,22 @@ def test_a_cells_report_curves_become_its_bench_record_on_the_return_scale():
     assert set(cell.estimates) == {"ADWM:reward_sum", "FQE"} and cell.estimates["FQE"]["tiny@p0 ε=1"] == 0.4
     assert bench_cell("local-simonsays", {**curves, "ground_truth": None}) is None
     assert bench_cell("local-textworld", curves, logged=False) is None  # no declared range, no log: no scale
+
+
+def test_the_scale_is_the_logged_returns_span_on_every_environment():
+    """One kind of unit for every cell (issue 87): TextWorld-Express declares [−1, 1], and its scale
+    is still the span of the logged episodes' returns; the declared width only where no log is at
+    hand or its returns do not spread."""
+    import pyarrow as pa
+
+    from adwm_core.stages.report import return_range_and_scale
+    from bench.common import cell_config
+
+    config = cell_config("local-simonsays")
+    steps = pa.table({"policy": ["a"] * 3, "episode": [0, 1, 1], "reward": [-1.0, 0.25, 0.25]})
+    assert return_range_and_scale(config, steps) == ((-1.0, 1.0), 1.5)
+    assert return_range_and_scale(config, None) == ((-1.0, 1.0), 2.0)
+    assert return_range_and_scale(config, steps.slice(0, 1)) == ((-1.0, 1.0), 2.0)
 
 
 def test_where_the_environment_declares_no_return_range_the_scale_is_the_logged_returns_span():

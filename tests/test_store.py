@@ -1,11 +1,16 @@
-import os
+"""bench/store: the bench's upstream kept in the repository — restored into an empty root and reused
+at its key, world models kept compact and rebuilt exactly, keys and store held in step."""
 
+import shutil
+import tarfile
+
+import pytest
 import yaml
 
 from adwm_core import pipeline
 from adwm_core.data import TRAJECTORIES, read_table
-from bench import store
-from bench.common import cell_config
+from bench import compact, store, versions
+from bench.common import bench_cells, cell_config
 from conftest import tiny_cell
 
 
@@ -32,5 +37,76 @@ def test_a_kept_stage_is_restored_into_an_empty_root_and_reused_at_its_key(tiny_
     assert reused == [True]
     assert store.restore(kept_in) == []  # a folder the root holds is left as it is
 
-    monkeypatch.setattr(store, "MAX_BYTES", 1)
-    assert store.keep(built, tmp_path / "small") is None and not os.path.exists(tmp_path / "small")
+
+def test_a_world_model_is_kept_without_its_seeded_rows_and_comes_back_byte_for_byte(tiny_world_model, tmp_path):
+    result, _ = tiny_world_model
+    model = tmp_path / "0123456789abcdef"
+    shutil.copytree(result.path, model)
+    original = (model / compact.WEIGHTS).read_bytes()
+    assert compact.compact(model)
+    assert not (model / compact.WEIGHTS).exists()
+    assert (model / compact.COMPACT).stat().st_size < len(original) / 2  # the table's untouched rows are left out
+    compact.expand(model)
+    assert (model / compact.WEIGHTS).read_bytes() == original and not (model / compact.COMPACT).exists()
+
+    compact.compact(model)  # kept with another seed's rows, it cannot come back: refused, naming the fix
+    packed = (model / compact.COMPACT).read_bytes()
+    (model / compact.COMPACT).write_bytes(packed.replace(b'"seed":"0"', b'"seed":"7"'))
+    with pytest.raises(RuntimeError, match="not the one kept.*bench.store build"):
+        compact.expand(model)
+
+
+def test_a_world_model_not_built_from_its_seed_alone_is_kept_whole(tiny_world_model, tmp_path):
+    result, _ = tiny_world_model
+    model = tmp_path / "model"
+    shutil.copytree(result.path, model)
+    history = (model / "history.json").read_text()
+    (model / "history.json").write_text(history.replace('"seed": 0', '"seed": 3', 1))
+    assert not compact.compact(model) and (model / compact.WEIGHTS).exists()
+
+
+def test_every_bench_cell_has_its_upstream_kept_at_todays_keys():
+    """The loop and the third batch's reading compute only estimator stages from a clean clone: a
+    change that re-keys an upstream stage (a bumped version, a changed config) fails here until
+    the store is rebuilt, naming what to rebuild."""
+    lacking = store.missing(bench_cells(list(store.BENCH)))
+    assert not lacking, ("the store lacks upstream stages at today's keys; rebuild them with `python -m bench.store "
+                         f"build {' '.join(lacking)}` and commit bench/store:\n"
+                         + "\n".join(f"  {cell}: {', '.join(stages)}" for cell, stages in lacking.items()))
+
+
+def test_the_store_stays_small_enough_to_clone():
+    size = sum(path.stat().st_size for path in store.STORE.rglob("*") if path.is_file())
+    assert size <= store.MAX_STORE_BYTES, f"bench/store holds {size / 2**20:.1f} MB"
+
+
+def test_upstream_code_is_the_code_confirmed_at_its_stages_version():
+    """An upstream stage's key reads its version, not its code: code that moved must be confirmed
+    (its outputs recomputed unchanged) or its version bumped."""
+    moved = versions.unconfirmed(bench_cells(list(store.BENCH)))
+    assert not moved, ("upstream code moved since it was confirmed at its version: " + ", ".join(moved) + ". If its "
+                       "outputs move, bump the stage's version in adwm_core/pipeline.py and rebuild the store; if "
+                       "not, run `python -m bench.versions confirm` (it recomputes the reference cell) and commit "
+                       "bench/store/confirmed.json")
+
+
+def test_the_reference_cells_upstream_recomputed_from_the_store_equals_the_store():
+    """Every upstream stage of the reference cell, recomputed from its kept inputs by today's code,
+    gives its kept outputs: a change that moves values without bumping a version fails here."""
+    found = versions.recompute_reference(store.STORE)
+    assert set(found) == {"policies", "behaviour", "ground-truth@tiny-late@p0", "logprobs@tiny-late@p0", "world-model"}
+    assert not {stage: problem for stage, problem in found.items() if problem}
+
+
+def test_prune_drops_what_no_bench_key_names_and_keeps_the_rest(tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store.STORE, copy)
+    stale = copy / "local-simonsays" / "behaviour" / "0000000000000000.tar.gz"
+    gone = copy / "no-such-cell" / "policies" / "1111111111111111.tar.gz"
+    for path in (stale, gone):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:gz"):
+            pass
+    kept_before = sorted(p for p in copy.rglob("*.tar.gz") if p not in (stale, gone))
+    assert sorted(store.prune(copy)) == sorted([stale, gone])
+    assert sorted(copy.rglob("*.tar.gz")) == kept_before and not (copy / "no-such-cell").exists()

@@ -37,6 +37,8 @@ CANDIDATES = ("bootstrap", "bounds", "bounds, log ranges", "ADWM+live", "live al
 LIVE_EPISODES, LIVE_DRAWS = 8, 100  # K live episodes per point, drawn this many times from the ground truth
 LIVE = f"ADWM+live{LIVE_EPISODES}"  # the bench's row of ADWM topped up by that many live episodes per point
 RECOMMENDED_LIVE = f"recommended+live{LIVE_EPISODES}"  # the recommended estimate with them folded in (with_live)
+LIVE_ONLY = f"live{LIVE_EPISODES} alone"  # the same episodes with no offline estimate, beside recommended+live (live_only)
+LIVE_ALONE = f"live{LIVE_EPISODES} alone (PPI λ=0)"  # the same episodes as ADWM+live reads them with λ = 0, beside it
 
 
 def log_ranges(trajectories: str) -> ReturnRange:
@@ -146,15 +148,17 @@ def finished_points(cell: str) -> tuple[list, dict, dict, dict, dict] | None:
     return rows, imagined, episodes, truth, stderr
 
 
-def live_results(cell: str) -> dict | None:
+def live_results(cell: str) -> dict[str, dict] | None:
     """ADWM topped up by ``LIVE_EPISODES`` live episodes per point (``live_grades``) on a finished
-    cell: the held-out table's ``ADWM+live<K>`` row (None: not finished under today's code)."""
+    cell, and the same episodes alone: the held-out table's ``ADWM+live<K>`` row and the live-only
+    row beside it (None: not finished under today's code)."""
     found = finished_points(cell)
     if found is None:
         return None
     _, imagined, episodes, truth, stderr = found
-    return live_grades(imagined, episodes, truth, stderr, k=LIVE_EPISODES, draws=LIVE_DRAWS,
-                       confidence=cell_config(cell).adwm.confidence)["ADWM+live"]
+    graded = live_grades(imagined, episodes, truth, stderr, k=LIVE_EPISODES, draws=LIVE_DRAWS,
+                         confidence=cell_config(cell).adwm.confidence)
+    return {LIVE: graded["ADWM+live"], LIVE_ALONE: graded["live alone"]}
 
 
 def measure(cell: str) -> dict | None:
