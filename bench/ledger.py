@@ -37,12 +37,39 @@ from bench.figures import mean_with_interval, truth_split_pairs
 LEDGER = RESULTS / "ledger.jsonl"
 
 
-def readings(batch: str, ledger: Path = LEDGER) -> list[dict]:
-    """The ledger's readings of ``batch``, oldest first."""
+def _entries(batch: str, ledger: Path) -> list[dict]:
     if not ledger.exists():
         return []
     lines = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
     return [entry for entry in lines if entry["batch"] == batch]
+
+
+def readings(batch: str, ledger: Path = LEDGER) -> list[dict]:
+    """The ledger's readings of ``batch``, oldest first."""
+    return [entry for entry in _entries(batch, ledger) if entry.get("kind", "reading") == "reading"]
+
+
+def protocol(batch: str, ledger: Path = LEDGER) -> dict | None:
+    """What the ledger committed for ``batch`` before its reading: its headline row and the cells
+    reported apart from its means (``declare``); None where nothing was."""
+    declared = [entry for entry in _entries(batch, ledger) if entry.get("kind") == "protocol"]
+    return declared[0] if declared else None
+
+
+def declare(batch: str, headline: str, apart: list[str], why: str, ledger: Path = LEDGER) -> dict:
+    """Commit the batch's reading protocol before its reading: which row is its headline, which
+    cells are reported apart from its means, and why; refused once the batch is read or declared."""
+    cells = batch_cells(batch)
+    if readings(batch, ledger) or protocol(batch, ledger):
+        raise SystemExit(f"batch {batch!r} already has a {'reading' if readings(batch, ledger) else 'protocol'}: "
+                         "its protocol is fixed once, before its reading")
+    outside = [cell for cell in apart if cell not in cells]
+    if outside:
+        raise SystemExit(f"cells to report apart {outside} are not admitted cells of batch {batch!r}: {cells}")
+    entry = {"batch": batch, "kind": "protocol", "date": time.strftime("%Y-%m-%d %H:%M"), "commit": source_version(),
+             "headline": headline, "apart": apart, "why": why}
+    append(entry, ledger)
+    return entry
 
 
 def standing(batch: str, ledger: Path = LEDGER) -> str:
@@ -66,6 +93,10 @@ def append(entry: dict, ledger: Path = LEDGER) -> None:
 def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
     """Run and read the batch's admitted cells once, appending the reading to the ledger."""
     admitted = batch_cells(batch)
+    declared = protocol(batch, ledger)
+    if declared is None:
+        raise SystemExit(f"batch {batch!r} has no protocol in the ledger: commit its headline row first, "
+                         f"`python -m bench.ledger declare {batch} --headline ESTIMATOR [--apart CELL …] --why …`")
     if readings(batch, ledger) and not again:
         raise SystemExit(f"batch {batch!r} was read already ({len(readings(batch, ledger))} reading(s)): a second "
                          "reading under another default makes it seen; pass --again to read it anyway, or "
@@ -78,7 +109,7 @@ def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
                             pipeline.locate(config, step.name, step.policy).key for step in pipeline.plan(config)}
         figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": cell_results(report, cell)}
     entry = {"batch": batch, "date": time.strftime("%Y-%m-%d %H:%M"), "commit": source_version(),
-             "headline": HEADLINE, "cells": admitted, "default": default_digest(stage_keys),
+             "headline": declared["headline"], "rule_headline": HEADLINE, "apart": declared["apart"], "cells": admitted, "default": default_digest(stage_keys),
              "stage_keys": stage_keys, "figures": figures}
     append(entry, ledger)
     return entry
@@ -95,12 +126,17 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
              else f"**Test batch `{batch}` — SEEN: read {len(found)} times under {defaults} defaults, no longer held "
                   f"out (latest {latest['date']}, `{latest['commit']}`)**")
     estimators = shown or tuple(dict.fromkeys(e for f in latest["figures"].values() for e in f["estimators"] or {}))
-    lines = [title + " (ρ / NMAE / coverage / decided / precision)", "",
+    headline, apart = latest.get("headline", HEADLINE), latest.get("apart", [])
+    if "apart" in latest and headline in estimators:  # a reading under a declared protocol opens on its headline
+        estimators = (headline, *(e for e in estimators if e != headline))
+    lines = [title + f" (ρ / NMAE / coverage / decided / precision; headline `{headline}`, committed before the "
+                     "reading" + (f"; reported apart from the means: {', '.join(apart)}" if apart else "") + ")", "",
              "| cell | truth-split pairs | " + " | ".join(estimators) + " |", "|---|---|" + "---|" * len(estimators)]
     for cell, f in latest["figures"].items():
         grades = [_grades((f["estimators"] or {}).get(e)) for e in estimators]
-        lines.append(f"| {cell} | {f['split_pairs']} | " + " | ".join(grades) + " |")
-    counted = [f for f in latest["figures"].values() if (f["split_pairs"] or 0) >= MIN_SPLIT_PAIRS and f["estimators"]]
+        lines.append(f"| {cell}{' (apart)' if cell in apart else ''} | {f['split_pairs']} | " + " | ".join(grades) + " |")
+    counted = [f for cell, f in latest["figures"].items()
+               if cell not in apart and (f["split_pairs"] or 0) >= MIN_SPLIT_PAIRS and f["estimators"]]
     means = []
     for e in estimators:
         rows = [f["estimators"][e] for f in counted if e in f["estimators"]]
@@ -142,8 +178,17 @@ def main() -> None:
     prepare.add_argument("batch")
     prepare.add_argument("--reverse", action="store_true",
                          help="from the last cell: a second worker beside a first one (the stage locks keep them apart)")
+    declared = commands.add_parser("declare", help="commit a batch's headline row (and cells reported apart) before "
+                                                   "its reading")
+    declared.add_argument("batch")
+    declared.add_argument("--headline", required=True, help="the row that is the batch's result")
+    declared.add_argument("--apart", nargs="*", default=[], help="admitted cells reported apart from the means")
+    declared.add_argument("--why", required=True, help="why this headline, and why those cells apart")
     commands.add_parser("show", help="the batches' tables from the ledger, computing nothing")
     args = parser.parse_args()
+    if args.command == "declare":
+        print(json.dumps(declare(args.batch, args.headline, args.apart, args.why)))
+        return
     if args.command == "prepare":
         store.build(batch_cells(args.batch), args.reverse)
         return

@@ -111,6 +111,33 @@ def test_a_batch_read_a_second_time_under_another_default_is_marked_seen(tmp_pat
     assert standing("another", ledger) == "unread"
 
 
+def test_a_batchs_headline_is_committed_before_its_reading_and_its_cells_apart_leave_the_means(tmp_path, monkeypatch):
+    """``bench.ledger declare``: the headline row and the cells reported apart, once, before any
+    reading; a reading without it is refused before any stage runs; the table opens on the declared
+    headline and keeps a cell apart out of the means."""
+    import bench.ledger as ledger_module
+    from bench.ledger import append, batch_table, declare, default_digest, protocol, read_batch
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setattr(ledger_module, "batch_cells", lambda batch: ["test-b3-a", "test-b3-b"])
+    with pytest.raises(SystemExit, match="no protocol in the ledger.*bench.ledger declare third --headline"):
+        read_batch("third", ledger=ledger)
+    with pytest.raises(SystemExit, match="not admitted cells"):
+        declare("third", "recommended", ["test-b3-z"], "-", ledger)
+    declared = declare("third", "recommended", ["test-b3-a"], "the product opens on it", ledger)
+    assert protocol("third", ledger) == declared and declared["kind"] == "protocol"
+    with pytest.raises(SystemExit, match="already has a protocol"):
+        declare("third", "ADWM:reward_sum", [], "-", ledger)
+    entry = reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8)
+    entry.update(headline="recommended", apart=["test-b3-a"])
+    entry["figures"]["test-b3-a"]["estimators"]["recommended"] = dict(entry["figures"]["test-b3-a"]["estimators"]["ADWM:reward_sum"])
+    append(entry, ledger)
+    title, _, header, _, first, _, means, _ = batch_table("third", ledger)
+    assert "headline `recommended`" in title and "reported apart from the means: test-b3-a" in title
+    assert header.startswith("| cell | truth-split pairs | recommended | ADWM:reward_sum |")
+    assert first.startswith("| test-b3-a (apart) | 6 |") and "(0 cells splitting" in means
+
+
 def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path):
     """After a reading, `heldout --batches` puts the batch's table, recommended rows first, where the
     unread line stood, and keeps every development row and the machine line as they were."""
@@ -126,7 +153,7 @@ def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path)
     assert text.startswith(development) and text.endswith("Machine: `{\"cpus\": 2}`\n") and "unread" not in text
     header = next(line for line in text.splitlines() if line.startswith("| cell | truth-split pairs"))
     assert header.split(" | ")[2:4] == list(BATCH_SHOWN[:2]) == ["recommended", "recommended+live8"]
-    assert "| test-b3-a | 6 | – | – | +0.80 / 0.2 / 0.90 / 0.50 / 1.00 |" in text  # ADWM's row, the others unread
+    assert "| test-b3-a | 6 | – | – | – | +0.80 / 0.2 / 0.90 / 0.50 / 1.00 |" in text  # ADWM's row, the others unread
 
 
 def test_preparing_a_test_batch_builds_its_world_model_and_truth_and_no_estimator_stage():

@@ -56,7 +56,7 @@ from adwm_core.ope.settings import AdwmConfig
 from adwm_core.ope.answers import SOURCES
 from adwm_core.paths import local_cache_dir
 from adwm_core.report import RECOMMENDED
-from bench.studies.verdicts import LIVE, LIVE_EPISODES, RECOMMENDED_LIVE, live_results
+from bench.studies.verdicts import LIVE, LIVE_ALONE, LIVE_EPISODES, LIVE_ONLY, RECOMMENDED_LIVE, live_results
 from bench.common import (ADWM, RESULTS, TEST, artifact, cell_config, development_cells, ground_truth, machine,
                           slug, test_batches, world_model_histories)
 from bench.adoption import MIN_SPLIT_PAIRS
@@ -66,8 +66,8 @@ from adwm_core.provenance import source_version
 
 SPREAD_FACTOR = 4.0  # range of J ≥ SPREAD_FACTOR × the largest standard error of a point (TEST_CELLS.md)
 PAPER = "ADWM (paper)"  # ADWM under adwm.preset: paper (the diffusion model answers every step), a variant run
-SHOWN = (ADWM, PAPER, LIVE, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
-BATCH_SHOWN = (RECOMMENDED, RECOMMENDED_LIVE, *SHOWN)  # a test batch's table: the headline a user reads first, too
+SHOWN = (ADWM, PAPER, LIVE, LIVE_ALONE, "kNN-WM:reward_sum", "FQE", "WDR", "WIS", "WPDIS", "DR", "IS", "PDIS", "DM")
+BATCH_SHOWN = (RECOMMENDED, RECOMMENDED_LIVE, LIVE_ONLY, *SHOWN)  # a test batch's table: the headline a user reads first, too
 BATCHES_FROM = "**Test batch `"  # heldout.md's test-batch tables start at the first such line
 
 
@@ -160,12 +160,14 @@ def paper_not_applicable(cell: str) -> str | None:
 
 
 def with_adwm_variants(results: dict[str, dict] | None, cell: str, run: bool) -> dict[str, dict] | None:
-    """A cell's rows with ADWM under the paper's recipe and ADWM topped up by live episodes, where measured."""
+    """A cell's rows with ADWM under the paper's recipe and ADWM topped up by live episodes (with the
+    same episodes alone beside it), where measured."""
     if results is None:
         return None
-    for name, row in ((PAPER, paper_results(cell, run)), (LIVE, live_results(cell))):
-        if row is not None:
-            results[name] = row
+    paper = paper_results(cell, run)
+    if paper is not None:
+        results[PAPER] = paper
+    results.update(live_results(cell) or {})
     return results
 
 
@@ -286,7 +288,8 @@ def write_table(run: bool) -> dict:
              "`ADWM (paper)`: ADWM under the paper's recipe (`adwm.preset: paper`, the diffusion model answering "
              "every step), run as the cell's variant on the same world model; "
              f"`{LIVE}`: ADWM topped up by {LIVE_EPISODES} of each point's ground-truth episodes (PPI++, paired by "
-             "start; the mean over 100 draws, bench/studies/verdicts.py).", ""]
+             "start; the mean over 100 draws, bench/studies/verdicts.py), and beside it "
+             f"`{LIVE_ALONE}`: the same episodes with no offline estimate.", ""]
     splits = {cell: truth_split_pairs(cell) for cell in development}
     lines += _cell_table("Development cells (tuned on)", results, measured_at, splits)
     lines += _interval_table("Development cells (today's code only)", list(reports.values()))
