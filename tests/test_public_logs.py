@@ -490,7 +490,9 @@ def test_tales_one_long_run_is_split_where_the_move_counter_restarts_and_scored_
     expected = (len(starts), len(lines), sum(scores[end - 1] >= top for end in [*starts[1:], len(lines)]))
     assert expected == (2, 11, 0)
     assert cli.main(["import", str(TALES), "--env", "textworld"]) == 0
-    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in printed
+    assert "fractions of their own 'Max Score'" in printed and "per-step 'Score' is a running score" in printed
     table = read_logs(LogSource(str(TALES)), cell="tales")
     for episode, (start, end) in enumerate(zip(starts, [*starts[1:], len(lines)])):
         rewards = [r["reward"] for r in table.to_pylist() if r["episode"] == episode]
@@ -555,3 +557,54 @@ def test_autoact_transcripts_held_in_a_prompt_string_are_found_by_content_and_lo
     table = read_logs(LogSource(str(AUTOACT)), cell="autoact")
     assert table["action"].to_pylist()[:3] == ["BingSearch[VIDEO INTERACTIVE VISION AND AUDIO]",
                                                "Finish[VIRTUAL INTERACTIVE VISION AND AUDIO]", "Reflect[right]"]
+
+
+EMMA = MORE / "emma_reflexion_teacher_alfworld_trial1_first18envs.log"
+
+
+def test_emma_reflexion_teacher_log_leaves_out_the_demonstrations_shown_before_each_task(capsys):
+    """EMMA's Reflexion teacher on ALFWorld (a trial log as Reflexion's harness writes it): each
+    "Environment #N:" block shows the agent two ReAct demonstrations, each with its own room,
+    task and "> " lines, then its reflection memory, then its task, ending at a STATUS line, with
+    no line announcing the demonstrations; tasks solved in an earlier trial are placeholders."""
+    text = EMMA.read_text()
+    blocks = re.split(r"^STATUS: (?:OK|FAIL)$", text, flags=re.M)[:-1]  # each ends at its STATUS line
+    tasks = [block.rsplit("\nYou are in the middle of a room", 1)[1] for block in blocks]  # the last room opened
+    steps = [sum(line.startswith("> ") and not line.startswith("> think:") for line in task.splitlines())
+             for task in tasks]
+    expected = (len(blocks), sum(steps), text.count("\nSTATUS: OK"))
+    assert expected == (3, 55, 0) and len(re.findall(r"^Environment #\d+:$", text, re.M)) == len(blocks)
+    shown = text.count("\nYour task is to: ") - len(blocks)  # the demonstrations' own task lines
+    placeholders = len(re.findall(r"^Environment #\d+: Success$", text, re.M))
+    assert (shown, placeholders) == (6, 15)
+    assert cli.main(["import", str(EMMA), "--env", "alfworld"]) == 0
+    assert f"episodes:  {expected[0]}   steps: {expected[1]}   successes: {expected[2]}" in capsys.readouterr().out
+    table, summary = inspect_logs(LogSource(str(EMMA)), cell="emma")
+    assert _counts(table) == expected
+    assert summary.readings["few-shot demonstrations left out (tasks before the one a STATUS line ends, none with a "
+                            "STATUS or outcome line of its own)"] == shown
+    assert summary.readings["text blocks between section headers in which the agent never speaks (placeholders), "
+                            "dropped"] == placeholders
+    assert not any("new task" in reading for reading in summary.readings)  # no episode begins at a demonstration
+    rows = table.to_pylist()
+    openings = [r["observation"] for r in rows if r["t"] == 0]
+    assert [o.splitlines()[-1] for o in openings] == [t.splitlines()[1] for t in tasks]  # each its own task
+    assert [o.splitlines()[0] for o in openings] == ["You are in the middle of a room" + t.splitlines()[0]
+                                                     for t in tasks]
+    assert not any("Your memory for the task below" in r["observation"] + r["next_observation"] for r in rows)
+    last = [t.splitlines()[-1] for t in tasks]  # each ends on an action the harness never answered
+    assert [r["action"] for r in rows if r["done"]] == [line.removeprefix("> ") for line in last]
+
+
+def test_a_task_with_a_status_line_of_its_own_is_never_read_as_a_demonstration(tmp_path):
+    """Each STATUS line ends one episode: given its own, EMMA's first demonstration is an episode."""
+    text = EMMA.read_text()
+    second_room = text.index("\nYou are in the middle of a room", text.index("Environment #1:") + 100)
+    path = tmp_path / "trial.log"
+    path.write_text(text[:second_room] + "\nSTATUS: OK\n" + text[second_room:])
+    table, summary = inspect_logs(LogSource(str(path)), cell="emma")
+    first = table.filter(pa.compute.equal(table["episode"], 0)).to_pylist()
+    assert first[0]["observation"].endswith("Your task is to: clean some apple and put it in sidetable.")
+    assert _counts(table)[0] == 4 and _counts(table)[2] == 1 and summary.readings[
+        "few-shot demonstrations left out (tasks before the one a STATUS line ends, none with a STATUS or outcome "
+        "line of its own)"] == 5

@@ -329,7 +329,7 @@ def _finish(value: Mapping, steps: list[dict], description: str, source: LogSour
         counts.used.add("rewards")
     if per_step and rewards.cumulative:
         _differences(steps)
-        counts.readings[CUMULATIVE.format(key=rewards.key)] += 1
+        counts.readings[CUMULATIVE.format(key=_logged_key(value, rewards.key))] += 1
     if not per_step:
         if episode_reward is None and success is not None:
             episode_reward, counts.reward_from_success = float(success), counts.reward_from_success + 1
@@ -379,13 +379,24 @@ def _maximum(value: Mapping, source: LogSource, counts: Counts, problems: Proble
     key = next((k for k in value if row_key(k) == "max_score"), None)
     if key is None:
         return None
-    number = as_number(value[key])[0]
+    number, logged = as_number(value[key])[0], _logged_key(value, key)
     if number is None or number <= 0:
-        problems.add(at, key, f"expected the game's maximum score, a number above 0, got {value[key]!r:.40}; give "
-                     "it with --max-score N, or leave the key out")
+        problems.add(at, logged, f"expected the game's maximum score, a number above 0, got {value[key]!r:.40}; "
+                     "give it with --max-score N, or leave the key out")
         return None
-    counts.readings[MAX_LOGGED.format(key=key)] += 1
+    counts.readings[MAX_LOGGED.format(key=logged)] += 1
     return number
+
+
+def _logged_key(value: Mapping, key: str) -> str:
+    """``key`` as the logs spell it: where an episode of step rows holds it under the reader's
+    name (``max_score``, ``score``), the one key of its first row that the reader reads so
+    (TALES's ``Max Score``, ``Score``); else ``key``."""
+    rows = value.get(STEP_ROWS_KEY)
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], Mapping):
+        return key
+    spelled = [k for k in rows[0] if k != key and isinstance(k, str) and row_key(k) == key]
+    return spelled[0] if len(spelled) == 1 else key
 
 
 def _success_from_return(steps: list[dict], source: LogSource, maximum: float | None, running: bool,

@@ -16,6 +16,12 @@ A text file holds one transcript or several. A new episode begins
 - where ReAct's numbering goes back (``Thought 1:`` after ``Observation 3:``, or after
   ``Observation 1:``), with the paragraph before it (the question).
 
+In a file whose episodes end at STATUS lines, each STATUS line ends one episode: where the text
+it ends holds several tasks (split as above), the ones before the last, none with a STATUS or
+outcome line of its own, are the few-shot demonstrations the agent was shown before its task
+(EMMA's Reflexion teacher logs: two or three ALFWorld demonstrations, a reflection memory, then
+the task, with no line announcing them), left out and counted.
+
 Never are two tasks read as one episode. Where lines run on from the agent's last line into a
 new task with no empty line (or outcome line) between, they may end the last answer or open the
 new task: the file is refused, with the edit or flag that tells. The outcome of an episode is
@@ -64,6 +70,8 @@ FROM_OUTCOME_LINE = "episodes whose outcome is read from the line --outcome-line
 FROM_SUCCESS_LINE = "episodes whose success is whether a line --success-line matches"
 MATCHED_SUCCESS_LINE = "episodes with a line --success-line matches (successes)"
 DEMONSTRATIONS = "few-shot demonstrations left out (from 'Here are … examples' to 'Here is the task')"
+UNANNOUNCED = ("few-shot demonstrations left out (tasks before the one a STATUS line ends, none with a STATUS "
+               "or outcome line of its own)")
 DEMO_START = re.compile(r"\bhere (?:are|is) (?:(?:two|three|four|five|some|a few|the|\d+) )?(?:few-shot )?"
                         r"(?:examples?|demonstrations?)\s*[:.]?\s*$", re.IGNORECASE)  # the line ends announcing them
 DEMO_END = re.compile(r"^\s*(?:here is (?:the|your) (?:task|question)|\(?end of examples\)?|now,? it'?s your turn)"
@@ -95,6 +103,7 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
     has_status = any(STATUS_LINE.match(row) for i, row in enumerate(lines) if i not in demos)
     done: list[tuple[_Episode, bool | None, bool]] = []  # each episode with its STATUS, and whether a stub
     current, section, state = _Episode(), None, None  # state after a STATUS line: status | reflection
+    splits: list[str] = []  # the boundaries met since the last STATUS line or header, in order
 
     def close(status: bool | None = None, at_header: bool = False) -> None:
         nonlocal current
@@ -105,14 +114,27 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
             done.append((current, None, True))
         current = _Episode(section=section)
 
+    def drop_demonstrations() -> None:
+        """Before a STATUS line closes the episode: the tasks split off since the last STATUS line
+        or header are demonstrations shown before it, where none gives an outcome of its own."""
+        shown = done[len(done) - len(splits):] if splits else []
+        if shown and all(not stub and status is None and episode.agent_spoke
+                         and not any(_outcome_match(row, source) for _, row in episode.rows)
+                         for episode, status, stub in shown):
+            del done[len(done) - len(splits):]
+            readings[UNANNOUNCED] += len(shown)
+            for boundary in splits:  # no episode begins there after all
+                readings[SPLIT_AT[boundary]] -= 1
+
     for index, row in enumerate(lines):
         number, status = index + 1, STATUS_LINE.match(row)
         if index in demos:
             continue
         if status:
             current.ended_at = number
+            drop_demonstrations()
             close(status.group(1) == "OK")
-            state = "status"
+            state, splits = "status", []
         elif state == "status" and REFLECTION_LINE.match(row):
             state = "reflection"  # it runs to the next empty line
         elif state == "reflection":
@@ -120,6 +142,7 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
         elif index in headers:
             section = _section_outcome(row) if RULE_LINE.match(row) else None
             close(at_header=True)
+            splits = []
         else:
             boundary = _boundary(current, row, source)
             if boundary is not None:
@@ -134,6 +157,7 @@ def text_episodes(path: str, text: str, source: LogSource) -> tuple[str, list[tu
                 close()
                 current.rows = moved
                 readings[SPLIT_AT[boundary]] += 1
+                splits.append(boundary)
             if current.rows or row.strip():
                 current.rows.append((number, row))
                 state = None
