@@ -201,10 +201,11 @@ def _evaluation(cell: CellConfig, policy: PolicySpec) -> dict:
 
 def _behaviour(cell: CellConfig) -> dict:
     section: dict[str, Any] = {"env": cell.env, "behaviour": cell.behaviour}
-    if cell.behaviour.logs is not None:
+    if cell.behaviour.logs is not None:  # imported logs: keyed by their content and the code that reads them
         from .data.logs import fingerprint
 
         section["logs_sha256"] = fingerprint(cell.behaviour.logs)
+        section["reader"] = code_fingerprint("adwm_core.data.logs")
     return section
 
 

@@ -322,3 +322,19 @@ def test_two_stage_modules_imported_at_once_from_two_threads_both_load():
         result = subprocess.run([sys.executable, "-c", TWO_STAGES_AT_ONCE], cwd=repo, capture_output=True, text=True,
                                 timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_imported_logs_are_keyed_by_the_code_that_reads_them(cell, monkeypatch):
+    """Upstream keys read versions, not code, but a reader that reads a user's logs otherwise makes
+    other behaviour data: an imported log's behaviour stage (and what reads it) follows the log
+    readers' code; a collected one does not."""
+    from adwm_core.specs import LogSource
+
+    logs = os.path.join(os.path.dirname(__file__), "data", "public_logs", "knowagent_alfworld_first10.jsonl")
+    imported = cell.replace(behaviour={"logs": LogSource(path=logs), "pool": cell.behaviour.pool})
+    before = [pipeline.locate(c, "behaviour").key for c in (cell, imported)]
+    real = pipeline.code_fingerprint
+    monkeypatch.setattr(pipeline, "code_fingerprint",
+                        lambda *modules: real(*modules) + ("changed" if "adwm_core.data.logs" in modules else ""))
+    after = [pipeline.locate(c, "behaviour").key for c in (cell, imported)]
+    assert after[0] == before[0] and after[1] != before[1]
