@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 TABLE = "observation_encoder.tokens.weight"
-WEIGHTS, COMPACT = "model.safetensors", "model.compact.safetensors"
+WEIGHTS, COMPACT, HISTORY = "model.safetensors", "model.compact.safetensors", "history.json"  # training/world_model.py
 ROWS, VALUES = "compact.table_rows", "compact.table_values"
 
 
@@ -33,7 +33,7 @@ def _seeded_table(member: Path, seed: int):
 
 def _training_seed(model: Path, member: int) -> int:
     """The seed member ``member`` of the world model at ``model`` was built from (train_world_model)."""
-    return json.loads((model / "history.json").read_text())["config"]["seed"] + member
+    return json.loads((model / HISTORY).read_text())["config"]["seed"] + member
 
 
 def _members(model: Path) -> list[Path]:

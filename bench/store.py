@@ -33,9 +33,10 @@ from adwm_core import pipeline
 from adwm_core.cell import CellConfig
 from adwm_core.paths import artifact_path
 from bench.common import REPO, bench_cells, cell_config, stored_world_models, test_batches
-from bench.compact import WEIGHTS, compact, expand
+from bench.compact import HISTORY, WEIGHTS, compact, expand
 
 STORE = REPO / "bench" / "store"
+RECORD = ".record.json"  # a world model the store does not keep whole (``world_model_record``)
 MAX_STORE_BYTES = 150 * 2**20  # what a user clones (issue 86): the README's bench section states the size
 # the small cell whose upstream is recomputed against the store before upstream code is confirmed (bench/versions.py)
 REFERENCE = str(REPO / "bench" / "reference-cell.yaml")
@@ -51,25 +52,28 @@ def upstream_stages(config: CellConfig) -> tuple[str, ...]:
 
 def kept_file(artifact: pipeline.Artifact, store: Path = STORE) -> Path:
     """Where ``artifact`` (…/cells/<cell>/<stage>/<key[:16]>) is kept: its files, or for a world
-    model the store does not keep whole, the SHA-256 of its weights (``recorded``)."""
+    model the store does not keep whole, a record of it (``world_model_record``)."""
     cell, stage, name = Path(artifact.path).parts[-3:]
     whole = stage != "world-model" or cell in stored_world_models()
-    return store / cell / stage / (f"{name}.tar.gz" if whole else f"{name}.sha256.json")
+    return store / cell / stage / (f"{name}.tar.gz" if whole else f"{name}{RECORD}")
 
 
-def weights_digests(folder: str) -> dict[str, str]:
-    """The SHA-256 of every member's weights of a world-model artifact, by path inside it."""
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(Path(folder).rglob(WEIGHTS))}
+def world_model_record(folder: str) -> dict[str, dict]:
+    """What the store keeps of a world model it does not keep whole: the SHA-256 of every member's
+    weights and every member's training record (its held-out metrics round by round), by path."""
+    return {"weights": {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+                        for path in sorted(Path(folder).rglob(WEIGHTS))},
+            "history": {str(path.relative_to(folder)): json.loads(path.read_text())
+                        for path in sorted(Path(folder).rglob(HISTORY))}}
 
 
 def retrained(artifact: pipeline.Artifact, store: Path = STORE) -> str | None:
     """Whether a world model trained again where the store keeps only its digests is the one the
     bench was measured with: a line saying so (None: the store keeps it whole, or nothing of it)."""
     record = kept_file(artifact, store)
-    if not record.name.endswith(".sha256.json") or not record.exists() or not pipeline.is_finished(artifact):
+    if not record.name.endswith(RECORD) or not record.exists() or not pipeline.is_finished(artifact):
         return None
-    same = json.loads(record.read_text()) == weights_digests(artifact.path)
+    same = json.loads(record.read_text())["weights"] == world_model_record(artifact.path)["weights"]
     return (f"{artifact.path}: trained again, " + ("byte for byte the world model the bench was measured with" if same
             else "NOT the world model the bench was measured with (another machine or thread count?): its rows "
                  "may differ from bench/results"))
@@ -82,10 +86,10 @@ def keep(artifact: pipeline.Artifact, store: Path = STORE) -> Path | None:
     if "://" in artifact.path or not pipeline.is_finished(artifact):
         return None
     target = kept_file(artifact, store)
-    if target.name.endswith(".sha256.json"):
+    if target.name.endswith(RECORD):
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(json.dumps(weights_digests(artifact.path), indent=1) + "\n")
+            target.write_text(json.dumps(world_model_record(artifact.path)) + "\n")
         return target
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +150,7 @@ def prune(store: Path = STORE) -> list[Path]:
     """Remove every kept stage no bench cell's key names (a bumped version, a changed config,
     a cell no longer on the bench); the files removed."""
     wanted = {kept_file(a, store) for artifacts in upstream(bench_cells(list(BENCH))).values() for a in artifacts}
-    dropped = [kept for kept in sorted(store.glob("*/*/*.tar.gz")) + sorted(store.glob("*/*/*.sha256.json"))
+    dropped = [kept for kept in sorted(store.glob("*/*/*.tar.gz")) + sorted(store.glob(f"*/*/*{RECORD}"))
                if kept not in wanted]
     for kept in dropped:
         kept.unlink()

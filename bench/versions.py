@@ -28,7 +28,7 @@ import numpy as np
 from adwm_core import pipeline
 from adwm_core.cell import CellConfig
 from bench.common import REPO, bench_cells, cell_config
-from bench.store import BENCH, REFERENCE, STORE, restore, upstream_stages
+from bench.store import BENCH, RECORD, REFERENCE, STORE, kept_file, restore, upstream_stages, world_model_record
 
 CONFIRMED = REPO / "bench" / "store" / "confirmed.json"
 TOLERANCE = 1e-4  # floats of a recomputed stage: 2-core x86_64 machines agree far closer (compared in the test)
@@ -79,7 +79,9 @@ def recompute_reference(store: Path) -> dict[str, str | None]:
             restore(store, cells=[config.name])
             kept = {step.index: pipeline.locate(config, step.name, step.policy)
                     for step in pipeline.plan(config, upstream_stages(config))}
-        missing = [a.path for a in kept.values() if not pipeline.is_finished(a)]
+        recorded = {index: kept_file(a, store) for index, a in kept.items() if kept_file(a, store).name.endswith(RECORD)}
+        missing = [a.path for index, a in kept.items() if not pipeline.is_finished(a) and
+                   not (index in recorded and recorded[index].exists())]
         if missing:
             raise FileNotFoundError(f"the reference cell's store is incomplete ({missing}): run `python -m bench.store "
                                     f"build {REFERENCE}` first")
@@ -87,11 +89,16 @@ def recompute_reference(store: Path) -> dict[str, str | None]:
             name = index[0] + (f"@{index[1]}" if index[1] else "")
             shutil.rmtree(fresh_root)
             shutil.copytree(kept_root, fresh_root)
-            shutil.rmtree(artifact.path.replace(kept_root, fresh_root))
+            shutil.rmtree(artifact.path.replace(kept_root, fresh_root), ignore_errors=True)
             with artifact_root(fresh_root):
                 step = next(s for s in pipeline.plan(config) if s.index == index)
                 fresh = pipeline.run(config, step.name, step.policy, log=lambda _: None)
-            found[name] = differences(Path(artifact.path), Path(fresh.path))
+            if index in recorded:  # kept as a record: its training, round by round, within the tolerance
+                history = json.loads(recorded[index].read_text())["history"]
+                found[name] = _json_difference(_without_timings(history),
+                                               _without_timings(world_model_record(fresh.path)["history"]))
+            else:
+                found[name] = differences(Path(artifact.path), Path(fresh.path))
     return found
 
 

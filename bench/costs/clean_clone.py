@@ -1,0 +1,98 @@
+"""The bench from a clean clone (issue 86): `make loop` twice and `make prepare-test BATCH=third`, timed.
+
+Clones this repository's HEAD into a temporary folder (``git clone``: what a user gets), then, with an
+empty ``ADWM_HOME`` each time, runs in the clone what the make targets run, with the project's installed
+environment (``--venv``: install excluded; the clone's own code is read, its folder first on the path):
+
+- ``make loop``: restores bench/store and reads every development cell (the world models the store
+  does not keep whole are trained again, and checked against the digests it keeps);
+- ``make loop`` again on the same root: everything reused;
+- ``make prepare-test BATCH=third`` on another empty root: the third batch's upstream restored,
+  nothing of it computed.
+
+Each command's wall time, the loop's per-cell seconds (its bench.json) and whether its rows equal
+those committed in bench/results/bench.json, figure by figure → bench/results/clean_clone.{json,md}.
+Usage: ``python -m bench.costs.clean_clone [--venv .venv]`` (nothing else should run meanwhile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import REPO, RESULTS, machine
+
+GRADES = ("rho", "nmae", "coverage", "decided", "precision")
+
+
+def timed(command: list[str], cwd: Path, home: Path, log: Path) -> float:
+    """``command`` run in ``cwd`` with ``ADWM_HOME=home``, its output to ``log``: its wall seconds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADWM_", "PREFECT_", "MLFLOW_"))}
+    env.update(ADWM_HOME=str(home), PREFECT_HOME=str(home / "prefect"), PYTHONPATH=str(cwd))
+    started = time.perf_counter()
+    with open(log, "w") as output:
+        subprocess.run(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, check=True)
+    return time.perf_counter() - started
+
+
+def differences(measured: dict, committed: dict) -> list[str]:
+    """Every figure of the clone's bench.json rows that is not the committed one's (to 1e-9)."""
+    found = []
+    for cell, row in committed["rows"].items():
+        mine = measured["rows"].get(cell)
+        if mine is None:
+            found.append(f"{cell}: not read")
+            continue
+        for estimator, grades in (row.get("estimators") or {}).items():
+            for grade in GRADES:
+                a, b = grades.get(grade), (mine.get("estimators") or {}).get(estimator, {}).get(grade)
+                if not (a == b or (a is not None and b is not None and (abs(a - b) <= 1e-9 or a != a and b != b))):
+                    found.append(f"{cell} {estimator} {grade}: {a} committed, {b} here")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", default=str(REPO / ".venv"), help="the installed environment (install excluded)")
+    args = parser.parse_args()
+    committed = json.loads((RESULTS / "bench.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="adwm-clean-clone-") as scratch:
+        root = Path(scratch)
+        clone = root / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        python = [str(Path(args.venv) / "bin" / "python"), "-m"]
+        seconds = {"loop": timed([*python, "bench.loop"], clone, root / "home", root / "loop.log"),
+                   "loop again": timed([*python, "bench.loop"], clone, root / "home", root / "loop-again.log"),
+                   "prepare-test third": timed([*python, "bench.ledger", "prepare", "third"], clone,
+                                               root / "home-third", root / "prepare.log")}
+        measured = json.loads((clone / "bench" / "results" / "bench.json").read_text())
+        moved = differences(measured, committed)
+        restored = [line for line in (root / "loop.log").read_text().splitlines()
+                    if "trained again" in line or "restored" in line]
+    report = {"commit": head, "machine": machine(), "seconds": seconds,
+              "cells": {c: r.get("seconds") for c, r in measured["rows"].items()},
+              "rows_equal_committed": not moved, "differences": moved, "world_models": restored}
+    (RESULTS / "clean_clone.json").write_text(json.dumps(report, indent=2))
+    targets = {"loop": 75 * 60, "loop again": 3 * 60, "prepare-test third": 10 * 60}
+    lines = [f"# The bench from a clean clone of `{head}`", "", __doc__.split("\n\n")[1].replace("\n", " "), "",
+             "| command | wall | target |", "|---|---|---|",
+             *[f"| `make {name}` | {s / 60:.1f} min | ≤ {targets[name] / 60:.0f} min |" for name, s in seconds.items()],
+             "", "Per cell, the loop's seconds (restore excluded):", "", "| cell | seconds |", "|---|---|",
+             *[f"| {c} | {s:.0f} |" for c, s in report["cells"].items() if s is not None], "",
+             "Rows against bench/results/bench.json as committed: "
+             + ("every figure equal." if not moved else f"{len(moved)} figure(s) differ:"),
+             *[f"- {d}" for d in moved[:40]], "", "World models:", *[f"- {w}" for w in restored], "",
+             f"Machine: `{json.dumps(machine())}`"]
+    (RESULTS / "clean_clone.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
