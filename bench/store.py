@@ -137,7 +137,7 @@ def upstream(cells: list[str]) -> dict[str, list[pipeline.Artifact]]:
 
 
 def missing(cells: list[str], store: Path = STORE) -> dict[str, list[str]]:
-    """Per cell, the upstream stages (``stage`` or ``stage@π_e``, with their key) the store lacks."""
+    """Per cell, the upstream stages (their name and key) the store lacks."""
     lacking = {}
     for cell, artifacts in upstream(cells).items():
         named = [f"{Path(a.path).parts[-2]} {a.key[:16]}" for a in artifacts if not kept_file(a, store).exists()]
@@ -146,12 +146,17 @@ def missing(cells: list[str], store: Path = STORE) -> dict[str, list[str]]:
     return lacking
 
 
-def prune(store: Path = STORE) -> list[Path]:
-    """Remove every kept stage no bench cell's key names (a bumped version, a changed config,
-    a cell no longer on the bench); the files removed."""
+def stale(store: Path = STORE) -> list[Path]:
+    """The kept stages no bench cell's key names any more: re-keyed by a bumped version or a changed
+    config (their new keys are not kept), or of a cell no longer on the bench."""
     wanted = {kept_file(a, store) for artifacts in upstream(bench_cells(list(BENCH))).values() for a in artifacts}
-    dropped = [kept for kept in sorted(store.glob("*/*/*.tar.gz")) + sorted(store.glob(f"*/*/*{RECORD}"))
-               if kept not in wanted]
+    return [kept for kept in sorted(store.glob("*/*/*.tar.gz")) + sorted(store.glob(f"*/*/*{RECORD}"))
+            if kept not in wanted]
+
+
+def prune(store: Path = STORE) -> list[Path]:
+    """Remove every :func:`stale` kept stage; the files removed."""
+    dropped = stale(store)
     for kept in dropped:
         kept.unlink()
     for folder in sorted(store.glob("*/*"), reverse=True) + sorted(store.glob("*")):

@@ -65,14 +65,30 @@ def test_a_world_model_not_built_from_its_seed_alone_is_kept_whole(tiny_world_mo
     assert not compact.compact(model) and (model / compact.WEIGHTS).exists()
 
 
-def test_every_bench_cell_has_its_upstream_kept_at_todays_keys():
-    """The loop and the third batch's reading compute only estimator stages from a clean clone: a
-    change that re-keys an upstream stage (a bumped version, a changed config) fails here until
-    the store is rebuilt, naming what to rebuild."""
-    lacking = store.missing(bench_cells(list(store.BENCH)))
-    assert not lacking, ("the store lacks upstream stages at today's keys; rebuild them with `python -m bench.store "
-                         f"build {' '.join(lacking)}` and commit bench/store:\n"
-                         + "\n".join(f"  {cell}: {', '.join(stages)}" for cell, stages in lacking.items()))
+def test_every_kept_stage_is_named_by_todays_keys():
+    """A change that re-keys a kept upstream stage (a bumped version, a changed config) leaves its
+    kept artifact named by no key: it fails here, naming the cells and stages to rebuild, so it
+    cannot land with a silently stale store. (What the bench still lacks: `python -m bench.store
+    missing`.)"""
+    found = store.stale()
+    cells = sorted({path.parts[-3] for path in found})
+    assert not found, ("kept upstream stages no key of today's code names (re-keyed?): rebuild them with "
+                       f"`python -m bench.store build {' '.join(cells)}`, then `python -m bench.store prune`, and commit "
+                       "bench/store:\n" + "\n".join(f"  {p.relative_to(store.STORE)}" for p in found))
+
+
+def test_a_re_keyed_stage_is_named_with_the_command_that_rebuilds_it(monkeypatch):
+    """A bumped version moves the keys of the stage and of what reads it: the kept ones turn stale,
+    each named, with the cells to rebuild."""
+    import dataclasses
+
+    monkeypatch.setitem(pipeline.STAGES, "behaviour", dataclasses.replace(pipeline.STAGES["behaviour"], version=99))
+    found = {str(p.relative_to(store.STORE).parent) for p in store.stale()}
+    assert {"local-simonsays/behaviour", "test-b2-twx-sorting-cross/behaviour",
+            "test-b2-twx-sorting-cross/logprobs"} <= found
+    assert "local-simonsays/policies" not in found  # what behaviour reads keeps its key
+    with pytest.raises(AssertionError, match="rebuild them with `python -m bench.store build .*local-simonsays"):
+        test_every_kept_stage_is_named_by_todays_keys()
 
 
 def test_the_store_stays_small_enough_to_clone():
