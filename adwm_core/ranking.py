@@ -143,8 +143,8 @@ def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]
                 "verdicts: read the recommended estimate's)",
                 *(f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  {{{a.bounds_low:.4g}, {a.bounds_high:.4g}}}"
                   for i, a in enumerate(ranked, start=1))]
-    lines = [f"agents by {estimator} at ε={epsilon:g} (every seed's rollouts; [{interval_name} interval], "
-             "{bounds the log alone identifies})"]
+    lines = [f"instrument, not the product's verdict (the recommended estimate's, above, is): agents by {estimator} "
+             f"at ε={epsilon:g} (every seed's rollouts; [{interval_name} interval], {{bounds the log alone identifies}})"]
     lines += [f"{i}. {a.policy:<24} Ĵ = {a.value:.4g}  [{a.ci_low:.4g}, {a.ci_high:.4g}]  "
               f"{{{a.bounds_low:.4g}, {a.bounds_high:.4g}}}" for i, a in enumerate(ranked, start=1)]
     lines.append("verdicts (paired over common random numbers):")

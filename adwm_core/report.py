@@ -408,10 +408,11 @@ def comparison_lines(curves: dict) -> list[str]:
     found = curves.get("comparisons") or {}
     if not found.get("pairs"):
         return []
-    lines = ["## Which point is better", "",
-             f"ADWM's verdict on each pair of points, from the paired {found.get('interval', 'bootstrap')} interval "
-             "on the difference (common random numbers), and what the log alone identifies whatever the steps it "
-             "never answered do.",
+    lines = ["## Instrument: ADWM's own verdicts on pairs of points", "",
+             "Not the product's verdict: the recommended estimate's, above, is the one it stands behind. These are "
+             f"ADWM's alone, from the paired {found.get('interval', 'bootstrap')} interval on the difference (common "
+             "random numbers), and what the log alone identifies whatever the steps it never answered do; they can "
+             "disagree with it.",
              "", "| pair | Ĵ difference [95 %] | verdict | the log alone |", "|---|---|---|---|"]
     for p in found["pairs"]:
         lines.append(f"| {p['a']} vs {p['b']} | {p['difference']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}] | "
