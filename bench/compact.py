@@ -36,20 +36,27 @@ def _training_seed(model: Path, member: int) -> int:
     return json.loads((model / HISTORY).read_text())["config"]["seed"] + member
 
 
+def _model(folder: Path) -> Path:
+    """The world model of a world-model artifact (its ``members`` output: member 0's folder), or
+    ``folder`` where it is one itself."""
+    inner = folder / "members"
+    return inner if (inner / "config.json").exists() else folder
+
+
 def _members(model: Path) -> list[Path]:
     from adwm_core.model.world_model import member_paths
 
     return [Path(path) for path in member_paths(str(model))]
 
 
-def compact(model: Path) -> bool:
-    """Each member's ``model.safetensors`` under ``model`` (a copy of a world-model artifact)
-    replaced by ``model.compact.safetensors``, where every member comes back exactly; else nothing
-    is changed. Whether it was compacted."""
+def compact(folder: Path) -> bool:
+    """Each member's ``model.safetensors`` under ``folder`` (a copy of a world-model artifact, or a
+    world model's folder) replaced by ``model.compact.safetensors``, where every member comes back
+    exactly; else nothing is changed. Whether it was compacted."""
     import torch
     from safetensors.torch import load, save
 
-    written = []
+    model, written = _model(folder), []
     for index, member in enumerate(_members(model)):
         original = (member / WEIGHTS).read_bytes()
         weights = load(original)
@@ -80,9 +87,10 @@ def _expanded(member: Path, packed: bytes) -> bytes:
     return save(weights)
 
 
-def expand(model: Path) -> None:
-    """Every compact member under ``model`` (a restored world-model artifact) written back as its
+def expand(folder: Path) -> None:
+    """Every compact member under ``folder`` (a restored world-model artifact) written back as its
     original ``model.safetensors``, checked against the SHA-256 it was kept with."""
+    model = _model(folder)
     for member in _members(model):
         if not (member / COMPACT).exists():
             continue
@@ -92,7 +100,7 @@ def expand(model: Path) -> None:
         if hashlib.sha256(original).hexdigest() != expected:
             raise RuntimeError(f"{member}: the world model rebuilt from its seed is not the one kept (a torch that "
                                "initialises otherwise?); remove the folder and run `python -m bench.store build "
-                               f"{model.parts[-3]}` to train it again")
+                               f"<its cell>` to train it again")
         (member / WEIGHTS).write_bytes(original)
         (member / COMPACT).unlink()
 

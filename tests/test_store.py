@@ -40,20 +40,21 @@ def test_a_kept_stage_is_restored_into_an_empty_root_and_reused_at_its_key(tiny_
 
 def test_a_world_model_is_kept_without_its_seeded_rows_and_comes_back_byte_for_byte(tiny_world_model, tmp_path):
     result, _ = tiny_world_model
-    model = tmp_path / "0123456789abcdef"
-    shutil.copytree(result.path, model)
+    artifact = tmp_path / "0123456789abcdef"  # as the world-model stage writes it: the model in ``members``
+    shutil.copytree(result.path, artifact / "members")
+    model = artifact / "members"
     original = (model / compact.WEIGHTS).read_bytes()
-    assert compact.compact(model)
+    assert compact.compact(artifact)
     assert not (model / compact.WEIGHTS).exists()
     assert (model / compact.COMPACT).stat().st_size < len(original) / 2  # the table's untouched rows are left out
-    compact.expand(model)
+    compact.expand(artifact)
     assert (model / compact.WEIGHTS).read_bytes() == original and not (model / compact.COMPACT).exists()
 
-    compact.compact(model)  # kept with another seed's rows, it cannot come back: refused, naming the fix
+    compact.compact(artifact)  # kept with another seed's rows, it cannot come back: refused, naming the fix
     packed = (model / compact.COMPACT).read_bytes()
     (model / compact.COMPACT).write_bytes(packed.replace(b'"seed":"0"', b'"seed":"7"'))
     with pytest.raises(RuntimeError, match="not the one kept.*bench.store build"):
-        compact.expand(model)
+        compact.expand(artifact)
 
 
 def test_a_world_model_not_built_from_its_seed_alone_is_kept_whole(tiny_world_model, tmp_path):
