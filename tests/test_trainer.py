@@ -17,11 +17,13 @@ def test_lora_checkpoints_are_merged_plain_models_that_changed_only_adapted_weig
     path = smollm2_dir()
     base = AutoModelForCausalLM.from_pretrained(path)
     reference = {k: v.clone() for k, v in base.state_dict().items()}
-    out = tmp_path / "lora"
+    out, told = tmp_path / "lora", []
     paths = finetune(
         base, AutoTokenizer.from_pretrained(path), "textworld-express", EXAMPLES, str(out), {"s1": 1, "s2": 2},
         batch_size=2, lr=1e-2, lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        progress=lambda step, total: told.append((step, total)),
     )
+    assert told == [(1, 2), (2, 2)]  # every optimiser step reported (the policies stage shows it)
     tuned = AutoModelForCausalLM.from_pretrained(paths["s2"]).state_dict()
     assert not any("lora" in k for k in tuned)  # adapters merged: an ordinary checkpoint
     q, k = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"

@@ -32,7 +32,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from ..envs.agents import EpsilonGoldAgent
 from ..envs.episodes import Episode, EpisodeSpec
 from ..envs.runner import EpisodeRunner
-from ..specs import EnvSpec
+from ..specs import EnvSpec, Progress
 from .local_models import save_model_dir
 from .prompts import (
     MAX_NEW_TOKENS,
@@ -137,8 +137,10 @@ def finetune(
     max_context: int = 2048,
     max_new_tokens: int = MAX_NEW_TOKENS,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> dict[str, str]:
-    """Supervised fine-tuning on ``examples``; saves ``{name: step}`` checkpoints under ``out_dir``.
+    """Supervised fine-tuning on ``examples``; saves ``{name: step}`` checkpoints under ``out_dir``;
+    ``progress(step, total)`` is told of every optimiser step.
 
     ``lora`` (peft ``LoraConfig`` keyword arguments) trains low-rank adapters
     instead of all weights; they are merged into a copy for every checkpoint.
@@ -190,6 +192,8 @@ def finetune(
                 model.eval()
                 save_model_dir(copy.deepcopy(model).merge_and_unload() if lora is not None else model, tokenizer, paths[name])
                 model.train()
+        if progress is not None:
+            progress(step, total)
     model.eval()
     return paths
 
@@ -209,13 +213,15 @@ def train_tiny_policies(
     lr: float = 5e-3,
     batch_size: int = 16,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> dict[str, str]:
     """The local policy family of a cell: a tiny GPT-2 trained from scratch on the expert's
     trajectories of the first ``n_variations`` training instances of ``task`` (one, several
-    comma-separated or ``*``, as in :class:`~adwm_core.specs.EnvSpec`); ``{name: path}`` of its checkpoints."""
+    comma-separated or ``*``, as in :class:`~adwm_core.specs.EnvSpec`); ``{name: path}`` of its
+    checkpoints (``progress``: as ``finetune``)."""
     instances = EnvSpec(env_name, task, env_kwargs, "train").instances()[:n_variations]
     examples = gold_examples(env_name, env_kwargs, instances, max_steps=max_steps)
     model, tokenizer = new_tiny_lm(env_name, examples, context=context, width=width, layers=layers, seed=seed)
     return finetune(
-        model, tokenizer, env_name, examples, out_dir, checkpoints, batch_size=batch_size, lr=lr, max_context=context, seed=seed
-    )
+        model, tokenizer, env_name, examples, out_dir, checkpoints, batch_size=batch_size, lr=lr, max_context=context,
+        seed=seed, progress=progress)

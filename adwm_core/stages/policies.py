@@ -13,5 +13,6 @@ if TYPE_CHECKING:
 
 def compute(run: StageRun) -> None:
     env, family = run.cell.env, run.cell.local_policies
-    train_tiny_policies(env.name, env.options, env.task, run.output("family"), family.checkpoints,
-                        n_variations=family.n_variations, context=family.context)
+    with run.tracker.progress("tiny-family training steps") as progress:
+        train_tiny_policies(env.name, env.options, env.task, run.output("family"), family.checkpoints,
+                            n_variations=family.n_variations, context=family.context, progress=progress)
