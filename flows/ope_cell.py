@@ -71,12 +71,13 @@ def run_cell(config: CellConfig, smoke_overlay: dict | None = None) -> str:
 
 
 class StageFailed(RuntimeError):
-    """A cell's stage failed: named first, with its error, then the stages it held back."""
+    """A cell's stage failed without an error of its own (crashed): named, with the stages it held back."""
 
 
 def check_stages(futures: dict[tuple[str, str | None], PrefectFuture]) -> None:
-    """Raise :class:`StageFailed` (from the first failed stage's own error) where a stage of the
-    plan failed: the failed stages and their errors first, then those held back and those kept."""
+    """Where a stage of the plan failed, raise the first failed stage's own error (a caller still
+    catches the ``ValueError`` of a bad setting), with a note that names the failed stages and their
+    errors first, then those they held back and those finished and kept for a rerun."""
     def named(index: tuple[str, str | None]) -> str:
         return index[0] + (f" [{index[1]}]" if index[1] else "")
 
@@ -87,12 +88,21 @@ def check_stages(futures: dict[tuple[str, str | None], PrefectFuture]) -> None:
     errors = {index: states[index].result(raise_on_failure=False) for index in failed}
     held = [named(index) for index, state in states.items() if not state.is_final()]
     kept = [named(index) for index, state in states.items() if state.is_completed()]
-    raise StageFailed(
-        "; ".join(f"stage {named(index)} failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                  for index, error in errors.items())
-        + (f" — it held back {', '.join(held)}" if held else "")
-        + (f"; finished and kept for a rerun: {', '.join(kept)}" if kept else "")
-    ) from next((error for error in errors.values() if isinstance(error, BaseException)), None)
+    summary = ("; ".join(f"stage {named(index)} failed: {type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''}" for index, error in errors.items())
+               + (f" — it held back {', '.join(held)}" if held else "")
+               + (f"; finished and kept for a rerun: {', '.join(kept)}" if kept else ""))
+    first = next((error for error in errors.values() if isinstance(error, Exception)), None)
+    if first is None:
+        raise StageFailed(summary)
+    first.add_note(summary)
+    raise first
+
+
+def failure_line(error: BaseException) -> str:
+    """What a failed run says last: the stages summary :func:`check_stages` noted, else the error."""
+    notes = getattr(error, "__notes__", None)
+    return notes[-1] if notes else f"{type(error).__name__}: {error}"
 
 
 if __name__ == "__main__":
@@ -111,6 +121,6 @@ if __name__ == "__main__":
     atexit.register(lambda: failure and print(failure[0], file=sys.stderr, flush=True))
     state = ope_cell(args.cell, smoke=args.smoke, stand_in=args.stand_in, return_state=True)
     if not state.is_completed():  # the last line names the failed stage and its error, after every traceback
-        failure.append(f"ope-cell {args.cell}: {state.result(raise_on_failure=False)}")
+        failure.append(f"ope-cell {args.cell}: {failure_line(state.result(raise_on_failure=False))}")
         sys.exit(1)
     print(closing_screen(state.result(), str(state.state_details.flow_run_id)))
