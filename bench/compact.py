@@ -52,7 +52,8 @@ def _members(model: Path) -> list[Path]:
 def compact(folder: Path) -> bool:
     """Each member's ``model.safetensors`` under ``folder`` (a copy of a world-model artifact, or a
     world model's folder) replaced by ``model.compact.safetensors``, where every member comes back
-    exactly; else nothing is changed. Whether it was compacted."""
+    exactly and leaves out most of its token table's rows; else nothing is changed. Whether it was
+    compacted."""
     import torch
     from safetensors.torch import load, save
 
@@ -64,6 +65,8 @@ def compact(folder: Path) -> bool:
         table = weights.pop(TABLE)
         differing = torch.nonzero((table.view(torch.int32) != _seeded_table(member, seed).view(torch.int32)).any(1))
         rows = differing.flatten().to(torch.int64)
+        if 2 * len(rows) > len(table):  # most rows are not the seed's: not built from it alone, nothing to gain
+            return False
         weights.update({ROWS: rows, VALUES: table[rows].contiguous()})
         packed = save(weights, metadata={"seed": str(seed), "sha256": hashlib.sha256(original).hexdigest()})
         if _expanded(member, packed) != original:
