@@ -360,10 +360,12 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     cannot = out[out.index("what the log cannot tell"):]
     assert all(f"{agent} at ε=0: " in cannot for agent in ("early@p0", "late@p0")), out
     headline, live = out.index("Recommended: "), out.index("+ 2 live episodes per point (mean ρ")
-    recommended, sharpened = out[headline:live].splitlines(), out[live:out.index("Ĵ [95 %")].splitlines()
-    assert headline < live < out.index("Ĵ [95 %") and "bench cells" in recommended[0], out
-    for lines in (recommended, sharpened):  # the headline, then the same with the live episodes folded in
-        assert sum(line.strip().startswith(("early@p0 ε=", "late@p0 ε=")) for line in lines) == 4, out
+    alone, table = out.index("Live only, beside it: the same 2 live episodes"), out.index("Ĵ [95 %")
+    recommended, sharpened, live_only = (out[headline:live].splitlines(), out[live:alone].splitlines(),
+                                         out[alone:table].splitlines())
+    assert headline < live < alone < table and "bench cells" in recommended[0], out
+    for lines in (recommended, sharpened, live_only):  # the headline, with the live episodes, and them alone
+        assert sum(bool(re.match(r"(early|late)@p0 ε=\d+: ", line.strip())) for line in lines) == 4, out  # the points
         listed = [line for line in lines if line.strip().startswith(("cannot tell early", "cannot tell late"))
                   or " is better (" in line]
         counted = [int(m.group(1)) for m in (re.match(r"  cannot tell the other (\d+) pair", line) for line in lines) if m]

@@ -453,8 +453,8 @@ class Recommendation:
             return [f"Recommended: none ({self.source})"]
         if self.source == LIVE_ONLY:
             head = (f"Live only, beside it: the same {self.live} live episodes per point with no offline estimate "
-                    f"(each point's mean ± its t-interval at {1 - self.alpha:.0%}; a verdict where a difference's "
-                    "band excludes 0)")
+                    f"(each point's mean ± a t-interval at {1 - self.alpha:.0%} from the variance pooled over the "
+                    "points; a verdict where a difference's band excludes 0)")
             return [head, *self._rows_and_verdicts(pairs)]
         alike = ("" if not self.alike else
                  f" whose log answered π_e {'as much as' if self.answered >= ANSWERED_SPLIT else 'as little as'} this "
