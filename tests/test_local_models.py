@@ -32,7 +32,6 @@ def test_a_cell_names_smollm2_the_same_on_every_machine_and_an_unknown_offline_m
     from adwm_core.pipeline import _model_identity
     from adwm_core.policies.loading import load_language_model
     from adwm_core.runnable import check_runnable
-    from adwm_core.specs import PolicySpec
 
     def cell(model):
         return CellConfig.from_mapping({

@@ -39,7 +39,7 @@ from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
 from adwm_core.paths import local_cache_dir
 from adwm_core.specs import LogSource, PolicySpec
 from adwm_core.stages.report import return_range_and_scale
-from bench.adoption import HEADLINE, CellFigures, decide, mean_interval
+from bench.adoption import HEADLINE, CellFigures, decide
 from bench.common import RESULTS, cell_config, development_cells, machine
 
 FOLD_EPSILON = 0.0  # the behaviour ran greedy: a held-out group is its π_e at ε = 0
