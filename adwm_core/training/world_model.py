@@ -223,6 +223,31 @@ def train_world_model(
     check_output(out_dir, overwrite=overwrite, hint="pass overwrite=True to retrain, or choose another folder")
     behaviour = BehaviourLog(trajectories)
     device = resolve_device(config.device)
+    with deterministic_kernels(device):
+        return _train(behaviour, out_dir, config, device, member, on_epoch)
+
+
+@contextmanager
+def deterministic_kernels(device: torch.device) -> Iterator[None]:
+    """Torch's deterministic kernels inside the block, on CPU. With two threads some default CPU
+    kernels accumulate in an order that varies run to run, so one seed gave another file each time
+    (local-alfworld's world model: equal losses to round 1, apart from round 2 on), and a world model
+    trained again could not be checked against the digests the bench's store keeps. The deterministic
+    kernels gave the same file twice there, in the same time (2026-12-06)."""
+    if device.type != "cpu":
+        yield
+        return
+    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def _train(behaviour: BehaviourLog, out_dir: str, config: TrainConfig, device: torch.device, member: int,
+           on_epoch: EpochCallback | None) -> TrainResult:
+    """``train_world_model``'s training, on ``device``."""
     seed = config.seed + member
     torch.manual_seed(seed)
     actions = behaviour.column("action")
