@@ -82,7 +82,7 @@ def main() -> None:
                                                   root / "home-third", root / "prepare.log")
         moved = differences(measured, committed, cells)
         restored = [line for line in (root / "loop.log").read_text().splitlines()
-                    if "trained again" in line or "restored" in line]
+                    if "trained again" in line or line.startswith("restored ")]
     report = {"commit": head, "machine": machine(), "cells_read": cells, "seconds": seconds,
               "cells": {c: r.get("seconds") for c, r in measured["rows"].items()},
               "rows_equal_committed": not moved, "differences": moved, "world_models": restored}
