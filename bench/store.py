@@ -154,6 +154,14 @@ def stale(store: Path = STORE) -> list[Path]:
             if kept not in wanted]
 
 
+def build_arguments(kept: list[Path]) -> list[str]:
+    """What `python -m bench.store build` takes to rebuild the cells of the ``kept`` files: their
+    names, the reference cell by its YAML path (it is no deployment)."""
+    reference = CellConfig.load(REFERENCE).name
+    cells = sorted({path.parts[-3] for path in kept})
+    return [str(Path(REFERENCE).relative_to(REPO)) if cell == reference else cell for cell in cells]
+
+
 def prune(store: Path = STORE) -> list[Path]:
     """Remove every :func:`stale` kept stage; the files removed."""
     dropped = stale(store)

@@ -72,10 +72,9 @@ def test_every_kept_stage_is_named_by_todays_keys():
     cannot land with a silently stale store. (What the bench still lacks: `python -m bench.store
     missing`.)"""
     found = store.stale()
-    cells = sorted({path.parts[-3] for path in found})
     assert not found, ("kept upstream stages no key of today's code names (re-keyed?): rebuild them with "
-                       f"`python -m bench.store build {' '.join(cells)}`, then `python -m bench.store prune`, and commit "
-                       "bench/store:\n" + "\n".join(f"  {p.relative_to(store.STORE)}" for p in found))
+                       f"`python -m bench.store build {' '.join(store.build_arguments(found))}`, then "
+                       "`python -m bench.store prune`, and commit bench/store:\n" + "\n".join(f"  {p.relative_to(store.STORE)}" for p in found))
 
 
 def test_a_re_keyed_stage_is_named_with_the_command_that_rebuilds_it(monkeypatch):
@@ -88,6 +87,8 @@ def test_a_re_keyed_stage_is_named_with_the_command_that_rebuilds_it(monkeypatch
     assert {"local-simonsays/behaviour", "test-b2-twx-sorting-cross/behaviour",
             "test-b2-twx-sorting-cross/logprobs"} <= found
     assert "local-simonsays/policies" not in found  # what behaviour reads keeps its key
+    arguments = store.build_arguments(store.stale())  # the command the message prints runs as printed
+    assert "bench/reference-cell.yaml" in arguments and all(cell_config(a) for a in arguments)
     with pytest.raises(AssertionError, match="rebuild them with `python -m bench.store build .*local-simonsays"):
         test_every_kept_stage_is_named_by_todays_keys()
 
