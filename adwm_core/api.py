@@ -9,7 +9,8 @@ best candidate with its ranking metrics — without Prefect or MLflow::
     ope = OffPolicyEvaluation(logs, [agent("my-agent", "http://127.0.0.1:8000/v1")], epsilons=[0, 1])
     ope.estimate_policy_values()            # Ĵ per (agent, ε), a column per estimator
     ope.estimate_intervals(alpha=0.05)      # Ĵ with its 1 − α interval, a row per estimator
-    ope.select_best(true_values={...})      # the agents ranked, a verdict per pair, ρ and regret@k
+    ope.recommended()                       # the one estimate to read per (agent, ε), and the product's verdicts
+    ope.select_best(true_values={...})      # the agents by it, its verdict per pair, ρ and regret@k
     ope.cannot_tell()                       # per agent: what answered its imagined steps, unseen actions
 
 It builds the cell ``adwm evaluate`` builds from the same arguments (``logs_cell``; the command
@@ -24,7 +25,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -46,7 +47,7 @@ from .ope.statistics.signed_log import SignedLog
 from .paths import artifact_path
 from .provenance import write_results
 from .ope.answers import ADWM, KNN_WM
-from .ranking import PrintedInterval, best_agent, rank_agents
+from .ranking import PrintedInterval, rank_agents
 from .runnable import prepared
 from .settings import PsiConfig, TrainConfig
 from .specs import EPSILONS, EnvSpec, LogSource, PolicySpec
@@ -56,6 +57,7 @@ from .data.logs import ImportSummary, inspect_logs, read_logs
 from .envs import EnvironmentUnavailable, check_env_task
 from .ope.statistics.calibration import Point, ToppedUp, live_by_point, read_imagined, top_up, topped_up_verdicts
 from .ope.statistics.recommend import Recommendation, live_only, point_key, with_live
+from .ope.statistics.verdicts import COLUMNS, Verdict, winner
 
 CLASSICAL = EstimatorName.__args__  # the baselines stage's estimators (ope/classical/estimators.py)
 WORLD_MODELS = (ADWM, KNN_WM)  # the ADWM stage's: imagination in the learned and in the reference world model
@@ -328,6 +330,13 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
+def verdict_frame(verdicts: Sequence[Verdict]):
+    """Verdicts as a DataFrame, a row per pair (ope/statistics/verdicts.py's ``COLUMNS``)."""
+    import pandas as pd
+
+    return pd.DataFrame([v.row() for v in verdicts], columns=list(COLUMNS))
+
+
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
@@ -336,14 +345,17 @@ def _present(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Selection:
-    """The agents ranked by ADWM (best Ĵ first), a verdict on every pair, the best one where the
-    verdicts name one (None: these logs cannot tell), and — where the true values are known — how
-    well every estimator ranks the candidates."""
+    """The agents at one ε by the recommended estimate (best Ĵ first) with its verdict on every pair
+    — the one verdict the product stands behind — and the best agent where those verdicts name one
+    (None: these logs cannot tell); beside them, as instruments, ADWM's own paired verdicts and the
+    log alone's; and, where the true values are known, how well every estimator ranks the candidates."""
 
     best: str | None
-    ranking: Any  # DataFrame: agent, value, lower, upper (bootstrap), log_lower, log_upper (identified bounds)
-    verdicts: Any  # DataFrame per pair: a, b, difference, lower, upper, better, log_alone_better
+    ranking: Any  # DataFrame: agent, value, lower, upper (the recommended estimate's), adwm, adwm_lower, adwm_upper (ADWM's paired reading), log_lower, log_upper (identified bounds)
+    verdicts: Any  # DataFrame per pair of agents (verdicts.COLUMNS): the recommended estimate's
+    instruments: Any  # DataFrame per pair: a, b, difference, lower, upper, better (ADWM's paired interval), log_alone_better
     metrics: Any | None  # DataFrame per estimator: rho, regret_at_1, regret_at_k, nmae, n_points; None: no truth
+    source: str = ""  # the estimator the recommended estimate read, or why none could be
 
 
 @dataclass(frozen=True)
@@ -352,7 +364,7 @@ class Recommended:
 
     source: str  # the estimator chosen, or why none could be
     estimates: Any  # DataFrame per (agent, ε): value, lower, upper (calibrated on the bench's errors)
-    verdicts: Any  # DataFrame per pair of points: a, b, difference, low, high, better (None: cannot tell), live_episodes
+    verdicts: Any  # DataFrame per pair of points (verdicts.COLUMNS): better None where it cannot tell, with live_episodes
     excluded: dict  # estimator → why it was not eligible here
     text: str  # what `adwm evaluate` prints
 
@@ -365,7 +377,7 @@ class LiveTopUp:
     """ADWM with live episodes (``OffPolicyEvaluation.live_top_up``)."""
 
     estimates: Any  # DataFrame per (agent, ε): adwm, k, live [lower, upper], value [lower, upper], power, narrower
-    verdicts: Any  # DataFrame per pair of agents at the lowest ε: a, b, difference, lower, upper, better
+    verdicts: Any  # DataFrame per pair of agents at the lowest ε (verdicts.COLUMNS): an instrument
 
 
 class OffPolicyEvaluation:
@@ -444,22 +456,25 @@ class OffPolicyEvaluation:
         episodes read with no offline estimate, the row to compare the combination with."""
         import pandas as pd
 
+        reading, curves = self._recommendation(alpha, live_alone)
+        rows = [{"agent": agent, "epsilon": epsilon, "value": reading.values[label], "lower": reading.low[label],
+                 "upper": reading.high[label]}
+                for agent, epsilon in zip(curves["policy"], curves["epsilon"])
+                for label in [point_key(agent, epsilon)] if label in reading.values]
+        frame = pd.DataFrame(rows, columns=["agent", "epsilon", "value", "lower", "upper"])
+        return Recommended(reading.source, frame.set_index(["agent", "epsilon"]), verdict_frame(reading.verdicts),
+                           dict(reading.excluded), "\n".join(reading.lines()))
+
+    def _recommendation(self, alpha: float | None = None, live_alone: bool = False) -> tuple[Recommendation, dict]:
+        """The report's recommended reading, with the live episodes folded in where given (``live_alone``:
+        read alone), and the report's curves."""
         with fsspec.open(f"{self.run(alpha)}/{pipeline.stage('report').outputs['curves']}") as f:
             curves = json.load(f)
         if live_alone and not self._live_asked:
             raise ValueError("live_alone reads live episodes: give live=K or live_logs to OffPolicyEvaluation first")
         reading = (recommended_with_live(curves["recommended"], self.config, self._live, live_alone) if self._live_asked
                    else Recommendation.from_record(curves["recommended"]))
-        rows = [{"agent": agent, "epsilon": epsilon, "value": reading.values[label], "lower": reading.low[label],
-                 "upper": reading.high[label]}
-                for agent, epsilon in zip(curves["policy"], curves["epsilon"])
-                for label in [point_key(agent, epsilon)] if label in reading.values]
-        frame = pd.DataFrame(rows, columns=["agent", "epsilon", "value", "lower", "upper"])
-        verdicts = pd.DataFrame([{"a": v.a, "b": v.b, "difference": v.difference, "low": v.low, "high": v.high,
-                                  "better": v.better, "live_episodes": v.live_episodes} for v in reading.verdicts],
-                                columns=["a", "b", "difference", "low", "high", "better", "live_episodes"])
-        return Recommended(reading.source, frame.set_index(["agent", "epsilon"]), verdicts, dict(reading.excluded),
-                           "\n".join(reading.lines()))
+        return reading, curves
 
     def estimate_policy_values(self):
         """Ĵ of every (agent, ε): a DataFrame indexed by agent and ε, a column per estimator."""
@@ -496,9 +511,11 @@ class OffPolicyEvaluation:
 
     def select_best(self, *, epsilon: float | None = None, true_values: Mapping | None = None, top_k: int = 3,
                     alpha: float = 0.05) -> Selection:
-        """The agents ranked by ADWM's Ĵ at ``epsilon`` (None: the lowest ε, the agents themselves
-        at ε = 0) over every seed's rollouts, with a verdict on every pair from the paired interval
-        on their difference (adwm_core/ranking.py); and, where the true values are known —
+        """The agents at ``epsilon`` (None: the lowest ε, the agents themselves at ε = 0) ranked by
+        the recommended estimate, with its verdict on every pair of them and the agent those
+        verdicts name best (``recommended``, with the live episodes where given); beside it, as
+        instruments, ADWM's Ĵ over every seed's rollouts, the paired interval on each difference
+        and the log alone's bounds (adwm_core/ranking.py); and, where the true values are known —
         ``true_values`` as {agent: J} (at that ε) or {(agent, ε): J}, else the cell's ground truth —
         each estimator's Spearman ρ, regret@1, regret@``top_k`` and NMAE over the (agent, ε)
         candidates that have a true value."""
@@ -508,16 +525,23 @@ class OffPolicyEvaluation:
         ranked, comparisons = rank_agents(self._rollouts(), epsilon=epsilon, confidence=1 - alpha,
                                           n_resamples=self.config.adwm.n_bootstrap,
                                           printed=PrintedInterval.of(self._answers()))
-        ranking = pd.DataFrame([{"agent": a.policy, "value": a.value, "lower": a.ci_low, "upper": a.ci_high,
-                                 "log_lower": a.bounds_low, "log_upper": a.bounds_high} for a in ranked])
-        verdicts = pd.DataFrame([{"a": c.verdict.a, "b": c.verdict.b, "difference": c.verdict.difference,
-                                  "lower": c.verdict.low, "upper": c.verdict.high, "better": c.verdict.better,
-                                  "log_alone_better": c.log_alone.better} for c in comparisons],
-                                columns=["a", "b", "difference", "lower", "upper", "better", "log_alone_better"])
+        reading, _ = self._recommendation(alpha)
+        agent_at = {point_key(a.policy, epsilon): a.policy for a in ranked}
+        ranking = pd.DataFrame([{"agent": a.policy, "value": reading.values.get(label, math.nan),
+                                 "lower": reading.low.get(label, math.nan), "upper": reading.high.get(label, math.nan),
+                                 "adwm": a.value, "adwm_lower": a.ci_low, "adwm_upper": a.ci_high,
+                                 "log_lower": a.bounds_low, "log_upper": a.bounds_high}
+                                for label, a in zip(agent_at, ranked)])
+        ranking = ranking.sort_values(["value", "adwm"], ascending=False, na_position="last", kind="stable")
+        said = [replace(v, a=agent_at[v.a], b=agent_at[v.b]) for v in reading.verdicts
+                if v.a in agent_at and v.b in agent_at]
+        instruments = pd.DataFrame([{**c.verdict.row(), "log_alone_better": c.log_alone.better} for c in comparisons],
+                                   columns=[*COLUMNS[:-1], "log_alone_better"])  # a paired interval reckons no episodes
         truth = self.true_values() if true_values is None else {
             key if isinstance(key, tuple) else (key, epsilon): float(value) for key, value in true_values.items()}
         metrics = pd.DataFrame(_ranking_metrics(self._rows(alpha), truth, top_k)) if truth else None
-        return Selection(best_agent(ranked, comparisons), ranking, verdicts, metrics)
+        return Selection(winner(agent_at.values(), said), ranking.reset_index(drop=True), verdict_frame(said),
+                         instruments, metrics, reading.source)
 
     def cannot_tell(self, epsilon: float | None = None) -> dict[str, dict]:
         """What the log cannot tell about each agent at ``epsilon`` (None: the lowest ε): its imagined
@@ -557,10 +581,7 @@ class OffPolicyEvaluation:
                                   for t in topped])
         lowest = min(t.point[1] for t in topped)
         said = topped_up_verdicts([t for t in topped if t.point[1] == lowest], confidence=self.config.adwm.confidence)
-        verdicts = pd.DataFrame([{"a": v.a, "b": v.b, "difference": v.difference, "lower": v.low, "upper": v.high,
-                                  "better": v.better} for v in said],
-                                columns=["a", "b", "difference", "lower", "upper", "better"])
-        return LiveTopUp(estimates, verdicts)
+        return LiveTopUp(estimates, verdict_frame(said))
 
     def log_samples(self, path: str) -> int:
         """ADWM's imagined episodes of every agent, ε and seed as JSONL at ``path`` (the logs' import

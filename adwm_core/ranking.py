@@ -22,14 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ope.answers import ADWM
-from .ope.statistics.bounds import (
-    CANNOT_TELL,
-    Candidate,
-    Verdict,
-    candidates_from_rows,
-    interval,
-    verdicts,
-)
+from .ope.statistics.bounds import Candidate, candidates_from_rows, interval, verdicts
+from .ope.statistics.verdicts import CANNOT_TELL, Verdict, winner
 
 
 @dataclass(frozen=True)
@@ -126,12 +120,7 @@ def compare(printed: Mapping[str, Candidate], bounded: Mapping[str, Candidate], 
 
 def best_agent(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]) -> str | None:
     """The agent whose verdict beats every other agent; None where the logs cannot tell."""
-    for agent in ranked:
-        beaten = {c.verdict.b if c.verdict.a == agent.policy else c.verdict.a
-                  for c in comparisons if c.verdict.better == agent.policy}
-        if len(beaten) == len(ranked) - 1:
-            return agent.policy
-    return None
+    return winner((agent.policy for agent in ranked), [c.verdict for c in comparisons])
 
 
 def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison], estimator: str,
@@ -150,5 +139,5 @@ def ranking_lines(ranked: Sequence[AgentRank], comparisons: Sequence[Comparison]
     lines.append("verdicts (paired over common random numbers):")
     lines += [f"  {c.line()}" for c in comparisons]
     best = best_agent(ranked, comparisons)
-    lines.append(f"best: {best}" if best else "best: cannot tell from these logs")
+    lines.append(f"best: {best}" if best else f"best: {CANNOT_TELL}")
     return lines

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .ope.answers import ADWM, SOURCES
-from .ope.statistics.bounds import CANNOT_TELL, candidates_from_rows
+from .ope.statistics.bounds import candidates_from_rows
+from .ope.statistics.verdicts import CANNOT_TELL
 from .ranking import PrintedInterval, compare
 from .ope.statistics.calibration import topped_up_verdicts
 from .ope.statistics.recommend import RANGE_SLACK, BenchCalibration, Recommendation, point_key, recommend, withheld
@@ -465,7 +466,8 @@ def topped_up_lines(topped: Sequence, confidence: float = 0.95) -> list[str]:
     on the agents at the lowest ε recomputed from them."""
     k = sorted({t.topped.k for t in topped})
     lines = [f"ADWM + {'/'.join(map(str, k))} live episodes per point (PPI++, paired by start state; "
-             "the live episodes alone beside it)",
+             "the live episodes alone beside it): an instrument, not the product's verdict (the recommended "
+             "estimate with the same live episodes, above, is)",
              f"{'agent':<24} {'ε':>5} {'ADWM':>9}  {'live alone':<26} {'ADWM+live':<26} {'λ':>5} matched"]
     for t in topped:
         note = ("  (every live episode returned the same: no width to trust; play more)" if t.live.high == t.live.low

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from adwm_core.cell import CellConfig
-from adwm_core.ope.statistics.bounds import unpaired_verdicts
 from adwm_core.ope.statistics.intervals import percentile_bootstrap
 from adwm_core.ope.statistics.metrics import verdict_scores
+from adwm_core.ope.statistics.verdicts import unpaired
 from adwm_core.report import first_seed_rows, printed_verdicts
 from bench.adoption import split_pairs
 from bench.common import ADWM, artifact, cell_config
@@ -60,7 +60,7 @@ def truth_split_pairs(cell: CellConfig | str) -> int | None:
 def verdict_grades(report, cell: str) -> dict[str, dict]:
     """Per estimator, how its verdicts on the cell's pairs of points fare against ground truth
     (``verdict_scores``): ADWM's from the report's paired reading, every other estimator's from
-    its first seed's intervals read apart (``unpaired_verdicts``)."""
+    its first seed's intervals read apart (``unpaired``)."""
     points = truth_points(cell)
     if points is None:
         return {}
@@ -75,7 +75,7 @@ def verdict_grades(report, cell: str) -> dict[str, dict]:
         if row["estimator"] != ADWM and label in truth:
             by_estimator.setdefault(row["estimator"], {})[label] = (row["value"], row["ci_low"], row["ci_high"])
     for estimator, intervals in by_estimator.items():
-        scores = verdict_scores(unpaired_verdicts(intervals), truth, stderr)
+        scores = verdict_scores(unpaired(intervals), truth, stderr)
         graded[estimator] = {"decided": scores.decided, "precision": scores.precision}
     return graded
 

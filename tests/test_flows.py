@@ -366,8 +366,7 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     assert headline < live < alone < table and "bench cells" in recommended[0], out
     for lines in (recommended, sharpened, live_only):  # the headline, with the live episodes, and them alone
         assert sum(bool(re.match(r"(early|late)@p0 ε=\d+: ", line.strip())) for line in lines) == 4, out  # the points
-        listed = [line for line in lines if line.strip().startswith(("cannot tell early", "cannot tell late"))
-                  or " is better (" in line]
+        listed = [line for line in lines if re.match(r"  (early|late)@p0 ε=\d+ vs (early|late)@p0 ε=\d+: ", line)]
         counted = [int(m.group(1)) for m in (re.match(r"  cannot tell the other (\d+) pair", line) for line in lines) if m]
         assert len(listed) + sum(counted) == 6, out  # every pair of points: listed (--pairs agents) or counted
 
@@ -467,6 +466,13 @@ def test_the_python_api_reproduces_adwm_evaluate_and_selects_the_best_agent(firs
     assert (selection.best is None) == (pair.better is None)
     assert (selection.ranking.log_lower <= selection.ranking.log_upper).all()
     recommended = ope.recommended()
+    # the selection's verdict is the recommended estimate's (the product's), ADWM's paired one an instrument beside it
+    (product,) = [v for v in recommended.verdicts.itertuples() if {v.a, v.b} == {"late@p0 ε=0", "early@p0 ε=0"}]
+    assert (product.difference, product.lower, product.upper) == (pair.difference, pair.lower, pair.upper)
+    assert selection.source == recommended.source and list(selection.ranking.value) == sorted(
+        [recommended.estimates.value[(agent, 0.0)] for agent in selection.ranking.agent], reverse=True)
+    (instrument,) = selection.instruments.itertuples()
+    assert {instrument.a, instrument.b} == {"late@p0", "early@p0"} and instrument.lower <= instrument.upper
     assert recommended.source in values.columns and "Recommended: " + recommended.source in str(recommended)
     assert set(recommended.estimates.index) == set(values.index)
     assert ((recommended.estimates.lower <= recommended.estimates.value)

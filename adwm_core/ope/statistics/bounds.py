@@ -38,8 +38,8 @@ bootstrap draws of the log's episodes give Ĵ_b; the interval is their order sta
 (every candidate's refit b reads the same draw of the log).
 
 **Paired difference** of candidates p and q, over the same units and members: D_L = L_p − U_q
-and D_U = U_p − L_q, under the same interval. The verdict is "p better" where its low end
-is > 0, "q better" where its high end is < 0, and otherwise "cannot tell from these logs".
+and D_U = U_p − L_q, under the same interval, read as a verdict by verdicts.py: ADWM's and the
+log alone's, instruments beside the recommended estimate's.
 """
 
 from __future__ import annotations
@@ -52,9 +52,7 @@ from itertools import combinations
 import numpy as np
 
 from ..answers import LOG
-
-CANNOT_TELL = "cannot tell from these logs"
-
+from .verdicts import Verdict
 
 @dataclass(frozen=True)
 class ReturnRange:
@@ -180,27 +178,6 @@ def interval(candidate: Candidate, *, n_resamples: int, confidence: float, seed:
     return float(lows[int(np.floor(tail * last))]), float(highs[int(np.ceil((1 - tail) * last))])
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Candidate ``a`` against ``b``: Ĵ_a − Ĵ_b, the interval on it, and which is better (None: cannot tell)."""
-
-    a: str
-    b: str
-    difference: float
-    low: float
-    high: float
-
-    @property
-    def better(self) -> str | None:
-        return self.a if self.low > 0 else self.b if self.high < 0 else None
-
-    def line(self, undecided: str = CANNOT_TELL) -> str:
-        """The verdict in words; ``undecided`` what it says where the interval straddles 0."""
-        said = f"{self.better} better" if self.better else undecided
-        return (f"{self.a} vs {self.b}: Ĵ difference {self.difference:+.4g} [{self.low:+.4g}, {self.high:+.4g}] "
-                f"→ {said}")
-
-
 def verdicts(candidates: Mapping[str, Candidate], *, n_resamples: int, confidence: float,
              seed: int) -> list[Verdict]:
     """A verdict on every pair of ``candidates`` (by name, in the mapping's order)."""
@@ -210,14 +187,6 @@ def verdicts(candidates: Mapping[str, Candidate], *, n_resamples: int, confidenc
         low, high = interval(difference, n_resamples=n_resamples, confidence=confidence, seed=seed)
         found.append(Verdict(a, b, difference.estimate, low, high))
     return found
-
-
-def unpaired_verdicts(intervals: Mapping[str, tuple[float, float, float]]) -> list[Verdict]:
-    """A verdict on every pair of ``intervals`` (name → (value, low, high)) read as two independent
-    intervals: the difference's interval [low_a − high_b, high_a − low_b], so a pair is decided
-    only where the two intervals do not overlap (estimators with no paired reading)."""
-    return [Verdict(a, b, intervals[a][0] - intervals[b][0], intervals[a][1] - intervals[b][2],
-                    intervals[a][2] - intervals[b][1]) for a, b in combinations(intervals, 2)]
 
 
 def candidates_from_rows(rows: Iterable[Mapping], key: str | Sequence[str], *, bounded: bool = True,

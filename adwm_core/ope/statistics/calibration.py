@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
-from .bounds import Verdict
+from .verdicts import Verdict
 
 Point = tuple[str, float]  # (policy, ε)
 

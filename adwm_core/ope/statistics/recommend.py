@@ -82,13 +82,13 @@ import numpy as np
 from scipy import stats
 
 from .metrics import spearman
+from .verdicts import CANNOT_TELL, Verdict
 
 ANSWERED_SPLIT = 0.5  # cells whose log answered at least half of π_e's imagined steps, and the others
 MIN_SIMILAR = 5  # fewer bench cells on the evaluated cell's side: calibrate on all of them
 MIN_ESS = 1.5  # importance weights carried by about one episode are degenerate
 POWER = 0.8  # the live-episode count of "cannot tell" aims at this power
 RANGE_SLACK = 0.05  # of the range's width: a model's sum of rewards may overshoot a bound a little (ADWM −1.046 at J = −1)
-MOST_LIVE = 10_000  # past this many live episodes per point, "cannot tell" says so rather than a count
 MIN_SPLIT_PAIRS = 3  # a bench cell whose truth splits fewer pairs ranks noise: its ρ is left out of the choice (bench/ADOPTION.md)
 INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on the bench is not printed
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
@@ -383,30 +383,6 @@ def live_episodes_to_decide(difference: float, variance: float, alpha: float) ->
 
 
 @dataclass(frozen=True)
-class RecommendedVerdict:
-    a: str
-    b: str
-    difference: float
-    low: float
-    high: float
-    live_episodes: int | None  # where it cannot tell: live episodes per point that would likely decide
-    prior_half_width: float = math.inf  # q₂ u(a, b): the calibrated error of d, the prior ``with_live`` reads
-
-    @property
-    def better(self) -> str | None:
-        return self.a if self.low > 0 else self.b if self.high < 0 else None
-
-    def line(self) -> str:
-        span = f"Ĵ_a − Ĵ_b = {self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
-        if self.better is not None:
-            return f"{self.better} is better ({self.a} vs {self.b}: {span})"
-        more = ("no difference to detect" if not self.live_episodes else
-                f"more than {MOST_LIVE:,} live episodes per point would be needed" if self.live_episodes > MOST_LIVE
-                else f"about {self.live_episodes} live episodes per point would likely decide it")
-        return f"cannot tell {self.a} from {self.b} ({span}); {more}"
-
-
-@dataclass(frozen=True)
 class Recommendation:
     """The recommended estimate of every point, its source and what the rule read."""
 
@@ -414,7 +390,7 @@ class Recommendation:
     values: dict[str, float]  # point → Ĵ
     low: dict[str, float]
     high: dict[str, float]
-    verdicts: list[RecommendedVerdict]
+    verdicts: list[Verdict]
     answered: float
     bench_cells: list[str]  # the cells calibrating it
     bench_rho: float  # the chosen estimator's mean ρ over them
@@ -439,7 +415,7 @@ class Recommendation:
     def from_record(cls, record: Mapping) -> "Recommendation":
         """The reading ``record`` wrote."""
         found = {k: v for k, v in record.items() if k != "lines"}
-        found["verdicts"] = [RecommendedVerdict(**{k: v for k, v in verdict.items() if k != "better"})
+        found["verdicts"] = [Verdict(**{k: v for k, v in verdict.items() if k != "better"})
                              for verdict in record["verdicts"]]
         found["return_range"] = tuple(record["return_range"])
         return cls(**found)
@@ -483,9 +459,12 @@ class Recommendation:
         across = [v for v in self.verdicts if v.a.rsplit(" ε=", 1)[-1] == v.b.rsplit(" ε=", 1)[-1]]
         within = [v for v in self.verdicts if v not in across]
         untold = [v for v in within if v.better is None] if pairs == "agents" else []
-        verdicts = ([f"  {v.line()}" for v in self.verdicts] if not across or not within else
-                    ["  agents against each other at the same ε:", *(f"  {v.line()}" for v in across),
-                     "  the other pairs of points:", *(f"  {v.line()}" for v in within if v not in untold),
+        undecided = (CANNOT_TELL if not self.live else "cannot tell from these live episodes"
+                     if self.source == LIVE_ONLY else "cannot tell, even with the live episodes")
+        said = {v: f"  {v.line(undecided)}" for v in self.verdicts}
+        verdicts = ([said[v] for v in self.verdicts] if not across or not within else
+                    ["  agents against each other at the same ε:", *(said[v] for v in across),
+                     "  the other pairs of points:", *(said[v] for v in within if v not in untold),
                      *([f"  cannot tell the other {len(untold)} pair(s) apart (`--pairs all` lists each, with the "
                         "live episodes that would likely decide it)"] if untold else [])])
         return [*rows, *verdicts]
@@ -559,7 +538,7 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
         band = min(t * unit, width)
         undecided = d - band <= 0 <= d + band
         variance = return_variance.get(a, math.nan) + return_variance.get(b, math.nan)
-        verdicts.append(RecommendedVerdict(a, b, d, d - band, d + band,
+        verdicts.append(Verdict(a, b, d, d - band, d + band,
                                            live_episodes_to_decide(d, variance, alpha) if undecided else None,
                                            min(max(q2 * unit, q2_scale), width)))
     unit = (f"the return range (fewer than {MIN_INTERVAL_CELLS} bench cells read it)" if fit is None else
@@ -599,7 +578,7 @@ def _combined(prior: float, prior_sd: float, reading: float, variance: float) ->
     return (prior * prior_precision + reading / variance) / precision, precision ** -0.5
 
 
-def _live_difference(verdict: RecommendedVerdict, read: Mapping[str, tuple[float, float]], z: float) -> tuple[float, float]:
+def _live_difference(verdict: Verdict, read: Mapping[str, tuple[float, float]], z: float) -> tuple[float, float]:
     """A pair's combined difference d' and its sd σ': the logs' d (prior sd τ₂ = q₂ u / z) and the
     live means' difference, of variance s_a² + s_b² (module docstring)."""
     return _combined(verdict.difference, verdict.prior_half_width / z, read[verdict.a][0] - read[verdict.b][0],
@@ -666,7 +645,7 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]],
             verdicts.append(old)
             continue
         spread = len(live[old.a]) * (read[old.a][1] + read[old.b][1])  # σ_a² + σ_b², as the live returns give it
-        verdicts.append(RecommendedVerdict(old.a, old.b, d, lo_d, hi_d,
+        verdicts.append(Verdict(old.a, old.b, d, lo_d, hi_d,
                                            live_episodes_to_decide(d, spread, reading.alpha) if lo_d <= 0 <= hi_d
                                            else None, old.prior_half_width))
     return replace(reading, values=values, low=lows, high=highs, verdicts=verdicts, live=count,
@@ -689,7 +668,7 @@ def live_only(reading: Recommendation, live: Mapping[str, Sequence[float]]) -> R
         d, sd = values[a] - values[b], math.sqrt(read[a][1] + read[b][1])
         undecided = d - z * sd <= 0 <= d + z * sd
         spread = len(played[a]) * (read[a][1] + read[b][1])
-        verdicts.append(RecommendedVerdict(a, b, d, d - z * sd, d + z * sd,
+        verdicts.append(Verdict(a, b, d, d - z * sd, d + z * sd,
                                            live_episodes_to_decide(d, spread, reading.alpha) if undecided else None))
     count = min(len(returns) for returns in played.values())
     return replace(reading, source=LIVE_ONLY, values=values,
