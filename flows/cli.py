@@ -162,7 +162,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.live or args.live_logs:
         for alone in (False, True):  # the combination, and beside it the same live episodes alone
             print("\n" + "\n".join(recommended_with_live(curves["recommended"], config, live, alone).lines(args.pairs)))
-    coverage = BenchCalibration.shipped().interval_coverage
+    coverage = BenchCalibration.shipped().interval_coverage(leave_out=config.name)
     print(f"Ĵ [95 % {'bootstrap interval' if printed.name == 'bootstrap' else f'interval: ADWM {printed.name}, the others bootstrap'}] "
           "per estimator and ε (each estimator's first seed; no ground truth: ungraded; an interval the bench "
           "found to hold J too rarely is withheld)")

@@ -350,7 +350,7 @@ def test_adwm_evaluate_ranks_several_agents_on_one_world_model_and_records_the_r
     assert "verdicts with the live episodes, at ε=0:" in out
     ranking = out[out.index("agents by ADWM:reward_sum at ε=0"):].split("\n\n")[0].splitlines()
     assert sorted(line.split()[1] for line in ranking[1:3]) == ["early@p0", "late@p0"], out
-    why = withheld(RANKED_BY, BenchCalibration.shipped().interval_coverage)
+    why = withheld(RANKED_BY, BenchCalibration.shipped().interval_coverage())
     if why:  # ADWM's own intervals held J too rarely on the bench: no interval, no verdict of its own
         assert why in ranking[0] and not any(" vs " in line or "best: " in line for line in ranking), out
     else:

@@ -305,10 +305,13 @@ def test_live_episodes_alone_decide_where_the_bench_calibrates_nothing():
 
 
 def test_an_estimators_interval_that_held_j_too_rarely_on_the_bench_is_withheld():
-    coverage = BenchCalibration((
+    """…on the bench's other cells: the evaluated cell's own coverage (its ground truth) is left out."""
+    bench = BenchCalibration((
         BenchCell("c0", "env", 0, 1, 1, 0.8, {"p": 0.5}, {"A": {"p": 0.5}}, {"A": 0.9, "B": 0.5}),
-        BenchCell("c1", "env", 0, 1, 1, 0.8, {"p": 0.5}, {"A": {"p": 0.5}}, {"A": 0.8, "B": 0.3}))).interval_coverage
+        BenchCell("c1", "env", 0, 1, 1, 0.8, {"p": 0.5}, {"A": {"p": 0.5}}, {"A": 0.8, "B": 0.3})))
+    coverage = bench.interval_coverage()
     assert coverage == pytest.approx({"A": 0.85, "B": 0.4})
+    assert bench.interval_coverage(leave_out="c0") == pytest.approx({"A": 0.8, "B": 0.3})
     assert withheld("A", coverage) is None
     assert withheld("B", coverage) == "interval withheld: it held J at 0.40 of the bench's points"
     assert "never measured" in withheld("C", coverage)

@@ -221,11 +221,13 @@ class BenchCalibration:
         return {(c.name, e): c.rho(e) if c.split_pairs >= MIN_SPLIT_PAIRS else math.nan
                 for c in self.cells for e in c.estimates}
 
-    @cached_property
-    def interval_coverage(self) -> dict[str, float]:
-        """Estimator → the mean over the bench's cells of the share of points its own intervals held J."""
+    def interval_coverage(self, leave_out: str | None = None) -> dict[str, float]:
+        """Estimator → the mean over the bench's cells (but ``leave_out``, the evaluated cell where
+        the bench holds it) of the share of points its own intervals held J."""
         found: dict[str, list[float]] = {}
         for cell in self.cells:
+            if cell.name == leave_out:
+                continue
             for name, share in cell.coverage.items():
                 if math.isfinite(share):
                     found.setdefault(name, []).append(share)
