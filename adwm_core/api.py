@@ -351,7 +351,9 @@ class Selection:
     log alone's; and, where the true values are known, how well every estimator ranks the candidates."""
 
     best: str | None
-    ranking: Any  # DataFrame: agent, value, lower, upper (the recommended estimate's), adwm, adwm_lower, adwm_upper (ADWM's paired reading), log_lower, log_upper (identified bounds)
+    # DataFrame: agent, value, lower, upper (the recommended estimate's); adwm, adwm_lower, adwm_upper (ADWM's
+    # paired reading); log_lower, log_upper (the bounds the log alone identifies)
+    ranking: Any
     verdicts: Any  # DataFrame per pair of agents (verdicts.COLUMNS): the recommended estimate's
     instruments: Any  # DataFrame per pair: a, b, difference, lower, upper, better (ADWM's paired interval), log_alone_better
     metrics: Any | None  # DataFrame per estimator: rho, regret_at_1, regret_at_k, nmae, n_points; None: no truth

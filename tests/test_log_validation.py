@@ -10,7 +10,7 @@ from adwm_core.data import TRAJECTORIES, read_table
 from adwm_core.paths import artifact_path
 from bench.common import cell_config
 from adwm_core.ope.statistics.recommend import BenchCalibration
-from bench.studies.log_validation import choose, group_values, markdown, study
+from bench.studies.log_validation import choose, choose_by_order, group_values, markdown, order_score, study
 from conftest import tiny_cell
 
 
@@ -20,6 +20,23 @@ def test_the_choice_takes_the_smallest_finite_score_the_bench_ranks_and_breaks_t
     assert choose(scores, rho) == "C"
     assert choose({k: scores[k] for k in "ABD"}, rho) == "B"
     assert choose({"D": math.inf, "E": 0.01}, rho) is None
+
+
+def test_the_order_score_counts_the_split_pairs_of_held_out_groups_an_estimator_orders_as_their_truth():
+    """Scored on what the product is graded on: A orders all three split pairs right though its
+    level is off by 0.5; B is near every J but swaps two groups; a pair J ties is left out."""
+    folds = {"g1": {"truth": 0.1, "estimates": {"A": 0.6, "B": 0.12}},
+             "g2": {"truth": 0.2, "estimates": {"A": 0.7, "B": 0.30}},
+             "g3": {"truth": 0.3, "estimates": {"A": 0.8, "B": 0.25}},
+             "g4": {"truth": 0.3, "estimates": {"A": 0.9, "B": 0.31}}}
+    assert order_score(folds, "A") == 1.0 and order_score(folds, "B") == pytest.approx(4 / 5)
+    assert math.isnan(order_score({k: folds[k] for k in ("g3", "g4")}, "A"))  # their truths tie
+    level = {"A": 0.5, "B": 0.03}
+    assert choose(level, {"A": 0.5, "B": 0.5}) == "B"
+    assert choose_by_order({"A": 1.0, "B": 0.8}, level, {"A": 0.5, "B": 0.5}) == "A"
+    assert choose_by_order({"A": 0.8, "B": 0.8}, level, {"A": 0.9, "B": 0.1}) == "B"  # tie: the smaller level score
+    assert choose_by_order({"A": 1.0, "B": 0.8}, level, {"B": 0.1}) == "B"  # the bench does not rank A
+    assert choose_by_order({"A": math.nan}, level, {"A": 0.5}) is None
 
 
 def test_each_behaviour_group_is_held_out_as_pi_e_at_epsilon_0_and_no_ground_truth_runs(tiny_policies, tmp_path):
@@ -50,5 +67,6 @@ def test_each_behaviour_group_is_held_out_as_pi_e_at_epsilon_0_and_no_ground_tru
     assert not os.path.exists(artifact_path("cells", "tiny-folds", "ground-truth"))
     # the bench holds no such cell: chosen by the folds, graded nowhere, and the rule gives no verdict
     assert scored["chosen"] in scored["scores"] and result["graded"] == {}
+    assert set(scored["order"]) == set(scored["scores"]) and scored["chosen_by_order"] in (*scored["scores"], None)
     table = markdown(result)
     assert f"| {path} | 2 | {scored['chosen']} |" in table and "keep the default** — no verdict: 0 counted" in table

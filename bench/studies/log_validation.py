@@ -4,12 +4,16 @@ proposed in docs/notebook.md, 2026-12-01, after Cief, Kveton and Kompan, AAAI 20
 Per cell, each behaviour group g — a pool model at one prompt variant — is held out in turn. The
 other groups are the fold's log; g at ε = 0 is its one π_e (the behaviour ran greedy, so g's
 logged mean return J_g is that π_e's value); every estimator runs on the fold as on the cell
-(:func:`fold_config`: the cell's settings, its log less g, one point). An estimator's score is
-the mean over folds of |Ĵ_g − J_g| / S, S the cell's scale, and :func:`choose` takes the
+(:func:`fold_config`: the cell's settings, its log less g, one point). An estimator's level score
+is the mean over folds of |Ĵ_g − J_g| / S, S the cell's scale, and :func:`choose` takes the
 estimator with the smallest score that the bench ranks (ties: its mean ρ on the other cells).
-The choice reads the cell's log and nothing of its own points or their ground truth; grading it
+Its order score is what the product is graded on, the order: the share of pairs of held-out
+groups (g, h) whose J the log splits that Ĵ orders as J does (:func:`order_score`), and
+:func:`choose_by_order` takes the highest (ties: the level score, then the bench's ρ). Either
+choice reads the cell's log and nothing of its own points or their ground truth; grading it
 against J comes after, from the shipped bench's figures of the cell, under bench/ADOPTION.md
-(the chosen estimator's ρ, NMAE and own-interval coverage against the headline's).
+(the chosen estimator's ρ, NMAE and own-interval coverage against the headline's), each choice
+judged on its own.
 
 Caveat, written before any run: the held-out groups lie on the log's support and a cell's π_e
 need not, so the score may favour the estimators that do well there. Cost: per group, the fold's
@@ -26,6 +30,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from itertools import combinations
 
 import numpy as np
 import pyarrow as pa
@@ -110,7 +115,18 @@ def fold_scores(config: CellConfig) -> dict:
     estimators = set.intersection(*(set(f["estimates"]) for f in folds.values()))
     scores = {name: float(np.mean([abs(f["estimates"][name] - f["truth"]) / scale for f in folds.values()]))
               for name in sorted(estimators)}
-    return {"scale": scale, "folds": folds, "scores": {n: s if math.isfinite(s) else math.inf for n, s in scores.items()}}
+    return {"scale": scale, "folds": folds, "scores": {n: s if math.isfinite(s) else math.inf for n, s in scores.items()},
+            "order": {name: order_score(folds, name) for name in sorted(estimators)}}
+
+
+def order_score(folds: Mapping[str, Mapping], estimator: str) -> float:
+    """The share of pairs of held-out groups whose truths differ that ``estimator``'s Ĵ orders as
+    their J (a pair Ĵ ties or reads non-finite counts as wrong); NaN where no pair's truths differ."""
+    split = [(f, g) for f, g in combinations(folds.values(), 2) if f["truth"] != g["truth"]]
+    if not split:
+        return math.nan
+    right = [(f["estimates"][estimator] - g["estimates"][estimator]) * (f["truth"] - g["truth"]) > 0 for f, g in split]
+    return float(np.mean(right))
 
 
 def choose(scores: Mapping[str, float], bench_rho: Mapping[str, float]) -> str | None:
@@ -120,6 +136,16 @@ def choose(scores: Mapping[str, float], bench_rho: Mapping[str, float]) -> str |
     ranked = [name for name, score in scores.items()
               if math.isfinite(score) and math.isfinite(bench_rho.get(name, math.nan))]
     return min(ranked, key=lambda name: (scores[name], -bench_rho[name]), default=None)
+
+
+def choose_by_order(order: Mapping[str, float], scores: Mapping[str, float],
+                    bench_rho: Mapping[str, float]) -> str | None:
+    """The estimator whose Ĵ ordered the most split pairs of held-out groups right, among those the
+    bench ranks with a finite level score (ties: the smaller level score, then the higher mean ρ on
+    the bench); None where no pair is split or none qualifies."""
+    ranked = [name for name, share in order.items() if math.isfinite(share)
+              and math.isfinite(scores.get(name, math.inf)) and math.isfinite(bench_rho.get(name, math.nan))]
+    return min(ranked, key=lambda name: (-order[name], scores[name], -bench_rho[name]), default=None)
 
 
 def bench_mean_rho(bench: BenchCalibration, estimators: Sequence[str], leave_out: str) -> dict[str, float]:
@@ -148,21 +174,28 @@ def graded(cell: BenchCell, chosen: str | None) -> dict[str, float] | None:
 def study(cells: Sequence[str], bench: BenchCalibration) -> dict:
     """Each cell's fold scores and choice (the bench's mean ρ for ties left the cell out), and the
     choice graded against the headline under bench/ADOPTION.md."""
-    found, figures = {}, {}
+    found, figures, by_order = {}, {}, {}
     by_name = {c.name: c for c in bench.cells}
     for name in cells:
         scored = fold_scores(cell_config(name))
-        chosen = choose(scored["scores"], bench_mean_rho(bench, scored["scores"], leave_out=name))
-        found[name] = {**scored, "chosen": chosen}
+        rho = bench_mean_rho(bench, scored["scores"], leave_out=name)
+        chosen = choose(scored["scores"], rho)
+        ordered = choose_by_order(scored["order"], scored["scores"], rho)
+        found[name] = {**scored, "chosen": chosen, "chosen_by_order": ordered}
         if name in by_name:
             cell = by_name[name]
             figures[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, chosen))
-        print(f"{name}: chose {chosen}", flush=True)
-    verdict = decide(figures)
+            by_order[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, ordered))
+        print(f"{name}: chose {chosen} by the level, {ordered} by the order", flush=True)
     return {"machine": machine(), "bench_commit": bench.commit, "cells": found,
-            "graded": {n: {"default": f.default, "candidate": f.candidate} for n, f in figures.items()},
-            "verdict": {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted,
-                        "means": verdict.means}}
+            "graded": {n: {"default": f.default, "candidate": f.candidate, "by_order": by_order[n].candidate}
+                       for n, f in figures.items()},
+            "verdict": _verdict(figures), "verdict_by_order": _verdict(by_order)}
+
+
+def _verdict(figures: Mapping[str, CellFigures]) -> dict:
+    verdict = decide(dict(figures))
+    return {"adopt": verdict.adopt, "reasons": verdict.reasons, "counted": verdict.counted, "means": verdict.means}
 
 
 def markdown(result: dict) -> str:
@@ -170,19 +203,24 @@ def markdown(result: dict) -> str:
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Bench figures at `{result['bench_commit']}`; machine `{json.dumps(result['machine'])}`.", "",
              "| cell | groups | chosen | its fold score | headline's fold score | ρ chosen / headline | "
-             "NMAE chosen / headline |", "|---|---|---|---|---|---|---|"]
+             "NMAE chosen / headline | chosen by the order | its order score / headline's | ρ |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, cell in result["cells"].items():
         grades = result["graded"].get(name, {})
-        default, candidate = grades.get("default") or {}, grades.get("candidate") or {}
-        scores = cell["scores"]
+        default, candidate, ordered = (grades.get(k) or {} for k in ("default", "candidate", "by_order"))
+        scores, order = cell["scores"], cell.get("order", {})
         lines.append(f"| {name} | {len(cell['folds'])} | {cell['chosen']} | {scores.get(cell['chosen'], math.nan):.3f} | "
                      f"{scores.get(HEADLINE, math.nan):.3f} | {candidate.get('rho', math.nan):+.2f} / "
                      f"{default.get('rho', math.nan):+.2f} | {candidate.get('nmae', math.nan):.2f} / "
-                     f"{default.get('nmae', math.nan):.2f} |")
-    verdict = result["verdict"]
-    lines += ["", f"**The rule's verdict: {'adopt' if verdict['adopt'] else 'keep the default'}** — "
-              + "; ".join(verdict["reasons"]), ""]
-    return "\n".join(lines)
+                     f"{default.get('nmae', math.nan):.2f} | {cell.get('chosen_by_order')} | "
+                     f"{order.get(cell.get('chosen_by_order'), math.nan):.2f} / {order.get(HEADLINE, math.nan):.2f} | "
+                     f"{ordered.get('rho', math.nan):+.2f} |")
+    for key, title in (("verdict", "chosen by the level"), ("verdict_by_order", "chosen by the order")):
+        verdict = result.get(key)
+        if verdict:
+            lines += ["", f"**The rule's verdict, {title}: {'adopt' if verdict['adopt'] else 'keep the default'}** — "
+                      + "; ".join(verdict["reasons"])]
+    return "\n".join(lines + [""])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
