@@ -32,6 +32,11 @@ from bench.store import BENCH, RECORD, REFERENCE, STORE, kept_file, restore, ups
 
 CONFIRMED = REPO / "bench" / "store" / "confirmed.json"
 TOLERANCE = 1e-4  # floats of a recomputed stage: 2-core x86_64 machines agree far closer (compared in the test)
+# trained weights (the tiny family, 80 steps): the reference's late checkpoint retrained on an AVX2 AMD EPYC
+# differed from the store's (built on another x86_64) by 9.3e-4, the same on two runs; the same code with its
+# learning rate 0.1 % higher differed by 0.125 and 1 % higher by 0.179 (2026-12-06), so 1e-2 tells a value
+# that moved from another CPU's rounding with two orders of magnitude to spare on either side
+WEIGHTS_TOLERANCE = 1e-2
 
 
 def upstream_code(cells: list[str]) -> dict[str, dict[str, str]]:
@@ -127,7 +132,7 @@ def _file_difference(kept: Path, fresh: Path) -> str | None:
         if a.keys() != b.keys():
             return "tensors differ"
         worst = max(((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].numel()), default=0.0)
-        return None if worst <= TOLERANCE else f"weights differ by up to {worst:.3g}"
+        return None if worst <= WEIGHTS_TOLERANCE else f"weights differ by up to {worst:.3g}"
     if kept.name == "history.json":  # a world model's training record: its seconds are the machine's
         return _json_difference(_without_timings(json.loads(kept.read_text())),
                                 _without_timings(json.loads(fresh.read_text())))

@@ -116,6 +116,26 @@ def test_the_reference_cells_upstream_recomputed_from_the_store_equals_the_store
     assert not {stage: problem for stage, problem in found.items() if problem}
 
 
+def test_the_reference_recompute_tells_a_learning_rate_0_1_percent_higher_from_another_cpus_rounding(tmp_path,
+                                                                                                  monkeypatch):
+    """The trained weights' tolerance (``versions.WEIGHTS_TOLERANCE``) still flags a value that moved:
+    the reference family retrained with its learning rate 0.1 % higher is not the kept one."""
+    from adwm_core.policies import trainer
+
+    config = cell_config(store.REFERENCE)
+    (kept,) = store.STORE.glob(f"{config.name}/policies/*.tar.gz")
+    with tarfile.open(kept) as tar:
+        tar.extractall(tmp_path / "kept", filter="data")
+    finetune = trainer.finetune
+    monkeypatch.setattr(trainer, "finetune", lambda *a, **k: finetune(*a, **{**k, "lr": k["lr"] * 1.001}))
+    family = config.local_policies
+    trainer.train_tiny_policies(config.env.name, config.env.options, config.env.task, str(tmp_path / "moved"),
+                                {"late": family.checkpoints["late"]}, n_variations=family.n_variations,
+                                context=family.context)
+    (kept_late,) = (tmp_path / "kept").rglob("late")
+    assert "weights differ by up to" in versions.differences(kept_late, tmp_path / "moved" / "late")
+
+
 def test_prune_drops_what_no_bench_key_names_and_keeps_the_rest(tmp_path):
     copy = tmp_path / "store"
     shutil.copytree(store.STORE, copy)
