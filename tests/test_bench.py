@@ -315,3 +315,24 @@ def test_the_calibration_is_rewritten_only_when_the_bench_s_errors_change(tmp_pa
     (tmp_path / "bench_calibration.json").write_text('{"rows": []}')  # not a calibration: replaced, not a crash
     assert calibrate.save_calibration((moved,), "ghi") and BenchCalibration.load(calibrate.SHIPPED).commit == "ghi"
     assert [p.name for p in tmp_path.iterdir()] == ["bench_calibration.json"]  # nothing partial left
+
+
+def test_a_clean_clone_keeps_the_files_its_loop_changed_or_added_and_nothing_else(tmp_path):
+    """``bench.costs.clean_clone --keep`` copies back what the loops wrote in the clone: a changed
+    tracked file and a new one, never an untouched file."""
+    import subprocess
+
+    from bench.costs.clean_clone import changed_files
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    for name in ("results/bench.json", "results/untouched.md", "README.md"):
+        (tmp_path / name).write_text("committed\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    (tmp_path / "results" / "bench.json").write_text("measured\n")
+    (tmp_path / "results" / "recommended.md").write_text("new\n")
+    assert sorted(changed_files(tmp_path)) == ["results/bench.json", "results/recommended.md"]

@@ -8,13 +8,18 @@ environment (``--venv``: install excluded; the clone's own code is read, its fol
   does not keep whole are trained again, and checked against the digests it keeps);
 - ``make loop`` again on the same root: everything reused;
 - ``make prepare-test BATCH=third`` on another empty root: the third batch's upstream restored,
-  nothing of it computed.
+  nothing of it computed (not run, and said so, where the store lacks some of it: it would compute
+  hours of upstream, not time a restore).
 
 Each command's wall time, the loop's per-cell seconds (its bench.json) and whether its rows equal
 those committed in bench/results/bench.json, figure by figure → bench/results/clean_clone.{json,md}.
 Usage: ``python -m bench.costs.clean_clone [--venv .venv] [CELL ...]`` (nothing else should run
 meanwhile). Named cells: the two loops over those development cells only (where the store is
-complete for them alone), their rows compared, and no test batch prepared.
+complete for them alone), their rows compared, and no test batch prepared. ``--keep``: the files the
+loops wrote in the clone (bench.md/json, the manifest, the recommended estimate's calibration, the
+README's results block, …) are copied into this repository as the second loop left them (the reports
+keyed by the calibration the first loop wrote, so a later clone's first loop reads the same): the table
+as a clean clone measured it, which the next clean clone's rows are compared with.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import REPO, RESULTS, development_cells, machine
+from bench.common import REPO, RESULTS, bench_cells, development_cells, machine
+from bench.store import missing
 
 GRADES = ("rho", "nmae", "coverage", "decided", "precision")
 
@@ -40,6 +46,13 @@ def timed(command: list[str], cwd: Path, home: Path, log: Path) -> float:
     with open(log, "w") as output:
         subprocess.run(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT, check=True)
     return time.perf_counter() - started
+
+
+def changed_files(clone: Path) -> list[str]:
+    """The files a command changed or added in ``clone``'s working tree (git's porcelain status)."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone,
+                            capture_output=True, text=True, check=True).stdout
+    return [line[3:] for line in status.splitlines() if line[:2] in (" M", "??", "M ", "A ")]
 
 
 def differences(measured: dict, committed: dict, cells: list[str]) -> list[str]:
@@ -63,6 +76,7 @@ def differences(measured: dict, committed: dict, cells: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", default=str(REPO / ".venv"), help="the installed environment (install excluded)")
+    parser.add_argument("--keep", action="store_true", help="copy the first loop's written files into this repository")
     parser.add_argument("cells", nargs="*", help="development cells to loop over (default: all; then no test batch)")
     args = parser.parse_args()
     cells = args.cells or development_cells()
@@ -77,13 +91,19 @@ def main() -> None:
         seconds = {"loop": timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop.log")}
         measured = json.loads((clone / "bench" / "results" / "bench.json").read_text())  # the first loop's rows
         seconds["loop again"] = timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop-again.log")
-        if not args.cells:
+        written = {name: (clone / name).read_bytes() for name in changed_files(clone)}
+        lacking = {} if args.cells else missing(bench_cells(["third"]))
+        if not args.cells and not lacking:
             seconds["prepare-test third"] = timed([*python, "bench.ledger", "prepare", "third"], clone,
                                                   root / "home-third", root / "prepare.log")
         moved = differences(measured, committed, cells)
         restored = [line for line in (root / "loop.log").read_text().splitlines()
                     if "trained again" in line or line.startswith("restored ")]
+    if args.keep:
+        for name, content in written.items():
+            (REPO / name).write_bytes(content)
     report = {"commit": head, "machine": machine(), "cells_read": cells, "seconds": seconds,
+              "third_batch_lacking": lacking, "kept": sorted(written) if args.keep else [],
               "cells": {c: r.get("seconds") for c, r in measured["rows"].items()},
               "rows_equal_committed": not moved, "differences": moved, "world_models": restored}
     (RESULTS / "clean_clone.json").write_text(json.dumps(report, indent=2))
@@ -94,11 +114,16 @@ def main() -> None:
              "| command | wall | target |", "|---|---|---|",
              *[f"| `make {name.removesuffix(' again')}`{', again' * name.endswith(' again')} | {s / 60:.1f} min | "
                f"≤ {targets[name] / 60:.0f} min |" for name, s in seconds.items()],
+             *([f"| `make prepare-test BATCH=third` | not run: the store lacks {sum(map(len, lacking.values()))} "
+                f"upstream stage(s) of {len(lacking)} of its cells | ≤ 10 min |"] if lacking else []),
              "", "Per cell, the loop's seconds (restore excluded):", "", "| cell | seconds |", "|---|---|",
              *[f"| {c} | {s:.0f} |" for c, s in report["cells"].items() if s is not None], "",
              "Rows against bench/results/bench.json as committed: "
              + ("every figure equal." if not moved else f"{len(moved)} figure(s) differ:"),
-             *[f"- {d}" for d in moved[:40]], "", "World models:", *[f"- {w}" for w in restored], "",
+             *[f"- {d}" for d in moved[:40]], "",
+             *([f"Kept (`--keep`), as the second loop left them: {', '.join(report['kept'])}; they are the committed table now.", ""]
+               if args.keep else []),
+             "World models:", *[f"- {w}" for w in restored], "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "clean_clone.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
