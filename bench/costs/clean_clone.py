@@ -13,13 +13,15 @@ environment (``--venv``: install excluded; the clone's own code is read, its fol
 
 Each command's wall time, the loop's per-cell seconds (its bench.json) and whether its rows equal
 those committed in bench/results/bench.json, figure by figure → bench/results/clean_clone.{json,md}.
-Usage: ``python -m bench.costs.clean_clone [--venv .venv] [CELL ...]`` (nothing else should run
+Usage: ``python -m bench.costs.clean_clone [--venv .venv] [--keep] [--keep-home DIR] [CELL ...]`` (nothing else should run
 meanwhile). Named cells: the two loops over those development cells only (where the store is
 complete for them alone), their rows compared, and no test batch prepared. ``--keep``: the files the
 loops wrote in the clone (bench.md/json, the manifest, the recommended estimate's calibration, the
 README's results block, …) are copied into this repository as the second loop left them (the reports
 keyed by the calibration the first loop wrote, so a later clone's first loop reads the same): the table
-as a clean clone measured it, which the next clean clone's rows are compared with.
+as a clean clone measured it, which the next clean clone's rows are compared with. ``--keep-home
+DIR``: the loops' artifact root is kept there, so a candidate's loop (``make loop SET=…``) reuses
+its stages.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -77,6 +80,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", default=str(REPO / ".venv"), help="the installed environment (install excluded)")
     parser.add_argument("--keep", action="store_true", help="copy the first loop's written files into this repository")
+    parser.add_argument("--keep-home", type=Path, help="move the loops' ADWM_HOME here afterwards (a candidate's "
+                        "loop then reuses its stages)")
     parser.add_argument("cells", nargs="*", help="development cells to loop over (default: all; then no test batch)")
     args = parser.parse_args()
     cells = args.cells or development_cells()
@@ -99,6 +104,8 @@ def main() -> None:
         moved = differences(measured, committed, cells)
         restored = [line for line in (root / "loop.log").read_text().splitlines()
                     if "trained again" in line or line.startswith("restored ")]
+        if args.keep_home:
+            shutil.move(root / "home", args.keep_home)
     if args.keep:
         for name, content in written.items():
             (REPO / name).write_bytes(content)
