@@ -13,8 +13,8 @@ environment (``--venv``: install excluded; the clone's own code is read, its fol
 
 Each command's wall time, the loop's per-cell seconds (its bench.json) and whether its rows equal
 those committed in bench/results/bench.json, figure by figure → bench/results/clean_clone.{json,md}.
-Usage: ``python -m bench.costs.clean_clone [--venv .venv] [--keep] [--keep-home DIR] [CELL ...]`` (nothing else should run
-meanwhile). Named cells: the two loops over those development cells only (where the store is
+Usage: ``python -m bench.costs.clean_clone [--venv .venv] [--keep] [--keep-home DIR] [CELL ...]``
+(nothing else should run meanwhile). Named cells: the two loops over those development cells only (where the store is
 complete for them alone), their rows compared, and no test batch prepared. ``--keep``: the files the
 loops wrote in the clone (bench.md/json, the manifest, the recommended estimate's calibration, the
 README's results block, …) are copied into this repository as the second loop left them (the reports
@@ -79,11 +79,14 @@ def differences(measured: dict, committed: dict, cells: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", default=str(REPO / ".venv"), help="the installed environment (install excluded)")
-    parser.add_argument("--keep", action="store_true", help="copy the first loop's written files into this repository")
-    parser.add_argument("--keep-home", type=Path, help="move the loops' ADWM_HOME here afterwards (a candidate's "
-                        "loop then reuses its stages)")
+    parser.add_argument("--keep", action="store_true",
+                        help="copy the files the loops wrote in the clone into this repository")
+    parser.add_argument("--keep-home", type=Path, help="a path that does not exist yet: the loops' ADWM_HOME is "
+                        "moved there afterwards (a candidate's loop then reuses its stages)")
     parser.add_argument("cells", nargs="*", help="development cells to loop over (default: all; then no test batch)")
     args = parser.parse_args()
+    if args.keep_home and args.keep_home.exists():
+        parser.error(f"--keep-home {args.keep_home} exists; name a new path (the loops' artifact root is moved there)")
     cells = args.cells or development_cells()
     committed = json.loads((RESULTS / "bench.json").read_text())
     with tempfile.TemporaryDirectory(prefix="adwm-clean-clone-") as scratch:
@@ -96,7 +99,7 @@ def main() -> None:
         seconds = {"loop": timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop.log")}
         measured = json.loads((clone / "bench" / "results" / "bench.json").read_text())  # the first loop's rows
         seconds["loop again"] = timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop-again.log")
-        written = {name: (clone / name).read_bytes() for name in changed_files(clone)}
+        written = {name: (clone / name).read_bytes() for name in changed_files(clone)} if args.keep else {}
         lacking = {} if args.cells else missing(bench_cells(["third"]))
         if not args.cells and not lacking:
             seconds["prepare-test third"] = timed([*python, "bench.ledger", "prepare", "third"], clone,
@@ -110,7 +113,7 @@ def main() -> None:
         for name, content in written.items():
             (REPO / name).write_bytes(content)
     report = {"commit": head, "machine": machine(), "cells_read": cells, "seconds": seconds,
-              "third_batch_lacking": lacking, "kept": sorted(written) if args.keep else [],
+              "third_batch_lacking": lacking, "kept": sorted(written),
               "cells": {c: r.get("seconds") for c, r in measured["rows"].items()},
               "rows_equal_committed": not moved, "differences": moved, "world_models": restored}
     (RESULTS / "clean_clone.json").write_text(json.dumps(report, indent=2))
@@ -128,8 +131,8 @@ def main() -> None:
              "Rows against bench/results/bench.json as committed: "
              + ("every figure equal." if not moved else f"{len(moved)} figure(s) differ:"),
              *[f"- {d}" for d in moved[:40]], "",
-             *([f"Kept (`--keep`), as the second loop left them: {', '.join(report['kept'])}; they are the committed table now.", ""]
-               if args.keep else []),
+             *([f"Kept (`--keep`), as the second loop left them: {', '.join(report['kept'])}; they are the "
+                "committed table now.", ""] if args.keep else []),
              "World models:", *[f"- {w}" for w in restored], "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "clean_clone.md").write_text("\n".join(lines) + "\n")
