@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, cell_weighted_quantile,
+from adwm_core.ope.statistics.recommend import (BenchCalibration, BenchCell, cell_weighted_quantile, sign_threshold,
                                                 conformal_quantile, live_episodes_to_decide, live_only, recommend,
                                                 with_live, withheld)
 from adwm_core.report import recommended_lines
@@ -408,3 +408,43 @@ def test_live_episodes_alone_sit_beside_the_combination_which_drops_a_prior_they
     right, off = graded["right"], graded["off"]
     assert right["combined"][0] >= right["alone"][0] - 0.02 and right["combined"][1] <= 0.9 * right["alone"][1], right
     assert off["combined"][0] >= off["alone"][0] - 0.03, off
+
+
+def test_weighted_sign_threshold_counts_each_cell_once_when_asked():
+    """Ten right pairs of one cell above five of another, whose top one is wrong (rate 0.2):
+    counted pair by pair, (1 + 1) / (11 + 1) = 0.17 lets the wrong pair be decided (t 8.5); with
+    each cell's pairs weighing one cell's share, that pair weighs twice a right one, (1.5 + 1) /
+    (9 + 1) = 0.25 does not, and t stays above every pair of the second cell (10)."""
+    right_cell = [(float(s), True) for s in range(20, 10, -1)]  # scores 20 … 11
+    wrong_cell = [(9.0, False), (8.0, False), (7.0, False), (6.0, True), (5.0, True)]
+    scores = right_cell + wrong_cell
+    assert sign_threshold(scores, 0.2) == sign_threshold(scores, 0.2, [1.0] * len(scores)) == 8.5
+    assert sign_threshold(scores, 0.2, [1 / 10] * 10 + [1 / 5] * 5) == 10.0
+
+
+def test_verdicts_calibrated_on_the_pairs_the_truth_splits_ignore_ties(monkeypatch):
+    """Bench cells with two tied pairs (equal J within its standard error) that the estimator
+    orders at random 0.2 apart, and a split pair it gets right by only 0.05: calibrated on every
+    pair, the coin flips hold t above 0.2 and that pair is "cannot tell"; calibrated on the pairs
+    the truth splits alone, every split pair of a new cell is decided, and rightly."""
+    from adwm_core.ope.statistics import recommend as module
+
+    rng = np.random.default_rng(3)
+    truth = dict(zip(POINTS, (0.9, 0.9, 0.75, 0.3, 0.3)))
+    cells = []
+    for i in range(30):
+        n = float(rng.choice([-0.1, 0.1]))
+        estimates = {"A": dict(zip(POINTS, (0.9 + n, 0.9 - n, 0.75, 0.3 + n, 0.3 - n)))}
+        cells.append(BenchCell(f"c{i}", "env", 0.0, 1.0, 1.0, 0.8, truth, estimates,
+                               truth_stderr={p: 0.01 for p in POINTS}))
+    bench, new = BenchCalibration(tuple(cells)), cells[0]
+    split = [(a, b) for i, a in enumerate(POINTS) for b in POINTS[i + 1:] if new.splits(a, b)]
+    assert len(split) == 8
+    decided = {}
+    for pairs in ("all", "split"):
+        monkeypatch.setattr(module, "VERDICT_PAIRS", pairs)
+        reading = recommend(new.estimates, bench=bench, return_range=(0, 1), scale=1.0, answered=0.8, cell="c0")
+        said = {(v.a, v.b): v.better for v in reading.verdicts}
+        decided[pairs] = [pair for pair in split if said[pair] is not None]
+        assert all(new.truth[said[pair]] == max(new.truth[pair[0]], new.truth[pair[1]]) for pair in decided[pairs])
+    assert len(decided["all"]) == 7 and len(decided["split"]) == 8, decided

@@ -37,9 +37,10 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
 - **verdicts**: for a pair (a, b) with d = Ĵ_a − Ĵ_b, the band d ± t u(a, b); "a is better" where
   it excludes 0, else "cannot tell". t is calibrated on the signs the bench got right, not on the
   size of its errors (an estimator that overstates every difference still orders the pairs): over
-  B's pairs sorted by |d| / u, the lowest score at which (wrong + 1) / (decided + 1) ≤
-  ``VERDICT_ERROR_RATE`` among the pairs at or above it (a wrong verdict: the sign of d is not that
-  of J_a − J_b), t halfway to the next lower score. "Cannot tell" comes with the live episodes per
+  B's pairs (``VERDICT_PAIRS``: all, or those the truth splits) of weight w (``VERDICT_WEIGHTS``:
+  one each, or each cell's n pairs 1/n, rescaled to a mean of 1) sorted by |d| / u, the lowest
+  score at which (Σw wrong + 1) / (Σw decided + 1) ≤ ``VERDICT_ERROR_RATE`` among the pairs at or
+  above it (a wrong verdict: the sign of d is not that of J_a − J_b), t halfway to the next lower score. "Cannot tell" comes with the live episodes per
   point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉ (σ_p the
   spread of the returns at p, as ADWM's imagined rollouts of p give it: 80 % power at level α).
 - **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
@@ -94,6 +95,8 @@ INTERVAL_FLOOR = 0.80  # an estimator's own interval that held J less often on t
 SPREAD_ESTIMATORS = ("ADWM:reward_sum", "FQE", "kNN-WM:reward_sum")  # their disagreement is the error unit
 SPREAD_FLOOR = 0.03  # of S, added to the disagreement: models that agree are not taken for exact
 VERDICT_ERROR_RATE = 0.05  # the share of the bench's verdicts the calibrated band lets be wrong
+VERDICT_PAIRS = "all"  # the bench pairs that calibrate t: "all", or "split" (those the truth splits)
+VERDICT_WEIGHTS = "pairs"  # "pairs": each weighs one; "cells": each cell's pairs weigh one cell's share
 LIVE_ONLY = "the live episodes alone"  # the source of ``live_only``'s reading
 PAIRS_SHOWN = ("all", "agents")  # Recommendation.lines: every verdict, or the agents' pairs at the same ε first
 MIN_INTERVAL_CELLS = 10  # fewer bench cells reading the estimator: its interval is the whole range
@@ -159,24 +162,28 @@ class BenchCell:
                   for p in self.read(estimator)]
         return [score for score in scores if not math.isnan(score)]
 
-    def pair_scores(self, estimator: str, by_spread: bool = False) -> list[tuple[float, bool, float]]:
+    def pair_scores(self, estimator: str, by_spread: bool = False) -> list[tuple[float, bool, float, bool]]:
         """Over every pair (a, b) of points the estimator read: |d| / u(a, b), whether the sign of
-        d = Ĵ_a − Ĵ_b is that of J_a − J_b, and |d − (J_a − J_b)| / u(a, b)."""
+        d = Ĵ_a − Ĵ_b is that of J_a − J_b, |d − (J_a − J_b)| / u(a, b), and whether the truth
+        splits the pair (``splits``)."""
         values, found = self.estimates.get(estimator, {}), []
         for a, b in combinations(self.read(estimator), 2):
             unit = error_unit(self.estimates, self.scale, by_spread, a, b)
             d, truth = values[a] - values[b], self.truth[a] - self.truth[b]
             if not math.isnan(unit):
-                found.append((abs(d) / unit, d * truth > 0, abs(d - truth) / unit))
+                found.append((abs(d) / unit, d * truth > 0, abs(d - truth) / unit, self.splits(a, b)))
         return found
+
+    def splits(self, a: str, b: str) -> bool:
+        """Whether the truth tells points a and b apart: |J_a − J_b| > 1.96 √(SE_a² + SE_b²) (SE 0
+        where the record has none)."""
+        se = self.truth_stderr
+        return abs(self.truth[a] - self.truth[b]) > 1.96 * math.hypot(se.get(a, 0.0), se.get(b, 0.0))
 
     @cached_property
     def split_pairs(self) -> int:
-        """How many pairs of points the truth splits: |J_a − J_b| > 1.96 √(SE_a² + SE_b²) (SE 0 where
-        the record has none)."""
-        se = self.truth_stderr
-        return sum(abs(self.truth[a] - self.truth[b]) > 1.96 * math.hypot(se.get(a, 0.0), se.get(b, 0.0))
-                   for a, b in combinations(self.truth, 2))
+        """How many pairs of points the truth splits (``splits``)."""
+        return sum(self.splits(a, b) for a, b in combinations(self.truth, 2))
 
     def rho(self, estimator: str) -> float:
         values, read = self.estimates.get(estimator, {}), self.read(estimator)
@@ -361,18 +368,33 @@ def conformal_quantile(scores: Sequence[float], alpha: float) -> float:
     return float(ordered[rank - 1]) if rank <= len(ordered) else math.inf
 
 
-def sign_threshold(scores: Sequence[tuple[float, bool]], rate: float) -> float:
-    """The verdicts' t (module docstring) from the bench's pairs (|d| / u, sign right): the lowest
-    score whose pairs at or above it were wrong at (wrong + 1) / (decided + 1) ≤ ``rate``, halfway
-    to the next lower one; inf where no score is."""
-    ordered = sorted(scores, key=lambda pair: -pair[0])
-    threshold, wrong = math.inf, 0
-    for decided, (score, right) in enumerate(ordered, 1):
-        wrong += not right
+def sign_threshold(scores: Sequence[tuple[float, bool]], rate: float, weights: Sequence[float] | None = None) -> float:
+    """The verdicts' t (module docstring) from the bench's pairs (|d| / u, sign right), each of
+    weight w (None: 1; weights are rescaled to a mean of 1, so one pair's worth stays 1): the
+    lowest score whose pairs at or above it were wrong at (Σw wrong + 1) / (Σw decided + 1) ≤
+    ``rate``, halfway to the next lower one; inf where no score is."""
+    weights = np.ones(len(scores)) if weights is None else np.asarray(weights, float) / np.mean(weights)
+    order = sorted(range(len(scores)), key=lambda i: -scores[i][0])
+    threshold, wrong, decided = math.inf, 0.0, 0.0
+    for rank, i in enumerate(order):
+        score, right = scores[i]
+        wrong, decided = wrong + weights[i] * (not right), decided + weights[i]
         if (wrong + 1) / (decided + 1) <= rate:
-            lower = ordered[decided][0] if decided < len(ordered) else 0.0
+            lower = scores[order[rank + 1]][0] if rank + 1 < len(order) else 0.0
             threshold = (score + lower) / 2
     return threshold
+
+
+def verdict_threshold(cells: Sequence[BenchCell], estimator: str, by_spread: bool) -> float:
+    """The logs' verdicts' t, calibrated on ``cells``' pairs as ``VERDICT_PAIRS`` and
+    ``VERDICT_WEIGHTS`` say (``sign_threshold`` at ``VERDICT_ERROR_RATE``)."""
+    scores, weights = [], []
+    for cell in cells:
+        found = [(size, right) for size, right, _, split in cell.pair_scores(estimator, by_spread)
+                 if split or VERDICT_PAIRS == "all"]
+        scores += found
+        weights += [1.0 / len(found) if VERDICT_WEIGHTS == "cells" else 1.0 for _ in found]
+    return sign_threshold(scores, VERDICT_ERROR_RATE, weights or None)
 
 
 def live_episodes_to_decide(difference: float, variance: float, alpha: float) -> int | None:
@@ -525,10 +547,10 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     chosen = max(trusted, key=trusted.get)
     width = high - low
     pairs = [score for c in similar for score in c.pair_scores(chosen, by_spread)]
-    t = sign_threshold([(size, right) for size, right, _ in pairs], VERDICT_ERROR_RATE)
-    q2 = conformal_quantile([error for _, _, error in pairs], alpha)
+    t = verdict_threshold(similar, chosen, by_spread)
+    q2 = conformal_quantile([error for _, _, error, _ in pairs], alpha)
     # the pairs' prior (``with_live``) in units of S as well: models that agree can share one bias
-    q2_scale = (conformal_quantile([e for c in similar for _, _, e in c.pair_scores(chosen)], alpha)
+    q2_scale = (conformal_quantile([e for c in similar for _, _, e, _ in c.pair_scores(chosen)], alpha)
                 if by_spread else q2) * scale
     values = dict(estimates[chosen])
     fit = fit_interval([c for c in bench.cells if c.name != cell], chosen, alpha)
