@@ -21,7 +21,7 @@ README's results block, …) are copied into this repository as the second loop 
 keyed by the calibration the first loop wrote, so a later clone's first loop reads the same): the table
 as a clean clone measured it, which the next clean clone's rows are compared with. ``--keep-home
 DIR``: the loops' artifact root is kept there, so a candidate's loop (``make loop SET=…``) reuses
-its stages.
+its stages, with the loops' logs beside it.
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ def main() -> None:
         moved = differences(measured, committed, cells)
         restored = [line for line in (root / "loop.log").read_text().splitlines()
                     if "trained again" in line or line.startswith("restored ")]
-        if args.keep_home:
+        if args.keep_home:  # the artifact root, and beside it the commands' logs (each stage's start is stamped)
             shutil.move(root / "home", args.keep_home)
+            for log in root.glob("*.log"):
+                shutil.copy(log, Path(args.keep_home) / log.name)
     if args.keep:
         for name, content in written.items():
             (REPO / name).write_bytes(content)
