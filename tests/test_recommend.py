@@ -448,3 +448,29 @@ def test_verdicts_calibrated_on_the_pairs_the_truth_splits_ignore_ties(monkeypat
         decided[pairs] = [pair for pair in split if said[pair] is not None]
         assert all(new.truth[said[pair]] == max(new.truth[pair[0]], new.truth[pair[1]]) for pair in decided[pairs])
     assert len(decided["all"]) == 7 and len(decided["split"]) == 8, decided
+
+
+def test_a_prior_off_a_little_at_every_point_is_contradicted_by_the_cell_not_by_any_point(monkeypatch):
+    """Every point's live mean 1.4 sd of the difference away from the offline estimate, on the same
+    side: no point alone crosses ``PRIOR_CONTRADICTED`` (1.5), but over the 5 points X = 5 × 1.4² =
+    9.8 exceeds χ²_5's quantile at the per-point test's level (7.0); at 0.5 sd (X = 1.25) it does
+    not. With ``LIVE_PRIOR_TEST`` "cell" such live returns give the reading of the episodes alone."""
+    from adwm_core.ope.statistics import recommend as module
+
+    rng = np.random.default_rng(6)
+    bench = BenchCalibration(tuple(synthetic_cell(rng, f"c{i}", {"A": 0.05}) for i in range(30)))
+    truth = dict(zip(POINTS, [0.8, 0.65, 0.5, 0.35, 0.2]))
+    reading = recommend({"A": truth}, bench=bench, return_range=(-1, 2), answered=0.8)
+    z, variance = 1.959964, 0.01
+    for offset, contradicted in ((1.4, True), (0.5, False)):
+        read = {p: (reading.values[p] + offset * math.sqrt((reading.half_widths[p] / z) ** 2 + variance), variance)
+                for p in POINTS}
+        assert module.cell_contradicts(reading, read, z) is contradicted
+    spread = {p: [-0.05, 0.05] * 4 for p in POINTS}  # 8 returns a point; their variance sets s²
+    s2 = module._live_readings(spread, reading.return_range, z)[POINTS[0]][1]
+    live = {p: [reading.values[p] + 1.4 * math.sqrt((reading.half_widths[p] / z) ** 2 + s2) + r for r in spread[p]]
+            for p in POINTS}
+    kept, alone = with_live(reading, live, bench).values, live_only(reading, live).values
+    assert all(abs(kept[p] - alone[p]) > 1e-3 for p in POINTS)  # each point's test alone keeps its prior
+    monkeypatch.setattr(module, "LIVE_PRIOR_TEST", "cell")
+    assert with_live(reading, live, bench).values == alone

@@ -36,12 +36,12 @@ LOW_PRECISION = 0.80
 
 
 @contextmanager
-def settings(changed: dict):
-    """recommend.py's verdict settings changed for the block, then restored."""
-    kept = {name: getattr(recommend, name) for name in SETTINGS}
+def settings(changed: dict, allowed: tuple[str, ...] = SETTINGS):
+    """recommend.py's settings named in ``allowed`` changed for the block, then restored."""
+    kept = {name: getattr(recommend, name) for name in allowed}
     for name, value in changed.items():
-        if name not in SETTINGS:
-            raise ValueError(f"{name} is not a verdict setting; choose from {', '.join(SETTINGS)}")
+        if name not in allowed:
+            raise ValueError(f"{name} is not a setting this study judges; choose from {', '.join(allowed)}")
         setattr(recommend, name, value)
     try:
         yield

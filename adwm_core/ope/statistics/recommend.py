@@ -52,7 +52,10 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   far end would give); the estimate is (Ĵ/τ² + ḡ/s²) / (1/τ² + 1/s²), ± z / √(1/τ² + 1/s²), unless
   |Ĵ − ḡ| > ``PRIOR_CONTRADICTED`` √(τ² + s²): the live returns contradict the offline estimate
   (the bench's errors are heavy-tailed and shared across a cell), which is then dropped and the
-  point reads ḡ ± z s. What the offline estimate was worth is said in live episodes: K (s² / σ² − 1),
+  point reads ḡ ± z s. With ``LIVE_PRIOR_TEST`` "cell", the priors are also tested together (the
+  bench's errors are shared across a cell): where X = Σ_p (Ĵ_p − ḡ_p)² / (τ_p² + s_p²) over the P
+  played points exceeds the χ²_P quantile at the per-point test's level (2 Φ(−``PRIOR_CONTRADICTED``)),
+  the reading is the live returns alone (``live_only``). What the offline estimate was worth is said in live episodes: K (s² / σ² − 1),
   σ the combination's sd. ``live_only`` reads the same returns with no offline estimate, the row a
   user and the bench set beside the combination.
   Verdicts alike, the prior of a difference of sd τ₂ = max(q₂ u(a, b), q₂_S S) / z, q₂ the
@@ -105,6 +108,7 @@ LIVE_CALIBRATION_DRAWS = 10
 # which is dropped (a synthetic bench with a shared bias of 10 calibrated errors: coverage 0.94–0.96, the
 # live returns alone 0.94–0.96; at 1.0 the prior was dropped where right too, at z = 1.96 kept where wrong)
 PRIOR_CONTRADICTED = 1.5  # simulated live draws per bench cell when calibrating the live verdicts' t'
+LIVE_PRIOR_TEST = "point"  # "point": each point's prior tested alone; "cell": also all the cell's at once
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_calibration.json")  # bench/loop.py writes it
 
 
@@ -602,6 +606,16 @@ def _combined(prior: float, prior_sd: float, reading: float, variance: float) ->
     return (prior * prior_precision + reading / variance) / precision, precision ** -0.5
 
 
+def cell_contradicts(reading: Recommendation, read: Mapping[str, tuple[float, float]], z: float) -> bool:
+    """Whether the live readings (point → ḡ, s²) contradict the offline estimate over all the
+    played points at once: X = Σ_p (Ĵ_p − ḡ_p)² / (τ_p² + s_p²) > the χ²_P quantile at level
+    2 Φ(−``PRIOR_CONTRADICTED``) (module docstring)."""
+    terms = [(reading.values[p] - mean) ** 2 / ((reading.half_widths[p] / z) ** 2 + variance)
+             for p, (mean, variance) in read.items() if math.isfinite(reading.half_widths.get(p, math.nan))]
+    level = 2 * stats.norm.sf(PRIOR_CONTRADICTED)
+    return bool(terms) and bool(sum(terms) > stats.chi2.ppf(1 - level, len(terms)))
+
+
 def _live_difference(verdict: Verdict, read: Mapping[str, tuple[float, float]], z: float) -> tuple[float, float]:
     """A pair's combined difference d' and its sd σ': the logs' d (prior sd τ₂ = q₂ u / z) and the
     live means' difference, of variance s_a² + s_b² (module docstring)."""
@@ -652,6 +666,8 @@ def with_live(reading: Recommendation, live: Mapping[str, Sequence[float]],
     threshold = z if math.isnan(calibrated) else calibrated
     low, high = reading.return_range
     read = _live_readings(played, reading.return_range, z)
+    if LIVE_PRIOR_TEST == "cell" and cell_contradicts(reading, read, z):
+        return live_only(reading, live)
     values, lows, highs = dict(reading.values), dict(reading.low), dict(reading.high)
     worth = {}
     for p, (mean, variance) in read.items():
