@@ -336,3 +336,39 @@ def test_a_clean_clone_keeps_the_files_its_loop_changed_or_added_and_nothing_els
     (tmp_path / "results" / "bench.json").write_text("measured\n")
     (tmp_path / "results" / "recommended.md").write_text("new\n")
     assert sorted(changed_files(tmp_path)) == ["results/bench.json", "results/recommended.md"]
+
+
+def test_the_verdicts_rule_adopts_more_decided_only_at_its_precision():
+    """bench/ADOPTION_VERDICTS.md: deciding more on every cell at precision 0.95 is adopted; the
+    same gain at precision 0.85, or with more cells under 0.80 than the default, is not; of two
+    that pass, the one deciding more is."""
+    from bench.studies.verdict_calibration import decide as decide_verdicts
+
+    def rows(decided: float, precision: list[float]) -> dict:
+        return {f"c{i}": {"decided": decided + 0.01 * i, "precision": p} for i, p in enumerate(precision)}
+
+    default = rows(0.2, [0.95] * 12)
+    candidates = {"more": rows(0.5, [0.95] * 12), "most": rows(0.6, [0.95] * 11 + [0.96]),
+                  "loose": rows(0.7, [0.85] * 12), "uneven": rows(0.7, [1.0] * 10 + [0.7, 0.75])}
+    adopted, reasons = decide_verdicts(default, candidates)
+    assert adopted == "most", reasons
+    assert reasons["loose"][0].startswith("✗") and reasons["uneven"][2].startswith("✗")
+    assert decide_verdicts(default, {"same": default})[0] is None
+
+
+def test_the_live_rule_adopts_only_a_top_up_no_worse_than_the_episodes_alone():
+    """bench/ADOPTION_LIVE.md: a setting under the episodes alone in coverage is not adopted, nor one
+    that gives up more than 0.03 of decided; one that passes is, the narrowest of several."""
+    from bench.studies.live_settings import decide as decide_live
+
+    def rows(coverage: float, half_width: float, decided: float) -> dict:
+        alone = {"coverage": 0.94, "half_width": 0.12, "decided": 0.45, "precision": 0.99}
+        live = {"coverage": coverage, "half_width": half_width, "decided": decided, "precision": 0.97}
+        return {f"c{i}": {"live": live, "alone": alone} for i in range(12)}
+
+    default = rows(0.92, 0.11, 0.68)
+    candidates = {"under": rows(0.93, 0.10, 0.70), "timid": rows(0.95, 0.11, 0.60),
+                  "wide": rows(0.95, 0.115, 0.67), "narrow": rows(0.95, 0.105, 0.66)}
+    adopted, reasons = decide_live(default, candidates)
+    assert adopted == "narrow", reasons
+    assert reasons["under"][0].startswith("✗") and reasons["timid"][2].startswith("✗")

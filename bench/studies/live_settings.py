@@ -12,15 +12,12 @@ bench/results/live_settings.{md,json}.
 from __future__ import annotations
 
 import json
-from datetime import date
-
 import numpy as np
 
 from adwm_core.ope.statistics.recommend import MIN_SPLIT_PAIRS, BenchCalibration
-from adwm_core.provenance import source_version
 from bench.calibrate import leave_one_cell_out, live_returns
 from bench.common import RESULTS, machine
-from bench.studies.verdict_calibration import settings
+from bench.studies.verdict_calibration import append_adoption, settings
 
 SETTINGS = ("LIVE_PRIOR_TEST", "PRIOR_CONTRADICTED")
 CANDIDATES = {"cell": {"LIVE_PRIOR_TEST": "cell"}}  # named in bench/ADOPTION_LIVE.md before the first reading
@@ -92,12 +89,7 @@ def main() -> None:
     (RESULTS / "live_settings.json").write_text(json.dumps(
         {"commit": bench.commit, "candidates": CANDIDATES, "rows": rows, "reasons": reasons, "adopted": adopted,
          "machine": machine()}, indent=2))
-    entry = [f"## live top-up: {', '.join(f'`{n}`' for n in CANDIDATES)} — "
-             f"{'adopt `' + adopted + '`' if adopted else 'keep the default'} ({date.today()}, `{source_version()}`)", "",
-             *[f"- `{n}`: " + "; ".join(r[2:] for r in reasons[n]) for n in CANDIDATES],
-             "- rule: [../ADOPTION_LIVE.md](../ADOPTION_LIVE.md); figures: [live_settings.md](live_settings.md)", ""]
-    with open(RESULTS / "adoptions.md", "a") as f:
-        f.write("\n" + "\n".join(entry))
+    append_adoption("live top-up", reasons, adopted, "ADOPTION_LIVE.md", "live_settings.md")
     print("\n".join(lines))
 
 

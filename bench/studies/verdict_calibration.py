@@ -136,14 +136,18 @@ def main() -> None:
         {"commit": bench.commit, "default": default_settings, "candidates": CANDIDATES, "rows": rows,
          "unsplit_named": unsplit, "reasons": reasons, "adopted": adopted, "machine": machine()}, indent=2,
         default=str))
-    entry = [f"## verdicts: {', '.join(f'`{n}`' for n in CANDIDATES)} — "
+    append_adoption("verdicts", reasons, adopted, "ADOPTION_VERDICTS.md", "verdict_calibration.md")
+    print("\n".join(lines))
+
+
+def append_adoption(kind: str, reasons: dict[str, list[str]], adopted: str | None, rule: str, figures: str) -> None:
+    """A reading's verdict under its own rule (bench/``rule``), appended to bench/results/adoptions.md."""
+    entry = [f"## {kind}: {', '.join(f'`{n}`' for n in reasons)} — "
              f"{'adopt `' + adopted + '`' if adopted else 'keep the default'} ({date.today()}, `{source_version()}`)", "",
-             *[f"- `{name}`: " + "; ".join(r[2:] for r in reasons[name]) for name in CANDIDATES],
-             "- rule: [../ADOPTION_VERDICTS.md](../ADOPTION_VERDICTS.md); figures: "
-             "[verdict_calibration.md](verdict_calibration.md)", ""]
+             *[f"- `{name}`: " + "; ".join(r[2:] for r in why) for name, why in reasons.items()],
+             f"- rule: [../{rule}](../{rule}); figures: [{figures}]({figures})", ""]
     with open(RESULTS / "adoptions.md", "a") as f:
         f.write("\n" + "\n".join(entry))
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
