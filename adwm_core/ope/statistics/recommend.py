@@ -40,9 +40,10 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   B's pairs (``VERDICT_PAIRS``: all, or those the truth splits) of weight w (``VERDICT_WEIGHTS``:
   one each, or each cell's n pairs 1/n, rescaled to a mean of 1) sorted by |d| / u, the lowest
   score at which (Σw wrong + 1) / (Σw decided + 1) ≤ ``VERDICT_ERROR_RATE`` among the pairs at or
-  above it (a wrong verdict: the sign of d is not that of J_a − J_b), t halfway to the next lower score. "Cannot tell" comes with the live episodes per
-  point that would likely decide it: k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉ (σ_p the
-  spread of the returns at p, as ADWM's imagined rollouts of p give it: 80 % power at level α).
+  above it (a wrong verdict: the sign of d is not that of J_a − J_b), t halfway to the next lower
+  score. "Cannot tell" comes with the live episodes per point that would likely decide it:
+  k = ⌈(z_{1−α/2} + z_{0.8})² (σ_a² + σ_b²) / d²⌉ (σ_p the spread of the returns at p, as ADWM's
+  imagined rollouts of p give it: 80 % power at level α).
 - **live episodes** (``with_live``): K live returns per point sharpen the recommended estimate under
   the same calibration. Its calibrated error is read as a normal prior of sd τ = max(q u, q_S S) / z
   (z = z_{1−α/2}); the live mean ḡ as a reading of variance s² = σ̂² / K · (t_{ν, 1−α/2} / z)²,
@@ -54,10 +55,10 @@ with estimates Ĵ_e(p), that share s, range [lo, hi] and scale S:
   (the bench's errors are heavy-tailed and shared across a cell), which is then dropped and the
   point reads ḡ ± z s. With ``LIVE_PRIOR_TEST`` "cell", the priors are also tested together (the
   bench's errors are shared across a cell): where X = Σ_p (Ĵ_p − ḡ_p)² / (τ_p² + s_p²) over the P
-  played points exceeds the χ²_P quantile at the per-point test's level (2 Φ(−``PRIOR_CONTRADICTED``)),
-  the reading is the live returns alone (``live_only``). What the offline estimate was worth is said in live episodes: K (s² / σ² − 1),
-  σ the combination's sd. ``live_only`` reads the same returns with no offline estimate, the row a
-  user and the bench set beside the combination.
+  played points exceeds the χ²_P quantile at the per-point test's level, 2 Φ(−``PRIOR_CONTRADICTED``),
+  the reading is the live returns alone (``live_only``). What the offline estimate was worth is
+  said in live episodes: K (s² / σ² − 1), σ the combination's sd. ``live_only`` reads the same
+  returns with no offline estimate, the row a user and the bench set beside the combination.
   Verdicts alike, the prior of a difference of sd τ₂ = max(q₂ u(a, b), q₂_S S) / z, q₂ the
   conformal quantile of |(Ĵ_a − Ĵ_b) − (J_a − J_b)| / u(a, b) over B's pairs (q₂_S: of the same
   over S), and s_a² + s_b²: the combined difference d' of sd σ'. "a is better" where |d'| / σ' > t',
