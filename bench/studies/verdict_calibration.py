@@ -54,7 +54,7 @@ def graded(bench: BenchCalibration, changed: dict) -> dict[str, dict]:
     """Per counted cell: its environment, decided, precision and the verdict on its agents at ε = 0."""
     counted = {c.name: c for c in bench.cells if c.split_pairs >= MIN_SPLIT_PAIRS}
     with settings(changed):
-        readings = leave_one_cell_out(BenchCalibration(bench.cells, bench.commit))
+        readings = leave_one_cell_out(bench)
     found = {}
     for name, cell in counted.items():
         reading = readings[name]
