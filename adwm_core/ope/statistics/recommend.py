@@ -390,13 +390,12 @@ def sign_threshold(scores: Sequence[tuple[float, bool]], rate: float, weights: S
     return threshold
 
 
-def verdict_threshold(cells: Sequence[BenchCell], estimator: str, by_spread: bool) -> float:
-    """The logs' verdicts' t, calibrated on ``cells``' pairs as ``VERDICT_PAIRS`` and
-    ``VERDICT_WEIGHTS`` say (``sign_threshold`` at ``VERDICT_ERROR_RATE``)."""
+def verdict_threshold(pairs_by_cell: Sequence[Sequence[tuple[float, bool, float, bool]]]) -> float:
+    """The logs' verdicts' t from each bench cell's ``BenchCell.pair_scores``, calibrated as
+    ``VERDICT_PAIRS`` and ``VERDICT_WEIGHTS`` say (``sign_threshold`` at ``VERDICT_ERROR_RATE``)."""
     scores, weights = [], []
-    for cell in cells:
-        found = [(size, right) for size, right, _, split in cell.pair_scores(estimator, by_spread)
-                 if split or VERDICT_PAIRS == "all"]
+    for pairs in pairs_by_cell:
+        found = [(size, right) for size, right, _, split in pairs if split or VERDICT_PAIRS == "all"]
         scores += found
         weights += [1.0 / len(found) if VERDICT_WEIGHTS == "cells" else 1.0 for _ in found]
     return sign_threshold(scores, VERDICT_ERROR_RATE, weights or None)
@@ -551,8 +550,9 @@ def recommend(estimates: Mapping[str, Mapping[str, float]], *, return_range: tup
     trusted = {name: trust(name) for name in eligible}
     chosen = max(trusted, key=trusted.get)
     width = high - low
-    pairs = [score for c in similar for score in c.pair_scores(chosen, by_spread)]
-    t = verdict_threshold(similar, chosen, by_spread)
+    pairs_by_cell = [c.pair_scores(chosen, by_spread) for c in similar]
+    pairs = [score for found in pairs_by_cell for score in found]
+    t = verdict_threshold(pairs_by_cell)
     q2 = conformal_quantile([error for _, _, error, _ in pairs], alpha)
     # the pairs' prior (``with_live``) in units of S as well: models that agree can share one bias
     q2_scale = (conformal_quantile([e for c in similar for _, _, e, _ in c.pair_scores(chosen)], alpha)
