@@ -13,8 +13,9 @@ environment (``--venv``: install excluded; the clone's own code is read, its fol
 
 Each command's wall time, the loop's per-cell seconds (its bench.json) and whether its rows equal
 those committed in bench/results/bench.json, figure by figure → bench/results/clean_clone.{json,md}.
-Usage: ``python -m bench.costs.clean_clone [--venv .venv] [--keep] [--keep-home DIR] [CELL ...]``
-(nothing else should run meanwhile). Named cells: the two loops over those development cells only (where the store is
+Usage: ``python -m bench.costs.clean_clone [--venv .venv] [--keep] [--keep-home DIR] [--prepare-only] [CELL ...]``
+(nothing else should run meanwhile). ``--prepare-only``: only ``make prepare-test BATCH=third``, timed
+into bench/results/clean_clone_prepare.{json,md} (the loops' report is left as it is). Named cells: the two loops over those development cells only (where the store is
 complete for them alone), their rows compared, and no test batch prepared. ``--keep``: the files the
 loops wrote in the clone (bench.md/json, the manifest, the recommended estimate's calibration, the
 README's results block, …) are copied into this repository as the second loop left them (the reports
@@ -83,6 +84,8 @@ def main() -> None:
                         help="copy the files the loops wrote in the clone into this repository")
     parser.add_argument("--keep-home", type=Path, help="a path that does not exist yet: the loops' ADWM_HOME is "
                         "moved there afterwards (a candidate's loop then reuses its stages)")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="only time `make prepare-test BATCH=third` (clean_clone_prepare.{json,md})")
     parser.add_argument("cells", nargs="*", help="development cells to loop over (default: all; then no test batch)")
     args = parser.parse_args()
     if args.keep_home and args.keep_home.exists():
@@ -96,6 +99,8 @@ def main() -> None:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True,
                               check=True).stdout.strip()
         python = [str(Path(args.venv) / "bin" / "python"), "-m"]
+        if args.prepare_only:
+            return prepare_only(python, clone, root, head)
         seconds = {"loop": timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop.log")}
         measured = json.loads((clone / "bench" / "results" / "bench.json").read_text())  # the first loop's rows
         seconds["loop again"] = timed([*python, "bench.loop", *args.cells], clone, root / "home", root / "loop-again.log")
@@ -138,6 +143,27 @@ def main() -> None:
              "World models:", *[f"- {w}" for w in restored], "",
              f"Machine: `{json.dumps(machine())}`"]
     (RESULTS / "clean_clone.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def prepare_only(python: list[str], clone: Path, root: Path, head: str) -> None:
+    """``make prepare-test BATCH=third`` alone in ``clone`` on an empty root, timed, with the world
+    models it trained again (each checked against the store's digests) →
+    bench/results/clean_clone_prepare.{json,md}."""
+    lacking = missing(bench_cells(["third"]))
+    if lacking:
+        raise SystemExit(f"the store lacks {sum(map(len, lacking.values()))} upstream stage(s) of the third batch "
+                         f"({', '.join(lacking)}): prepare-test would compute them, not time a restore")
+    seconds = timed([*python, "bench.ledger", "prepare", "third"], clone, root / "home-third", root / "prepare.log")
+    trained = [line for line in (root / "prepare.log").read_text().splitlines() if "trained again" in line]
+    report = {"commit": head, "machine": machine(), "seconds": {"prepare-test third": seconds}, "world_models": trained}
+    (RESULTS / "clean_clone_prepare.json").write_text(json.dumps(report, indent=2))
+    lines = [f"# `make prepare-test BATCH=third` from a clean clone of `{head}`", "",
+             "An empty `ADWM_HOME`; the third batch's upstream restored from bench/store, the world models it "
+             "keeps only as digests trained again and checked against them; nothing else ran.", "",
+             f"Wall: **{seconds / 60:.1f} min** (target ≤ 10 min).", "", "World models trained again:",
+             *[f"- {line}" for line in trained], "", f"Machine: `{json.dumps(machine())}`"]
+    (RESULTS / "clean_clone_prepare.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
