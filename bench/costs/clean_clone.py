@@ -90,6 +90,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_home and args.keep_home.exists():
         parser.error(f"--keep-home {args.keep_home} exists; name a new path (the loops' artifact root is moved there)")
+    if args.prepare_only and (lacking := missing(bench_cells(["third"]))):  # refused before the clone
+        parser.error(f"the store lacks {sum(map(len, lacking.values()))} upstream stage(s) of the third batch "
+                     f"({', '.join(lacking)}): prepare-test would compute them, not time a restore")
     cells = args.cells or development_cells()
     committed = json.loads((RESULTS / "bench.json").read_text())
     with tempfile.TemporaryDirectory(prefix="adwm-clean-clone-") as scratch:
@@ -150,10 +153,6 @@ def prepare_only(python: list[str], clone: Path, root: Path, head: str) -> None:
     """``make prepare-test BATCH=third`` alone in ``clone`` on an empty root, timed, with the world
     models it trained again (each checked against the store's digests) →
     bench/results/clean_clone_prepare.{json,md}."""
-    lacking = missing(bench_cells(["third"]))
-    if lacking:
-        raise SystemExit(f"the store lacks {sum(map(len, lacking.values()))} upstream stage(s) of the third batch "
-                         f"({', '.join(lacking)}): prepare-test would compute them, not time a restore")
     seconds = timed([*python, "bench.ledger", "prepare", "third"], clone, root / "home-third", root / "prepare.log")
     trained = [line for line in (root / "prepare.log").read_text().splitlines() if "trained again" in line]
     report = {"commit": head, "machine": machine(), "seconds": {"prepare-test third": seconds}, "world_models": trained}
