@@ -63,6 +63,42 @@ def test_the_store_serves_the_longest_stored_prefix_within_its_budget():
         PrefixStore(-1)
 
 
+def test_the_store_chooses_as_a_walk_over_its_entries_from_the_least_recently_used():
+    """Which stored sequence serves decides whose float rounding a row reuses, so the matrix
+    search must pick exactly what the first longest match of a walk from the oldest entry picks,
+    and keep and evict the same entries (a walk over a list is the reference here)."""
+    rng = np.random.default_rng(0)
+    store, walked = PrefixStore(max_bytes=8 * 60), []  # walked: [ids, entry] from least to most recently used
+
+    def walk_match(ids, limit):
+        best, length = None, 0
+        for kept in walked:
+            n = next((k for k, (a, b) in enumerate(zip(kept[0], ids)) if a != b), min(len(kept[0]), len(ids)))
+            if n > length:
+                best, length = kept, n
+        if best is not None:
+            walked.remove(best)
+            walked.append(best)
+        return (best[1], min(length, limit)) if min(length, limit) > 0 else (None, 0)
+
+    for step in range(600):
+        ids = [int(t) for t in rng.integers(0, 3, rng.integers(0, 9))]  # 3 token ids: many shared prefixes, many ties
+        if rng.random() < 0.5:
+            limit = int(rng.integers(0, 10))
+            found, expected = store.match(np.array(ids, dtype=np.int64), limit), walk_match(ids, limit)
+            assert found[1] == expected[1] and found[0] is expected[0], step
+        else:
+            entry = sequence(ids)
+            store.add(entry)
+            if entry.nbytes <= store.max_bytes:
+                walked[:] = [kept for kept in walked if kept[0] != ids[:len(kept[0])]]
+                while sum(8 * len(kept[0]) for kept in walked) + entry.nbytes > store.max_bytes:
+                    walked.pop(0)
+                walked.append([ids, entry])
+        assert list(store._entries.values()) == [kept[1] for kept in walked]
+        assert store.bytes == sum(8 * len(kept[0]) for kept in walked)
+
+
 def test_interleaved_batches_put_an_episodes_consecutive_steps_in_consecutive_batches():
     batches = interleaved_batches(10, 4)
     assert sorted(i for batch in batches for i in batch) == list(range(10))

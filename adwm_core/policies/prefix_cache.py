@@ -42,23 +42,24 @@ class CachedSequence:
         return sum(k.element_size() * k.nelement() + v.element_size() * v.nelement() for k, v in self.layers)
 
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token-id arrays."""
-    n = min(len(a), len(b))
-    differs = np.flatnonzero(a[:n] != b[:n])
-    return int(differs[0]) if len(differs) else n
-
-
 class PrefixStore:
     """Key/value states of recently read sequences within ``max_bytes`` (0: keep nothing), with
-    counts of the prompt tokens its model was asked to read and of those it had to read."""
+    counts of the prompt tokens its model was asked to read and of those it had to read.
+
+    The stored token ids also lie as rows of one matrix, padded with −1 (no token's id), so that
+    a sequence's common prefix with every stored one is one comparison of arrays; each row's last
+    use is stamped, so that of equally long prefixes the least recently used serves, as a walk
+    over the entries from the oldest would choose."""
 
     def __init__(self, max_bytes: int = DEFAULT_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"a prefix store's budget is a number of bytes >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, CachedSequence] = OrderedDict()
-        self._next_key = 0
+        self._entries: OrderedDict[int, CachedSequence] = OrderedDict()  # by row, least recently used first
+        self._ids = np.full((0, 0), -1, dtype=np.int64)
+        self._lengths = np.zeros(0, dtype=np.int64)  # per row: its sequence's length, -1 where the row is free
+        self._last_used = np.zeros(0, dtype=np.int64)
+        self._clock = 0
         self.bytes = 0
         self.tokens_asked = 0
         self.tokens_read = 0
@@ -66,29 +67,61 @@ class PrefixStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _common_prefixes(self, ids: np.ndarray) -> np.ndarray:
+        """Per row, the length of its sequence's longest common prefix with ``ids`` (0 for a free row)."""
+        width = min(len(ids), self._ids.shape[1])
+        if width == 0:
+            return np.zeros(len(self._ids), dtype=np.int64)
+        differs = self._ids[:, :width] != np.asarray(ids)[:width]
+        return np.where(differs.any(1), differs.argmax(1), width)
+
+    def _use(self, row: int) -> None:
+        self._last_used[row], self._clock = self._clock, self._clock + 1
+
+    def _drop(self, row: int) -> None:
+        self.bytes -= self._entries.pop(row).nbytes
+        self._ids[row], self._lengths[row] = -1, -1
+
+    def _free_row(self, length: int) -> int:
+        """A free row of the matrix at least ``length`` wide, the matrix grown where it has none."""
+        rows, width = self._ids.shape
+        if length > width:
+            self._ids = np.pad(self._ids, ((0, 0), (0, max(length, 2 * width) - width)), constant_values=-1)
+        free = np.flatnonzero(self._lengths < 0)
+        if len(free):
+            return int(free[0])
+        grown = max(2 * rows, 16)
+        self._ids = np.pad(self._ids, ((0, grown - rows), (0, 0)), constant_values=-1)
+        self._lengths = np.pad(self._lengths, (0, grown - rows), constant_values=-1)
+        self._last_used = np.pad(self._last_used, (0, grown - rows))
+        return rows
+
     def match(self, ids: np.ndarray, limit: int) -> tuple[CachedSequence | None, int]:
         """The stored sequence sharing the longest prefix with ``ids``, and that length capped at ``limit``."""
-        best, length = None, 0
-        for key, entry in self._entries.items():
-            n = common_prefix(entry.ids, ids)
-            if n > length:
-                best, length, best_key = entry, n, key
-        if best is not None:
-            self._entries.move_to_end(best_key)
+        lengths = self._common_prefixes(ids)
+        length = int(lengths.max(initial=0))
+        if length == 0:
+            return None, 0
+        longest = np.flatnonzero(lengths == length)
+        row = int(longest[np.argmin(self._last_used[longest])])
+        self._entries.move_to_end(row)
+        self._use(row)
         length = min(length, limit)
-        return (best, length) if length > 0 else (None, 0)
+        return (self._entries[row], length) if length > 0 else (None, 0)
 
     def add(self, entry: CachedSequence) -> None:
         """Keep ``entry``, dropping stored sequences it extends and then the least recently used."""
         size = entry.nbytes
         if size > self.max_bytes:
             return
-        for key in [k for k, old in self._entries.items() if common_prefix(old.ids, entry.ids) == len(old.ids)]:
-            self.bytes -= self._entries.pop(key).nbytes
+        for row in np.flatnonzero(self._common_prefixes(entry.ids) == self._lengths):
+            self._drop(int(row))
         while self.bytes + size > self.max_bytes:
-            self.bytes -= self._entries.popitem(last=False)[1].nbytes
-        self._entries[self._next_key] = entry
-        self._next_key += 1
+            self._drop(next(iter(self._entries)))
+        row = self._free_row(len(entry.ids))
+        self._ids[row, :len(entry.ids)], self._lengths[row] = entry.ids, len(entry.ids)
+        self._entries[row] = entry
+        self._use(row)
         self.bytes += size
 
 
