@@ -218,6 +218,20 @@ def test_rho_gets_an_exact_permutation_p_value_and_a_bootstrap_interval_marked_d
     assert spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4) == spearman_with_interval([1, 3, 2], [1, 2, 3], seed=4)
 
 
+@pytest.mark.parametrize("estimates, truth", [([3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2, 8, 1]),  # ties on both sides
+                                              ([0.5, 0.1, 0.9, 0.3, 0.7, 0.2], [1, 2, 3, 4, 5, 6])])
+def test_the_exact_null_of_rho_is_scipys_value_for_value(estimates, truth):
+    """The p-value's exact null (every pairing, laid out as arrays) holds the very floats that
+    scipy.stats.permutation_test enumerates, so the p-values of the bench read as before."""
+    from adwm_core.ope.statistics.metrics import _null_distribution, _rank_pearson
+
+    rx, ry = np.sort(stats.rankdata(estimates)), stats.rankdata(truth)
+    ours = _null_distribution(tuple(rx), tuple(ry), np.inf)
+    scipys = stats.permutation_test((rx,), lambda x, axis: _rank_pearson(x, ry), permutation_type="pairings",
+                                    n_resamples=np.inf, vectorized=True).null_distribution
+    assert len(ours) == math.factorial(len(rx)) and np.array_equal(np.sort(ours), np.sort(scipys))
+
+
 @pytest.mark.parametrize("stabilised", [{}, {"target_every": 1},
                                         {"layer_norm": True, "weight_decay": 1e-3, "clip_targets": True}])
 def test_fqe_with_one_hot_features_converges_to_the_exact_q_of_an_eps_mixed_policy(stabilised):

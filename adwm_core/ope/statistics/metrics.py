@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,14 +81,30 @@ def _rank_pearson(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
         return np.where(norm > 0, (dx * dy).sum(-1) / norm, np.nan)
 
 
+@lru_cache(maxsize=2)
+def _orderings(n: int) -> np.ndarray:
+    """Every ordering of ``range(n)``, (n!, n): each ordering of ``range(k)`` with k put at every place."""
+    orders = np.zeros((1, 0), dtype=np.int8)
+    for k in range(n):
+        grown = np.empty((len(orders) * (k + 1), k + 1), dtype=np.int8)
+        for place, block in enumerate(np.split(grown, k + 1)):
+            block[:, :place], block[:, place], block[:, place + 1:] = orders[:, :place], k, orders[:, place:]
+        orders = grown
+    return orders
+
+
 @lru_cache(maxsize=256)
 def _null_distribution(rx: tuple[float, ...], ry: tuple[float, ...], n_resamples: float) -> np.ndarray:
     """ρ over every pairing of the rank multisets ``rx`` and ``ry`` (exact where n! ≤ ``n_resamples``).
     The null distribution does not depend on the observed pairing, so it is computed once per
-    (tie pattern, truth ranks) and shared by every estimator of a cell."""
-    result = stats.permutation_test((np.asarray(rx),), lambda x, axis: _rank_pearson(x, np.asarray(ry)),
-                                    permutation_type="pairings", n_resamples=n_resamples, vectorized=True,
-                                    batch=100_000, random_state=0)
+    (tie pattern, truth ranks) and shared by every estimator of a cell. The exact one is
+    ``scipy.stats.permutation_test``'s (pairings) value for value, in another order: the same
+    statistic over the same n! orderings, laid out as arrays rather than enumerated as tuples."""
+    x, y = np.asarray(rx), np.asarray(ry)
+    if np.isinf(n_resamples) or n_resamples >= math.factorial(len(x)):
+        return np.concatenate([_rank_pearson(x[rows], y) for rows in np.array_split(_orderings(len(x)), 16)])
+    result = stats.permutation_test((x,), lambda values, axis: _rank_pearson(values, y), permutation_type="pairings",
+                                    n_resamples=n_resamples, vectorized=True, batch=100_000, random_state=0)
     return result.null_distribution
 
 
