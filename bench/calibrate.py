@@ -17,6 +17,7 @@ Test cells never enter it: their figures come through the ledger alone.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -25,15 +26,22 @@ from dataclasses import asdict
 import numpy as np
 
 from adwm_core.data import TRAJECTORIES, read_table
+from adwm_core.fingerprints import code_fingerprint
+from adwm_core.paths import artifact_path
 from adwm_core.ope.statistics.calibration import live_by_point
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman, verdict_scores
 from adwm_core.ope.statistics.recommend import (MIN_SPLIT_PAIRS, SHIPPED, BenchCalibration, BenchCell,
                                                 Recommendation, live_only, point_key, recommend, with_live)
 from adwm_core.report import HEADLINE, RECOMMENDED, on_the_return_scale
 from adwm_core.stages.report import logged_rewards, return_range_and_scale
-from bench.common import RESULTS, artifact, cell_config, development_cells, machine
+from bench.common import REPO, RESULTS, artifact, cell_config, development_cells, machine
 from bench.figures import report_results, truth_points
 from bench.studies.verdicts import LIVE_DRAWS, LIVE_EPISODES, LIVE_ONLY, RECOMMENDED_LIVE, live_results
+
+# the statistics the bench's grades of a cell call (with what of adwm_core they import: code_fingerprint)
+GRADING_MODULES = ("adwm_core.report", "adwm_core.stages.report", "adwm_core.ope.statistics.recommend",
+                   "adwm_core.ope.statistics.calibration", "adwm_core.ope.statistics.bounds",
+                   "adwm_core.ope.statistics.verdicts", "adwm_core.ope.statistics.metrics")
 
 
 def bench_cell(name: str, curves: dict, logged: bool = True, coverage: dict[str, float] | None = None,
@@ -77,7 +85,12 @@ def cell_results(report, cell: str) -> dict[str, dict] | None:
     """:func:`report_results` of a finished report, with ADWM topped up by live episodes
     (``ADWM+live8``: bench/studies/verdicts.py) and the recommended estimate with them folded in
     (``recommended+live8``: bench/calibrate.py) where the cell's ground truth holds them, each with
-    the same live episodes alone beside it."""
+    the same live episodes alone beside it. Kept beside the artifacts under the report's key and
+    the grading code's fingerprint, so that a second loop reads them rather than drawing again."""
+    kept = _graded_path(report)
+    if kept is not None and os.path.exists(kept):
+        with open(kept) as f:
+            return json.load(f)
     results = report_results(report, cell)
     live = live_results(cell) if results is not None else None
     if live is not None:
@@ -86,7 +99,24 @@ def cell_results(report, cell: str) -> dict[str, dict] | None:
             recommended = recommended_live_results(report, cell, alone)
             if recommended is not None:
                 results[name] = recommended
+    if kept is not None and results is not None:
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        with open(f"{kept}.partial-{os.getpid()}", "w") as f:
+            json.dump(results, f)
+        os.replace(f"{kept}.partial-{os.getpid()}", kept)
     return results
+
+
+def _graded_path(report) -> str | None:
+    """Where :func:`cell_results` keeps a report's grades: by the report's key (its inputs: the
+    estimates, the ground truth, the shipped calibration) and the code that grades them (bench's
+    modules and the statistics they call); None where the root is not a local folder."""
+    code = hashlib.sha256(code_fingerprint(*GRADING_MODULES).encode())
+    for source in sorted((REPO / "bench").rglob("*.py")):
+        code.update(source.read_bytes())
+    cell = os.path.basename(os.path.dirname(os.path.dirname(report.path)))  # …/cells/<cell>/report/<key[:16]>
+    path = artifact_path("bench", "cell-results", cell, f"{report.key[:16]}-{code.hexdigest()[:16]}.json")
+    return None if "://" in path else path
 
 
 def recommended_live_results(report, cell: str, alone: bool = False) -> dict | None:

@@ -372,3 +372,24 @@ def test_the_live_rule_adopts_only_a_top_up_no_worse_than_the_episodes_alone():
     adopted, reasons = decide_live(default, candidates)
     assert adopted == "narrow", reasons
     assert reasons["under"][0].startswith("✗") and reasons["timid"][2].startswith("✗")
+
+
+def test_a_reports_grades_are_kept_under_its_key_and_read_back_by_a_second_loop(tmp_path, monkeypatch):
+    """A second `make loop` reads each finished cell's grades (the live top-ups draw for seconds a
+    cell) from where the first kept them, named by the report's key and the grading code; a
+    report at another key is graded anew."""
+    from adwm_core.pipeline import Artifact
+    from bench import calibrate
+
+    monkeypatch.setenv("ADWM_HOME", str(tmp_path))
+    report = Artifact(str(tmp_path / "cells" / "test-b3-a" / "report" / "0123456789abcdef"), "0123456789abcdef" * 4)
+    kept = calibrate._graded_path(report)
+    assert kept.startswith(str(tmp_path / "bench" / "cell-results" / "test-b3-a"))
+    (tmp_path / "bench" / "cell-results" / "test-b3-a").mkdir(parents=True)
+    with open(kept, "w") as f:
+        f.write('{"ADWM": {"rho": 0.5}}')
+    assert calibrate.cell_results(report, "test-b3-a") == {"ADWM": {"rho": 0.5}}  # the report's own files do not exist
+    other = Artifact(report.path.replace("0123456789abcdef", "fedcba9876543210"), "fedcba9876543210" * 4)
+    assert calibrate._graded_path(other) != kept
+    with pytest.raises(KeyError, match="has no output"):  # graded anew: it reads the (missing) report
+        calibrate.cell_results(other, "test-b3-a")
