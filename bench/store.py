@@ -162,6 +162,14 @@ def build_arguments(kept: list[Path]) -> list[str]:
     return [str(Path(REFERENCE).relative_to(REPO)) if cell == reference else cell for cell in cells]
 
 
+def rebuild_message(kept: list[Path], store: Path = STORE) -> str:
+    """What to run where the ``kept`` files are :func:`stale`: the build of their cells, the prune, the commit."""
+    return ("kept upstream stages no key of today's code names (re-keyed?): rebuild them with "
+            f"`python -m bench.store build {' '.join(build_arguments(kept))}`, then "
+            "`python -m bench.store prune`, and commit bench/store:\n"
+            + "\n".join(f"  {path.relative_to(store)}" for path in kept))
+
+
 def prune(store: Path = STORE) -> list[Path]:
     """Remove every :func:`stale` kept stage; the files removed."""
     dropped = stale(store)

@@ -72,9 +72,7 @@ def test_every_kept_stage_is_named_by_todays_keys():
     cannot land with a silently stale store. (What the bench still lacks: `python -m bench.store
     missing`.)"""
     found = store.stale()
-    assert not found, ("kept upstream stages no key of today's code names (re-keyed?): rebuild them with "
-                       f"`python -m bench.store build {' '.join(store.build_arguments(found))}`, then "
-                       "`python -m bench.store prune`, and commit bench/store:\n" + "\n".join(f"  {p.relative_to(store.STORE)}" for p in found))
+    assert not found, store.rebuild_message(found)
 
 
 def test_a_re_keyed_stage_is_named_with_the_command_that_rebuilds_it(monkeypatch):
