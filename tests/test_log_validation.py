@@ -45,8 +45,10 @@ def test_each_behaviour_group_is_held_out_as_pi_e_at_epsilon_0_and_no_ground_tru
     (tmp_path / "folds.yaml").write_text(yaml.safe_dump(config))
     path = str(tmp_path / "folds.yaml")
     cell = cell_config(path)
-    result = study([path], BenchCalibration.shipped())
+    saved = []
+    result = study([path], BenchCalibration.shipped(), save=saved.append)
     scored = result["cells"][path]
+    assert saved == [result]  # written after each cell, so a run of hours can be read before it ends
 
     log = read_table(pipeline.run_all(cell, ("behaviour",)).file("trajectories"), TRAJECTORIES)
     truths = group_values(log)

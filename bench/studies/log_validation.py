@@ -29,7 +29,7 @@ import argparse
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import combinations
 
 import numpy as np
@@ -171,10 +171,11 @@ def graded(cell: BenchCell, chosen: str | None) -> dict[str, float] | None:
             "coverage": cell.coverage.get(chosen, math.nan)}
 
 
-def study(cells: Sequence[str], bench: BenchCalibration) -> dict:
+def study(cells: Sequence[str], bench: BenchCalibration, save: Callable[[dict], None] | None = None) -> dict:
     """Each cell's fold scores and choice (the bench's mean ρ for ties left the cell out), and the
-    choice graded against the headline under bench/ADOPTION.md."""
-    found, figures, by_order = {}, {}, {}
+    choice graded against the headline under bench/ADOPTION.md; ``save`` gets the result so far
+    after each cell (a run of hours can be read before it ends)."""
+    found, figures, by_order, result = {}, {}, {}, {}
     by_name = {c.name: c for c in bench.cells}
     for name in cells:
         scored = fold_scores(cell_config(name))
@@ -187,10 +188,13 @@ def study(cells: Sequence[str], bench: BenchCalibration) -> dict:
             figures[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, chosen))
             by_order[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, ordered))
         print(f"{name}: chose {chosen} by the level, {ordered} by the order", flush=True)
-    return {"machine": machine(), "bench_commit": bench.commit, "cells": found,
-            "graded": {n: {"default": f.default, "candidate": f.candidate, "by_order": by_order[n].candidate}
-                       for n, f in figures.items()},
-            "verdict": _verdict(figures), "verdict_by_order": _verdict(by_order)}
+        result = {"machine": machine(), "bench_commit": bench.commit, "cells": found,
+                  "graded": {n: {"default": f.default, "candidate": f.candidate, "by_order": by_order[n].candidate}
+                             for n, f in figures.items()},
+                  "verdict": _verdict(figures), "verdict_by_order": _verdict(by_order)}
+        if save is not None:
+            save(result)
+    return result
 
 
 def _verdict(figures: Mapping[str, CellFigures]) -> dict:
@@ -227,10 +231,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="*", help="cells to validate (default: every development cell)")
     args = parser.parse_args(argv)
-    result = study(args.cells or development_cells(), BenchCalibration.shipped())
+    print(markdown(study(args.cells or development_cells(), BenchCalibration.shipped(), save=_write)))
+
+
+def _write(result: dict) -> None:
     (RESULTS / "log_validation.json").write_text(json.dumps(result, indent=1, default=float))
     (RESULTS / "log_validation.md").write_text(markdown(result))
-    print(markdown(result))
 
 
 if __name__ == "__main__":
