@@ -58,24 +58,15 @@ def main() -> None:
         return two_agents(args)
     settings = SETTINGS + args.extra
     with tempfile.TemporaryDirectory(prefix="adwm-evaluate-bench-") as home:
-        environment = {**os.environ, "ADWM_HOME": home, "PREFECT_HOME": f"{home}/prefect"}
-        environment.pop("MLFLOW_TRACKING_URI", None)
         started = time.perf_counter()
         with serve_vllm(smollm2_dir(), served_name=AGENT) as base_url:
             served = time.perf_counter() - started
-            command = [sys.executable, "-m", "flows.cli", "evaluate", "--logs", LOGS, "--env", "textworld-express",
-                       "--task", "simonsays", "--agent-base-url", base_url, "--agent-model", AGENT,
-                       "--agent-tokenizer", smollm2_dir(), *(a for s in settings for a in ("--set", s))]
-            began = time.perf_counter()
-            run = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
-            wall = time.perf_counter() - began
-            if run.returncode:
-                sys.exit(f"adwm evaluate failed ({run.returncode}):\n{run.stderr[-4000:]}")
-            estimates = read_table(str(report_folder(run.stdout) / ESTIMATES_FILE), ESTIMATES)
+            printed_all, wall, estimates = evaluate(["--agent-base-url", base_url, "--agent-model", AGENT,
+                                                     "--agent-tokenizer", smollm2_dir()], settings, home)
             agent = PolicySpec(AGENT, AGENT, "openai", options={"base_url": base_url, "tokenizer": smollm2_dir()})
             grades = (grade(estimates, [agent], args.ground_truth, Path(home) / "ground-truth")[AGENT]
                       if args.ground_truth else None)
-    printed = run.stdout[run.stdout.index("Ĵ [95 %"):].split("\nreport ")[0].strip().splitlines()
+    printed = printed_all[printed_all.index("Ĵ [95 %"):].split("\nreport ")[0].strip().splitlines()
     result = {"machine": machine(), "logs": LOGS, "agent": f"SmolLM2-135M-Instruct via vLLM OpenAI server ({AGENT})",
               "settings": settings, "server_start_s": round(served, 1), "evaluate_wall_s": round(wall, 1),
               "printed": printed, "graded": grades}
@@ -94,6 +85,21 @@ def main() -> None:
                   *grade_table(grades)]
     (RESULTS / "evaluate_logs.md").write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def evaluate(agent_arguments: list[str], settings: list[str], home: str):
+    """`adwm evaluate` on the example logs with ``agent_arguments`` and ``settings`` (``--set``), artifacts
+    under ``home``: what it printed, its wall seconds and the report's estimates."""
+    environment = {**os.environ, "ADWM_HOME": home, "PREFECT_HOME": f"{home}/prefect"}
+    environment.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "flows.cli", "evaluate", "--logs", LOGS, "--env", "textworld-express",
+               "--task", "simonsays", *agent_arguments, *(a for s in settings for a in ("--set", s))]
+    began = time.perf_counter()
+    run = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    if run.returncode:
+        sys.exit(f"adwm evaluate failed ({run.returncode}):\n{run.stderr[-4000:]}")
+    return run.stdout, wall, read_table(str(report_folder(run.stdout) / ESTIMATES_FILE), ESTIMATES)
 
 
 def report_folder(printed: str) -> Path:
@@ -142,20 +148,11 @@ def two_agents(args: argparse.Namespace) -> None:
             family = pipeline.locate(cell_config("local-simonsays"), "policies").path
         tiny = os.path.join(family, "family", "iter2")
         agents = [PolicySpec(os.path.basename(path), path, "transformers") for path in (smollm2_dir(), tiny)]
-        environment = {**os.environ, "ADWM_HOME": home, "PREFECT_HOME": f"{home}/prefect"}
-        environment.pop("MLFLOW_TRACKING_URI", None)
-        command = [sys.executable, "-m", "flows.cli", "evaluate", "--logs", LOGS, "--env", "textworld-express",
-                   "--task", "simonsays", "--agent-backend", "transformers",
-                   *(a for agent in agents for a in ("--agent-model", agent.model)),
-                   *(["--live", str(args.live)] if args.live else []), *(a for s in settings for a in ("--set", s))]
-        began = time.perf_counter()
-        run = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
-        wall = time.perf_counter() - began
-        if run.returncode:
-            sys.exit(f"adwm evaluate failed ({run.returncode}):\n{run.stderr[-4000:]}")
-        estimates = read_table(str(report_folder(run.stdout) / ESTIMATES_FILE), ESTIMATES)
+        printed_all, wall, estimates = evaluate(
+            ["--agent-backend", "transformers", *(a for agent in agents for a in ("--agent-model", agent.model)),
+             *(["--live", str(args.live)] if args.live else [])], settings, home)
         grades = grade(estimates, agents, args.ground_truth, Path(home) / "ground-truth") if args.ground_truth else {}
-    printed = [line for line in run.stdout.split("\nreport ")[0].strip().splitlines() if "it/s]" not in line]
+    printed = [line for line in printed_all.split("\nreport ")[0].strip().splitlines() if "it/s]" not in line]
     result = {"machine": machine(), "logs": LOGS, "agents": [a.label for a in agents], "settings": settings,
               "live": args.live, "ground_truth_episodes": args.ground_truth, "evaluate_wall_s": round(wall, 1),
               "printed": printed, "graded": grades}
