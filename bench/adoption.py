@@ -89,12 +89,12 @@ def decide(cells: Mapping[str, CellFigures]) -> Verdict:
         reasons.append(f"better by ranking: mean Δρ {rho:+.3f}, interval above 0 ({rho_low:+.3f})")
     elif nmae < 0 and nmae_high < 0 and rho >= RHO_FLOOR_MEAN and rho_low >= RHO_FLOOR_LOW:
         route, wrong_way = "level", [g for g, d in groups.items() if d["nmae"] > 0]
-        reasons.append(f"better by level: mean ΔNMAE {nmae:+.3f}, interval below 0 ({nmae_high:+.3f}), "
+        reasons.append(f"better by level: mean ΔNMAE {_signed(nmae)}, interval below 0 ({_signed(nmae_high)}), "
                        f"ranking kept (mean Δρ {rho:+.3f}, low end {rho_low:+.3f})")
     else:
         route, wrong_way = None, []
-        reasons.append(f"not better: mean Δρ {rho:+.3f} (low end {rho_low:+.3f}), mean ΔNMAE {nmae:+.3f} "
-                       f"(high end {nmae_high:+.3f})")
+        reasons.append(f"not better: mean Δρ {rho:+.3f} (low end {rho_low:+.3f}), mean ΔNMAE {_signed(nmae)} "
+                       f"(high end {_signed(nmae_high)})")
     broad = route is not None and len(wrong_way) <= 1
     if route is not None:
         reasons.append(f"{'broad' if broad else 'not broad'}: the {route} figure goes the wrong way in "
@@ -103,3 +103,8 @@ def decide(cells: Mapping[str, CellFigures]) -> Verdict:
     reasons.append(f"coverage {'kept' if harmless else 'harmed'}: mean Δcoverage {coverage:+.3f} "
                    f"(floor {COVERAGE_FLOOR:+.2f})")
     return Verdict(route is not None and broad and harmless, reasons, counted, means, groups)
+
+
+def _signed(value: float) -> str:
+    """A signed figure to three decimals, or in powers of ten where it ran away (an IS level of 1e78)."""
+    return f"{value:+.3f}" if abs(value) < 1e4 else f"{value:+.2e}"

@@ -58,6 +58,13 @@ def test_a_level_gain_at_no_cost_in_ranking_is_adopted_and_one_at_a_cost_is_not(
     assert not costly.adopt and costly.reasons[0].startswith("not better")
 
 
+def test_a_level_that_ran_away_is_rejected_and_printed_in_powers_of_ten():
+    # importance sampling on a long horizon can put an estimate 1e78 away; the reason stays one short line
+    verdict = decide(bench([-0.3] * 12, deltas_nmae=[1e78] + [0.1] * 11))
+    assert not verdict.adopt
+    assert "mean ΔNMAE +8.33e+76" in verdict.reasons[0] and len(verdict.reasons[0]) < 120
+
+
 def test_a_gain_that_costs_coverage_is_not_adopted():
     verdict = decide(bench([0.1, 0.2, 0.1, 0.15] * 3, deltas_coverage=[-0.1] * 12))
     assert not verdict.adopt and any(r.startswith("coverage harmed") for r in verdict.reasons)
