@@ -122,15 +122,31 @@ def _graded_path(report) -> str | None:
 def recommended_live_results(report, cell: str, alone: bool = False) -> dict | None:
     """The report's recommended reading (calibrated without this cell) with 8 of each point's
     ground-truth episodes folded in (``alone``: those episodes with no offline estimate): ρ, NMAE,
-    coverage, decided, precision, mean of the draws."""
+    coverage, half-width, decided, precision, mean of the draws."""
+    found = _printed_reading(report, cell)
+    return None if found is None else live_grades(found[0], found[1], found[2], alone=alone)
+
+
+def recommended_grades(report, cell: str) -> dict | None:
+    """The report's recommended reading as the product printed it, graded on the cell's truth
+    (:func:`grades`, its half-width over the return range among them), and its verdict on the cell's
+    two agents at ε = 0 beside the truth (a test batch's table: bench/ledger.py)."""
+    found = _printed_reading(report, cell)
+    if found is None or not found[0].values:
+        return None
+    return {**grades(found[0], found[1]), "agents": agents_verdict(found[0], found[1])}
+
+
+def _printed_reading(report, cell: str) -> tuple[Recommendation, BenchCell, dict[str, list[float]]] | None:
+    """The report's recommended reading, the cell's record and its ground truth's episode returns by
+    point (None: no recommended reading, or the ground truth or the scale is missing)."""
     with open(report.file("curves")) as f:
         curves = json.load(f)
     record, found = curves.get("recommended"), live_returns(cell)
     if not record or found is None:
         return None
     record_cell = bench_cell(cell, curves, stderr=found[0])
-    return None if record_cell is None else live_grades(Recommendation.from_record(record), record_cell, found[1],
-                                                        alone=alone)
+    return None if record_cell is None else (Recommendation.from_record(record), record_cell, found[1])
 
 
 def from_reports(cells: list[str]) -> tuple[tuple[BenchCell, ...], dict[str, dict[str, list[float]]]]:

@@ -5,8 +5,9 @@ to bench/results/ledger.jsonl, and from nothing else (bench/bench.yaml, bench/AD
 in this process (finished stages reused: their upstream first, then the estimator stages under
 today's default), then one line is appended: the date, the commit, the headline estimator, every
 cell's stage keys, the default read (a digest of the cells' report keys: they fold in every
-setting and the code of every stage), and the figures — per cell its truth-split pairs and per
-estimator ρ, NMAE, coverage, decided and precision. A batch already read is refused unless
+setting and the code of every stage), and the figures — per cell its truth-split pairs, per
+estimator ρ, NMAE, coverage, decided and precision, and the recommended estimate as the product
+printed it, with its half-width and its verdict on the cell's two agents at ε = 0. A batch already read is refused unless
 ``--again``: a second reading under another default makes the batch **seen**, and every table
 says so (:func:`standing`). `python -m bench.ledger prepare BATCH`: only the stages no figure
 comes from (policies, behaviour, log-probs, world model, ψ, ground truth) of the admitted cells, so
@@ -30,7 +31,8 @@ from adwm_core import pipeline
 from adwm_core.provenance import source_version
 from bench import store
 from bench.adoption import HEADLINE, MIN_SPLIT_PAIRS
-from bench.calibrate import cell_results
+from bench.calibrate import cell_results, recommended_grades
+from bench.studies.verdicts import LIVE_EPISODES, LIVE_ONLY, RECOMMENDED_LIVE
 from bench.common import RESULTS, batch_cells, cell_config, test_batches
 from bench.figures import mean_with_interval, truth_split_pairs
 
@@ -107,7 +109,8 @@ def read_batch(batch: str, again: bool = False, ledger: Path = LEDGER) -> dict:
         report = pipeline.run_all(config)
         stage_keys[cell] = {f"{step.name}" + (f"@{step.policy.name}" if step.policy else ""):
                             pipeline.locate(config, step.name, step.policy).key for step in pipeline.plan(config)}
-        figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": cell_results(report, cell)}
+        figures[cell] = {"split_pairs": truth_split_pairs(config), "estimators": cell_results(report, cell),
+                         "recommended": recommended_grades(report, cell) if report is not None else None}
     entry = {"batch": batch, "date": time.strftime("%Y-%m-%d %H:%M"), "commit": source_version(),
              "headline": declared["headline"], "rule_headline": HEADLINE, "apart": declared["apart"], "cells": admitted, "default": default_digest(stage_keys),
              "stage_keys": stage_keys, "figures": figures}
@@ -151,6 +154,46 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
     return lines + [""]
 
 
+def recommended_table(batch: str, ledger: Path = LEDGER) -> list[str]:
+    """The batch's headline as a user reads it, from its latest reading: per cell the recommended
+    estimate's ρ, NMAE, coverage, half-width over the return range, decided and precision; the same
+    with live episodes folded in, and those episodes alone; and its verdict on the cell's two agents
+    at ε = 0 beside the truth. Means over the counted cells, those reported apart left out."""
+    found = readings(batch, ledger)
+    if not found or not any(f.get("recommended") for f in found[-1]["figures"].values()):
+        return []
+    latest = found[-1]
+    apart = latest.get("apart", [])
+    offline, live = ("rho", "nmae", "coverage", "half_width", "decided", "precision"), ("coverage", "half_width",
+                                                                                         "decided", "precision")
+
+    def row(f: dict) -> list[float | None]:
+        estimators = f["estimators"] or {}
+        return ([(f.get("recommended") or {}).get(k) for k in offline]
+                + [(estimators.get(RECOMMENDED_LIVE) or {}).get(k) for k in live]
+                + [(estimators.get(LIVE_ONLY) or {}).get(k) for k in live])
+
+    def shown(values: list) -> str:
+        return " | ".join("–" if v is None or v != v else f"{v:+.2f}" if i == 0 else f"{v:.2f}"
+                          for i, v in enumerate(values))
+
+    lines = [f"**Test batch `{batch}`: the recommended estimate per cell** (95 % intervals; half-width over the "
+             f"return range; decided: of the pairs the truth splits; +live{LIVE_EPISODES}: {LIVE_EPISODES} of each "
+             "point's ground-truth episodes folded in, the mean of the draws, and beside it the same episodes alone)",
+             "", "| cell | split pairs | ρ | NMAE | coverage | half-width | decided | precision | "
+             f"+live{LIVE_EPISODES} coverage | half-width | decided | precision | live{LIVE_EPISODES} alone coverage | "
+             "half-width | decided | precision | agents at ε = 0 |", "|---" * 17 + "|"]
+    counted = []
+    for cell, f in latest["figures"].items():
+        values, out = row(f), cell in apart or (f["split_pairs"] or 0) < MIN_SPLIT_PAIRS
+        counted += [] if out else [values]
+        lines.append(f"| {cell}{' (apart)' if cell in apart else ' (not counted)' if out else ''} | {f['split_pairs']} | "
+                     f"{shown(values)} | {(f.get('recommended') or {}).get('agents') or '–'} |")
+    means = [np.nanmean([v for v in column if v is not None] or [np.nan]) for column in zip(*counted)] if counted \
+        else [None] * (len(offline) + 2 * len(live))
+    return lines + [f"| **mean** ({len(counted)} cells) | | {shown(means)} | |", ""]
+
+
 def _grades(row: dict | None) -> str:
     if row is None:
         return "–"
@@ -162,7 +205,7 @@ def write_tables(ledger: Path = LEDGER) -> str:
     """bench/results/test_batches.md: every declared batch's table from the ledger."""
     lines = ["# Test batches, as the reading ledger holds them", "", __doc__.split("\n\n")[1].strip(), ""]
     for batch in test_batches():
-        lines += batch_table(batch, ledger)
+        lines += batch_table(batch, ledger) + recommended_table(batch, ledger)
     text = "\n".join(lines) + "\n"
     (RESULTS / "test_batches.md").write_text(text)
     return text

@@ -145,6 +145,31 @@ def test_a_batchs_headline_is_committed_before_its_reading_and_its_cells_apart_l
     assert first.startswith("| test-b3-a (apart) | 6 |") and "(0 cells splitting" in means
 
 
+def test_a_batchs_recommended_table_shows_half_widths_and_live_only_and_keeps_cells_apart_out_of_its_means(tmp_path):
+    from bench.ledger import append, default_digest, recommended_table
+
+    ledger = tmp_path / "ledger.jsonl"
+    entry = reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8)
+    assert recommended_table("third", ledger) == []  # unread
+    entry.update(headline="recommended", apart=["test-b3-a"])
+    entry["figures"]["test-b3-c"] = {"split_pairs": 5, "estimators": {}}
+    for cell, rho, half in (("test-b3-a", -0.9, 0.9), ("test-b3-b", 0.1, 0.7), ("test-b3-c", 0.6, 0.2)):
+        entry["figures"][cell]["recommended"] = {"rho": rho, "nmae": 0.3, "coverage": 1.0, "half_width": half,
+                                                 "decided": 0.4, "precision": 1.0, "agents": "cannot tell (truth: not split)"}
+        entry["figures"][cell]["estimators"].update({
+            "recommended+live8": {"coverage": 0.93, "half_width": half / 4, "decided": 0.7, "precision": 0.95},
+            "live8 alone": {"coverage": 0.95, "half_width": 0.1, "decided": 0.5, "precision": 1.0}})
+    append(entry, ledger)
+    lines = recommended_table("third", ledger)
+    header, a, b, c, means = lines[2], lines[4], lines[5], lines[6], lines[7]
+    assert "half-width" in header and "live8 alone coverage" in header and header.endswith("agents at ε = 0 |")
+    assert a.startswith("| test-b3-a (apart) | 6 | -0.90 | 0.30 | 1.00 | 0.90 |")
+    assert b.startswith("| test-b3-b (not counted) | 1 | +0.10")
+    assert c == ("| test-b3-c | 5 | +0.60 | 0.30 | 1.00 | 0.20 | 0.40 | 1.00 | 0.93 | 0.05 | 0.70 | 0.95 | "
+                 "0.95 | 0.10 | 0.50 | 1.00 | cannot tell (truth: not split) |")
+    assert means.startswith("| **mean** (1 cells) | | +0.60 | 0.30 | 1.00 | 0.20 |")  # test-b3-c alone
+
+
 def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path):
     """After a reading, `heldout --batches` puts the batch's table, recommended rows first, where the
     unread line stood, and keeps every development row and the machine line as they were."""
