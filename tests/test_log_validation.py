@@ -72,3 +72,21 @@ def test_each_behaviour_group_is_held_out_as_pi_e_at_epsilon_0_and_no_ground_tru
     assert set(scored["order"]) == set(scored["scores"]) and scored["chosen_by_order"] in (*scored["scores"], None)
     table = markdown(result)
     assert f"| {path} | 2 | {scored['chosen']} |" in table and "keep the default** — no verdict: 0 counted" in table
+
+
+def test_the_fold_scores_agreement_with_the_cells_rho_is_read_over_the_estimators():
+    """A diagnostic read after the choice: +1 where the fold score orders the estimators as their ρ
+    on the cell's points does, −1 where it orders them backwards, NaN under three estimators."""
+    from adwm_core.ope.statistics.recommend import BenchCell
+    from bench.studies.log_validation import score_agreement
+
+    truth = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}
+    estimates = {"right": dict(truth), "half": {"a": 0.1, "b": 0.3, "c": 0.2, "d": 0.4},
+                 "wrong": {"a": 0.4, "b": 0.3, "c": 0.2, "d": 0.1}}  # ρ +1, +0.8, −1
+    cell = BenchCell("c", "env", 0.0, 1.0, 1.0, 1.0, truth, estimates)
+    agreeing = {"scores": {"right": 0.01, "half": 0.05, "wrong": 0.4}, "order": {"right": 1.0, "half": 0.8, "wrong": 0.0}}
+    assert score_agreement(agreeing, cell) == pytest.approx({"level": 1.0, "order": 1.0})
+    backwards = {"scores": {"right": 0.4, "half": 0.05, "wrong": 0.01}, "order": {"right": 0.0, "half": 0.5, "wrong": 1.0}}
+    assert score_agreement(backwards, cell) == pytest.approx({"level": -1.0, "order": -1.0})
+    two = {"scores": {"right": 0.1, "wrong": 0.2, "absent": 0.0}, "order": {"right": 1.0, "wrong": math.inf}}
+    assert all(math.isnan(v) for v in score_agreement(two, cell).values())

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from adwm_core import pipeline
 from adwm_core.cell import Behaviour, CellConfig, Evaluation
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table, write_table
-from adwm_core.ope.statistics.metrics import normalised_absolute_error
+from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
 from adwm_core.paths import local_cache_dir
 from adwm_core.specs import LogSource, PolicySpec
@@ -171,30 +171,51 @@ def graded(cell: BenchCell, chosen: str | None) -> dict[str, float] | None:
             "coverage": cell.coverage.get(chosen, math.nan)}
 
 
+def score_agreement(scored: Mapping, cell: BenchCell) -> dict[str, float]:
+    """How well each fold score orders the estimators as their ρ on the cell's own points does (the
+    Spearman correlation over the estimators both rank: −level score, order score): a diagnostic
+    of the instrument, read after the choice and from the cell's ground truth, never by it."""
+    found = {}
+    for key, sign in (("scores", -1.0), ("order", 1.0)):
+        paired = [(sign * score, cell.rho(name)) for name, score in scored[key].items()
+                  if math.isfinite(score) and name in cell.estimates and math.isfinite(cell.rho(name))]
+        found["level" if key == "scores" else key] = spearman(*zip(*paired)) if len(paired) >= 3 else math.nan
+    return found
+
+
 def study(cells: Sequence[str], bench: BenchCalibration, save: Callable[[dict], None] | None = None) -> dict:
     """Each cell's fold scores and choice (the bench's mean ρ for ties left the cell out), and the
     choice graded against the headline under bench/ADOPTION.md; ``save`` gets the result so far
     after each cell (a run of hours can be read before it ends)."""
-    found, figures, by_order, result = {}, {}, {}, {}
-    by_name = {c.name: c for c in bench.cells}
+    found, result = {}, {}
     for name in cells:
         scored = fold_scores(cell_config(name))
         rho = bench_mean_rho(bench, scored["scores"], leave_out=name)
         chosen = choose(scored["scores"], rho)
         ordered = choose_by_order(scored["order"], scored["scores"], rho)
         found[name] = {**scored, "chosen": chosen, "chosen_by_order": ordered}
-        if name in by_name:
-            cell = by_name[name]
-            figures[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, chosen))
-            by_order[name] = CellFigures(cell.group, cell.split_pairs, graded(cell, HEADLINE), graded(cell, ordered))
         print(f"{name}: chose {chosen} by the level, {ordered} by the order", flush=True)
-        result = {"machine": machine(), "bench_commit": bench.commit, "cells": found,
-                  "graded": {n: {"default": f.default, "candidate": f.candidate, "by_order": by_order[n].candidate}
-                             for n, f in figures.items()},
-                  "verdict": _verdict(figures), "verdict_by_order": _verdict(by_order)}
+        result = graded_result({"machine": machine(), "bench_commit": bench.commit, "cells": found}, bench)
         if save is not None:
             save(result)
     return result
+
+
+def graded_result(result: dict, bench: BenchCalibration) -> dict:
+    """``result`` (its cells' fold scores and choices) with each choice graded on the bench's
+    figures of the cell against the headline, the fold scores' agreement with the cell's ρ, and the
+    rule's verdict on each choice, all by today's code (so a run's saved choices can be graded again)."""
+    figures, by_order, graded_cells = {}, {}, {}
+    by_name = {c.name: c for c in bench.cells}
+    for name, scored in result["cells"].items():
+        if name in by_name:
+            cell = by_name[name]
+            default = graded(cell, HEADLINE)
+            figures[name] = CellFigures(cell.group, cell.split_pairs, default, graded(cell, scored["chosen"]))
+            by_order[name] = CellFigures(cell.group, cell.split_pairs, default, graded(cell, scored["chosen_by_order"]))
+            graded_cells[name] = {"default": default, "candidate": figures[name].candidate,
+                                  "by_order": by_order[name].candidate, "agreement": score_agreement(scored, cell)}
+    return {**result, "graded": graded_cells, "verdict": _verdict(figures), "verdict_by_order": _verdict(by_order)}
 
 
 def _verdict(figures: Mapping[str, CellFigures]) -> dict:
@@ -207,18 +228,27 @@ def markdown(result: dict) -> str:
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Bench figures at `{result['bench_commit']}`; machine `{json.dumps(result['machine'])}`.", "",
              "| cell | groups | chosen | its fold score | headline's fold score | ρ chosen / headline | "
-             "NMAE chosen / headline | chosen by the order | its order score / headline's | ρ |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "NMAE chosen / headline | chosen by the order | its order score / headline's | ρ | "
+             "scores vs the cell's ρ: level / order |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, cell in result["cells"].items():
         grades = result["graded"].get(name, {})
-        default, candidate, ordered = (grades.get(k) or {} for k in ("default", "candidate", "by_order"))
+        default, candidate, ordered, agreement = (grades.get(k) or {} for k in ("default", "candidate", "by_order",
+                                                                                "agreement"))
         scores, order = cell["scores"], cell.get("order", {})
         lines.append(f"| {name} | {len(cell['folds'])} | {cell['chosen']} | {scores.get(cell['chosen'], math.nan):.3f} | "
                      f"{scores.get(HEADLINE, math.nan):.3f} | {candidate.get('rho', math.nan):+.2f} / "
                      f"{default.get('rho', math.nan):+.2f} | {candidate.get('nmae', math.nan):.2f} / "
                      f"{default.get('nmae', math.nan):.2f} | {cell.get('chosen_by_order')} | "
                      f"{order.get(cell.get('chosen_by_order'), math.nan):.2f} / {order.get(HEADLINE, math.nan):.2f} | "
-                     f"{ordered.get('rho', math.nan):+.2f} |")
+                     f"{ordered.get('rho', math.nan):+.2f} | {agreement.get('level', math.nan):+.2f} / "
+                     f"{agreement.get('order', math.nan):+.2f} |")
+    agreements = [g["agreement"] for g in result["graded"].values() if g.get("agreement")]
+    if agreements:
+        lines += ["", "Scores vs the cell's ρ: the Spearman correlation, over the estimators, of the fold score "
+                  "(−level; order) with each estimator's ρ on the cell's own points, read after the choice. Means: "
+                  f"level {np.nanmean([a['level'] for a in agreements]):+.2f}, order "
+                  f"{np.nanmean([a['order'] for a in agreements]):+.2f} over {len(agreements)} cells."]
     for key, title in (("verdict", "chosen by the level"), ("verdict_by_order", "chosen by the order")):
         verdict = result.get(key)
         if verdict:
@@ -230,7 +260,18 @@ def markdown(result: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="*", help="cells to validate (default: every development cell)")
+    parser.add_argument("--render", action="store_true", help="grade the saved result's choices again by today's "
+                        "code and rewrite its table, computing no fold (a run finished in another clone)")
     args = parser.parse_args(argv)
+    if args.render:
+        saved, bench = json.loads((RESULTS / "log_validation.json").read_text()), BenchCalibration.shipped()
+        if saved["bench_commit"] != bench.commit:
+            raise SystemExit(f"log_validation.json was graded on the bench at {saved['bench_commit']}, the shipped "
+                             f"calibration is at {bench.commit}: run the study again to grade on today's bench")
+        result = graded_result({k: saved[k] for k in ("machine", "bench_commit", "cells")}, bench)
+        _write(result)
+        print(markdown(result))
+        return
     print(markdown(study(args.cells or development_cells(), BenchCalibration.shipped(), save=_write)))
 
 
