@@ -90,3 +90,15 @@ def test_the_fold_scores_agreement_with_the_cells_rho_is_read_over_the_estimator
     assert score_agreement(backwards, cell) == pytest.approx({"level": -1.0, "order": -1.0})
     two = {"scores": {"right": 0.1, "wrong": 0.2, "absent": 0.0}, "order": {"right": 1.0, "wrong": math.inf}}
     assert all(math.isnan(v) for v in score_agreement(two, cell).values())
+
+
+def test_a_resumed_study_keeps_the_saved_cells_and_folds_none_of_them_again():
+    """``--resume``: a cell the saved run holds is taken as scored there (no cell of that name
+    exists here, so folding it would fail), graded again by today's code and saved."""
+    kept = {"no-such-cell": {"scale": 1.0, "folds": {}, "scores": {"WIS": 0.1}, "order": {"WIS": 1.0},
+                             "chosen": "WIS", "chosen_by_order": "WIS", "commit": "abc1234"}}
+    saved = []
+    result = study(["no-such-cell"], BenchCalibration.shipped(), save=saved.append, kept=kept)
+    assert result["cells"] == kept and saved == [result] and result["graded"] == {}
+    with pytest.raises(FileNotFoundError, match="no cell named 'no-such-cell'"):  # not kept: folded, and it fails
+        study(["no-such-cell"], BenchCalibration.shipped())

@@ -19,8 +19,9 @@ Caveat, written before any run: the held-out groups lie on the log's support and
 need not, so the score may favour the estimators that do well there. Cost: per group, the fold's
 log-probs, a world model and every estimator at one ε (about the cell's estimator cost per group).
 
-`python -m bench.studies.log_validation [CELL ...]` (default: the development cells; each cell's
-upstream is built first where it is not) → bench/results/log_validation.{md,json}
+`python -m bench.studies.log_validation [CELL ...] [--resume]` (default: the development cells; each
+cell's upstream is built first where it is not; ``--resume`` keeps the cells the saved result holds)
+→ bench/results/log_validation.{md,json}
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table, write_table
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
 from adwm_core.paths import local_cache_dir
+from adwm_core.provenance import source_version
 from adwm_core.specs import LogSource, PolicySpec
 from adwm_core.stages.report import return_range_and_scale
 from bench.adoption import HEADLINE, CellFigures, decide
@@ -183,18 +185,24 @@ def score_agreement(scored: Mapping, cell: BenchCell) -> dict[str, float]:
     return found
 
 
-def study(cells: Sequence[str], bench: BenchCalibration, save: Callable[[dict], None] | None = None) -> dict:
+def study(cells: Sequence[str], bench: BenchCalibration, save: Callable[[dict], None] | None = None,
+          kept: Mapping[str, dict] | None = None) -> dict:
     """Each cell's fold scores and choice (the bench's mean ρ for ties left the cell out), and the
     choice graded against the headline under bench/ADOPTION.md; ``save`` gets the result so far
-    after each cell (a run of hours can be read before it ends)."""
+    after each cell (a run of hours can be read before it ends). A cell in ``kept`` (a saved run's
+    cells) is taken as it was scored there, with the commit it was folded at, and not folded again."""
     found, result = {}, {}
     for name in cells:
-        scored = fold_scores(cell_config(name))
-        rho = bench_mean_rho(bench, scored["scores"], leave_out=name)
-        chosen = choose(scored["scores"], rho)
-        ordered = choose_by_order(scored["order"], scored["scores"], rho)
-        found[name] = {**scored, "chosen": chosen, "chosen_by_order": ordered}
-        print(f"{name}: chose {chosen} by the level, {ordered} by the order", flush=True)
+        if name in (kept or {}):
+            found[name] = kept[name]
+            print(f"{name}: kept from the saved run (folded at {kept[name].get('commit', 'an earlier commit')})")
+        else:
+            scored = fold_scores(cell_config(name))
+            rho = bench_mean_rho(bench, scored["scores"], leave_out=name)
+            chosen = choose(scored["scores"], rho)
+            ordered = choose_by_order(scored["order"], scored["scores"], rho)
+            found[name] = {**scored, "chosen": chosen, "chosen_by_order": ordered, "commit": source_version()}
+            print(f"{name}: chose {chosen} by the level, {ordered} by the order", flush=True)
         result = graded_result({"machine": machine(), "bench_commit": bench.commit, "cells": found}, bench)
         if save is not None:
             save(result)
@@ -260,19 +268,17 @@ def markdown(result: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="*", help="cells to validate (default: every development cell)")
-    parser.add_argument("--render", action="store_true", help="grade the saved result's choices again by today's "
-                        "code and rewrite its table, computing no fold (a run finished in another clone)")
+    parser.add_argument("--resume", action="store_true", help="keep the cells the saved result holds (graded again "
+                        "by today's code) and fold only the others: a study of hours over several sessions")
     args = parser.parse_args(argv)
-    if args.render:
-        saved, bench = json.loads((RESULTS / "log_validation.json").read_text()), BenchCalibration.shipped()
+    bench, kept = BenchCalibration.shipped(), None
+    if args.resume:
+        saved = json.loads((RESULTS / "log_validation.json").read_text())
         if saved["bench_commit"] != bench.commit:
             raise SystemExit(f"log_validation.json was graded on the bench at {saved['bench_commit']}, the shipped "
-                             f"calibration is at {bench.commit}: run the study again to grade on today's bench")
-        result = graded_result({k: saved[k] for k in ("machine", "bench_commit", "cells")}, bench)
-        _write(result)
-        print(markdown(result))
-        return
-    print(markdown(study(args.cells or development_cells(), BenchCalibration.shipped(), save=_write)))
+                             f"calibration is at {bench.commit}: run the study without --resume")
+        kept = saved["cells"]
+    print(markdown(study(args.cells or development_cells(), bench, save=_write, kept=kept)))
 
 
 def _write(result: dict) -> None:
