@@ -124,7 +124,10 @@ def recommended_live_results(report, cell: str, alone: bool = False) -> dict | N
     ground-truth episodes folded in (``alone``: those episodes with no offline estimate): ρ, NMAE,
     coverage, half-width, decided, precision, mean of the draws."""
     found = _printed_reading(report, cell)
-    return None if found is None else live_grades(found[0], found[1], found[2], alone=alone)
+    if found is None:
+        return None
+    reading, record_cell, returns = found
+    return live_grades(reading, record_cell, returns, alone=alone)
 
 
 def recommended_grades(report, cell: str) -> dict | None:
@@ -134,7 +137,8 @@ def recommended_grades(report, cell: str) -> dict | None:
     found = _printed_reading(report, cell)
     if found is None or not found[0].values:
         return None
-    return {**grades(found[0], found[1]), "agents": agents_verdict(found[0], found[1])}
+    reading, record_cell, _ = found
+    return {**grades(reading, record_cell), "agents": agents_verdict(reading, record_cell)}
 
 
 def _printed_reading(report, cell: str) -> tuple[Recommendation, BenchCell, dict[str, list[float]]] | None:

@@ -7,8 +7,8 @@ today's default), then one line is appended: the date, the commit, the headline 
 cell's stage keys, the default read (a digest of the cells' report keys: they fold in every
 setting and the code of every stage), and the figures — per cell its truth-split pairs, per
 estimator ρ, NMAE, coverage, decided and precision, and the recommended estimate as the product
-printed it, with its half-width and its verdict on the cell's two agents at ε = 0. A batch already read is refused unless
-``--again``: a second reading under another default makes the batch **seen**, and every table
+printed it, with its half-width and its verdict on the cell's two agents at ε = 0. A batch already
+read is refused unless ``--again``: a second reading under another default makes the batch **seen**, and every table
 says so (:func:`standing`). `python -m bench.ledger prepare BATCH`: only the stages no figure
 comes from (policies, behaviour, log-probs, world model, ψ, ground truth) of the admitted cells, so
 that the one reading, later, computes just the estimator stages; it reads and appends nothing, and
@@ -138,8 +138,7 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
     for cell, f in latest["figures"].items():
         grades = [_grades((f["estimators"] or {}).get(e)) for e in estimators]
         lines.append(f"| {cell}{' (apart)' if cell in apart else ''} | {f['split_pairs']} | " + " | ".join(grades) + " |")
-    counted = [f for cell, f in latest["figures"].items()
-               if cell not in apart and (f["split_pairs"] or 0) >= MIN_SPLIT_PAIRS and f["estimators"]]
+    counted = [f for cell, f in latest["figures"].items() if _counted(cell, f, apart) and f["estimators"]]
     means = []
     for e in estimators:
         rows = [f["estimators"][e] for f in counted if e in f["estimators"]]
@@ -183,15 +182,19 @@ def recommended_table(batch: str, ledger: Path = LEDGER) -> list[str]:
              "", "| cell | split pairs | ρ | NMAE | coverage | half-width | decided | precision | "
              f"+live{LIVE_EPISODES} coverage | half-width | decided | precision | live{LIVE_EPISODES} alone coverage | "
              "half-width | decided | precision | agents at ε = 0 |", "|---" * 17 + "|"]
-    counted = []
+    counted = [row(f) for cell, f in latest["figures"].items() if _counted(cell, f, apart)]
     for cell, f in latest["figures"].items():
-        values, out = row(f), cell in apart or (f["split_pairs"] or 0) < MIN_SPLIT_PAIRS
-        counted += [] if out else [values]
-        lines.append(f"| {cell}{' (apart)' if cell in apart else ' (not counted)' if out else ''} | {f['split_pairs']} | "
-                     f"{shown(values)} | {(f.get('recommended') or {}).get('agents') or '–'} |")
+        label = " (apart)" if cell in apart else "" if _counted(cell, f, apart) else " (not counted)"
+        lines.append(f"| {cell}{label} | {f['split_pairs']} | {shown(row(f))} | "
+                     f"{(f.get('recommended') or {}).get('agents') or '–'} |")
     means = [np.nanmean([v for v in column if v is not None] or [np.nan]) for column in zip(*counted)] if counted \
         else [None] * (len(offline) + 2 * len(live))
     return lines + [f"| **mean** ({len(counted)} cells) | | {shown(means)} | |", ""]
+
+
+def _counted(cell: str, figures: dict, apart: list[str]) -> bool:
+    """Whether a read cell enters a batch's means: not reported apart, and its truth splits enough pairs."""
+    return cell not in apart and (figures["split_pairs"] or 0) >= MIN_SPLIT_PAIRS
 
 
 def _grades(row: dict | None) -> str:

@@ -155,7 +155,8 @@ def test_a_batchs_recommended_table_shows_half_widths_and_live_only_and_keeps_ce
     entry["figures"]["test-b3-c"] = {"split_pairs": 5, "estimators": {}}
     for cell, rho, half in (("test-b3-a", -0.9, 0.9), ("test-b3-b", 0.1, 0.7), ("test-b3-c", 0.6, 0.2)):
         entry["figures"][cell]["recommended"] = {"rho": rho, "nmae": 0.3, "coverage": 1.0, "half_width": half,
-                                                 "decided": 0.4, "precision": 1.0, "agents": "cannot tell (truth: not split)"}
+                                                 "decided": 0.4, "precision": 1.0,
+                                                 "agents": "cannot tell (truth: not split)"}
         entry["figures"][cell]["estimators"].update({
             "recommended+live8": {"coverage": 0.93, "half_width": half / 4, "decided": 0.7, "precision": 0.95},
             "live8 alone": {"coverage": 0.95, "half_width": 0.1, "decided": 0.5, "precision": 1.0}})

@@ -84,9 +84,11 @@ def test_the_fold_scores_agreement_with_the_cells_rho_is_read_over_the_estimator
     estimates = {"right": dict(truth), "half": {"a": 0.1, "b": 0.3, "c": 0.2, "d": 0.4},
                  "wrong": {"a": 0.4, "b": 0.3, "c": 0.2, "d": 0.1}}  # ρ +1, +0.8, −1
     cell = BenchCell("c", "env", 0.0, 1.0, 1.0, 1.0, truth, estimates)
-    agreeing = {"scores": {"right": 0.01, "half": 0.05, "wrong": 0.4}, "order": {"right": 1.0, "half": 0.8, "wrong": 0.0}}
+    agreeing = {"scores": {"right": 0.01, "half": 0.05, "wrong": 0.4},
+                "order": {"right": 1.0, "half": 0.8, "wrong": 0.0}}
     assert score_agreement(agreeing, cell) == pytest.approx({"level": 1.0, "order": 1.0})
-    backwards = {"scores": {"right": 0.4, "half": 0.05, "wrong": 0.01}, "order": {"right": 0.0, "half": 0.5, "wrong": 1.0}}
+    backwards = {"scores": {"right": 0.4, "half": 0.05, "wrong": 0.01},
+                 "order": {"right": 0.0, "half": 0.5, "wrong": 1.0}}
     assert score_agreement(backwards, cell) == pytest.approx({"level": -1.0, "order": -1.0})
     two = {"scores": {"right": 0.1, "wrong": 0.2, "absent": 0.0}, "order": {"right": 1.0, "wrong": math.inf}}
     assert all(math.isnan(v) for v in score_agreement(two, cell).values())

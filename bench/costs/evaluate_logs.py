@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from adwm_core.data import ESTIMATES, read_table
-from adwm_core.ope.statistics.metrics import normalised_absolute_error
+from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from adwm_core.policies.local_models import smollm2_dir
 from adwm_core.policies.serving import serve_vllm
 from adwm_core.specs import PolicySpec
@@ -133,7 +132,7 @@ def grade(estimates, agents: list[PolicySpec], episodes: int, folder: Path) -> d
         for name in sorted({r["estimator"] for r in rows}):
             by_epsilon = {r["epsilon"]: r["value"] for r in rows if r["estimator"] == name}
             values = [by_epsilon[e] for e in truth]
-            graded[name] = {"estimates": values, "rho": float(spearmanr(values, list(truth.values())).statistic),
+            graded[name] = {"estimates": values, "rho": spearman(values, list(truth.values())),
                             "nmae": normalised_absolute_error(np.array(values), list(truth.values()))}
         grades[agent.label] = {"ground_truth": truth, "estimators": graded}
     return grades

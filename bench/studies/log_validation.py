@@ -49,6 +49,7 @@ from adwm_core.stages.report import return_range_and_scale
 from bench.adoption import HEADLINE, CellFigures, decide
 from bench.common import RESULTS, cell_config, development_cells, machine
 
+SAVED = RESULTS / "log_validation.json"
 FOLD_EPSILON = 0.0  # the behaviour ran greedy: a held-out group is its π_e at ε = 0
 
 
@@ -177,11 +178,12 @@ def score_agreement(scored: Mapping, cell: BenchCell) -> dict[str, float]:
     """How well each fold score orders the estimators as their ρ on the cell's own points does (the
     Spearman correlation over the estimators both rank: −level score, order score): a diagnostic
     of the instrument, read after the choice and from the cell's ground truth, never by it."""
+    rho = {name: cell.rho(name) for name in cell.estimates}
     found = {}
-    for key, sign in (("scores", -1.0), ("order", 1.0)):
-        paired = [(sign * score, cell.rho(name)) for name, score in scored[key].items()
-                  if math.isfinite(score) and name in cell.estimates and math.isfinite(cell.rho(name))]
-        found["level" if key == "scores" else key] = spearman(*zip(*paired)) if len(paired) >= 3 else math.nan
+    for label, key, sign in (("level", "scores", -1.0), ("order", "order", 1.0)):
+        paired = [(sign * score, rho[name]) for name, score in scored[key].items()
+                  if math.isfinite(score) and math.isfinite(rho.get(name, math.nan))]
+        found[label] = spearman(*zip(*paired)) if len(paired) >= 3 else math.nan
     return found
 
 
@@ -273,7 +275,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     bench, kept = BenchCalibration.shipped(), None
     if args.resume:
-        saved = json.loads((RESULTS / "log_validation.json").read_text())
+        if not SAVED.exists():
+            raise SystemExit(f"--resume: no saved result at {SAVED}; run the study without --resume")
+        saved = json.loads(SAVED.read_text())
         if saved["bench_commit"] != bench.commit:
             raise SystemExit(f"log_validation.json was graded on the bench at {saved['bench_commit']}, the shipped "
                              f"calibration is at {bench.commit}: run the study without --resume")
@@ -282,8 +286,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _write(result: dict) -> None:
-    (RESULTS / "log_validation.json").write_text(json.dumps(result, indent=1, default=float))
-    (RESULTS / "log_validation.md").write_text(markdown(result))
+    """The result so far, each file written whole and then moved (a stopped run leaves the last
+    cell's, which ``--resume`` reads)."""
+    for path, text in ((SAVED, json.dumps(result, indent=1, default=float)),
+                       (SAVED.with_suffix(".md"), markdown(result))):
+        partial = path.with_name(f"{path.name}.partial")
+        partial.write_text(text)
+        os.replace(partial, path)
 
 
 if __name__ == "__main__":
