@@ -128,7 +128,7 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
     title = (f"**Test batch `{batch}` (test: read once, {latest['date']}, `{latest['commit']}`)**" if status == "test"
              else f"**Test batch `{batch}` — SEEN: read {len(found)} times under {defaults} defaults, no longer held "
                   f"out (latest {latest['date']}, `{latest['commit']}`)**")
-    estimators = shown or tuple(dict.fromkeys(e for f in latest["figures"].values() for e in f["estimators"] or {}))
+    estimators = shown or _graded_rows(latest)
     headline, apart = latest.get("headline", HEADLINE), latest.get("apart", [])
     if "apart" in latest and headline in estimators:  # a reading under a declared protocol opens on its headline
         estimators = (headline, *(e for e in estimators if e != headline))
@@ -141,7 +141,7 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
     counted = [f for cell, f in latest["figures"].items() if _counted(cell, f, apart) and f["estimators"]]
     means = []
     for e in estimators:
-        rows = [f["estimators"][e] for f in counted if e in f["estimators"]]
+        rows = [f["estimators"][e] for f in counted if "rho" in f["estimators"].get(e, {})]
         rhos = [row["rho"] for row in rows if np.isfinite(row["rho"])]
         rest = [[row[k] for row in rows if row.get(k) is not None and np.isfinite(row[k])]
                 for k in ("nmae", "coverage", "decided", "precision")]
@@ -150,6 +150,37 @@ def batch_table(batch: str, ledger: Path = LEDGER, shown: tuple[str, ...] | None
                                   for k, shares in enumerate(rest)))
     lines.append(f"| **mean ρ [CI95] / NMAE / coverage / decided / precision** ({len(counted)} cells splitting "
                  f"≥ {MIN_SPLIT_PAIRS} pairs) | | " + " | ".join(means) + " |")
+    return lines + [""]
+
+
+def _graded_rows(reading: dict) -> tuple[str, ...]:
+    """The estimators a reading grades on ρ (the rows that carry only verdicts are left out)."""
+    return tuple(dict.fromkeys(e for f in reading["figures"].values() for e, row in (f["estimators"] or {}).items()
+                               if "rho" in row))
+
+
+def verdict_only_table(batch: str, ledger: Path = LEDGER) -> list[str]:
+    """The latest reading's rows that carry only verdicts (a classical estimator's verdicts under a
+    named bound, ``FQE@bernstein``): per row and cell, decided / precision; the mean over the
+    counted cells."""
+    found = readings(batch, ledger)
+    if not found:
+        return []
+    latest = found[-1]
+    apart, graded = latest.get("apart", []), set(_graded_rows(latest))
+    rows = tuple(dict.fromkeys(e for f in latest["figures"].values() for e in f["estimators"] or {} if e not in graded))
+    if not rows:
+        return []
+    cells = list(latest["figures"])
+    lines = [f"**Test batch `{batch}`: verdicts under a named bound** (decided / precision, of the pairs the truth "
+             "splits; these rows estimate no level)", "",
+             "| verdicts | " + " | ".join(cells) + " | **mean** |", "|---|" + "---|" * (len(cells) + 1)]
+    for name in rows:
+        found_rows = {c: (latest["figures"][c]["estimators"] or {}).get(name) for c in cells}
+        counted = [r for c, r in found_rows.items() if r and _counted(c, latest["figures"][c], apart)]
+        means = {k: [r[k] for r in counted if r.get(k) is not None and r[k] == r[k]] for k in ("decided", "precision")}
+        mean = {k: float(np.mean(v)) if v else None for k, v in means.items()}
+        lines.append(f"| {name} | " + " | ".join(_shares(r) for r in found_rows.values()) + f" | {_shares(mean)} |")
     return lines + [""]
 
 
@@ -197,18 +228,24 @@ def _counted(cell: str, figures: dict, apart: list[str]) -> bool:
     return cell not in apart and (figures["split_pairs"] or 0) >= MIN_SPLIT_PAIRS
 
 
-def _grades(row: dict | None) -> str:
+def _shares(row: dict | None) -> str:
+    """``decided / precision`` of a graded row ("–" where absent or undefined)."""
     if row is None:
         return "–"
-    shares = [("–" if row.get(k) is None or row[k] != row[k] else f"{row[k]:.2f}") for k in ("decided", "precision")]
-    return f"{row['rho']:+.2f} / {row['nmae']:.2g} / {row['coverage']:.2f} / {shares[0]} / {shares[1]}"
+    return " / ".join("–" if row.get(k) is None or row[k] != row[k] else f"{row[k]:.2f}" for k in ("decided", "precision"))
+
+
+def _grades(row: dict | None) -> str:
+    if row is None or "rho" not in row:
+        return "–"
+    return f"{row['rho']:+.2f} / {row['nmae']:.2g} / {row['coverage']:.2f} / {_shares(row)}"
 
 
 def write_tables(ledger: Path = LEDGER) -> str:
     """bench/results/test_batches.md: every declared batch's table from the ledger."""
     lines = ["# Test batches, as the reading ledger holds them", "", __doc__.split("\n\n")[1].strip(), ""]
     for batch in test_batches():
-        lines += batch_table(batch, ledger) + recommended_table(batch, ledger)
+        lines += batch_table(batch, ledger) + recommended_table(batch, ledger) + verdict_only_table(batch, ledger)
     text = "\n".join(lines) + "\n"
     (RESULTS / "test_batches.md").write_text(text)
     return text

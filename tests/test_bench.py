@@ -171,6 +171,25 @@ def test_a_batchs_recommended_table_shows_half_widths_and_live_only_and_keeps_ce
     assert means.startswith("| **mean** (1 cells) | | +0.60 | 0.30 | 1.00 | 0.20 |")  # test-b3-c alone
 
 
+def test_a_batchs_rows_that_carry_only_verdicts_get_a_table_of_their_own(tmp_path):
+    """A reading holds rows with verdicts alone (a classical estimator's under a named bound, no ρ):
+    the estimators' table leaves them out, and a table of their own shows decided / precision per
+    cell and over the counted cells (the third batch's first rendering failed on them)."""
+    from bench.ledger import append, batch_table, default_digest, verdict_only_table
+
+    ledger = tmp_path / "ledger.jsonl"
+    entry = reading(default_digest({"test-b3-a": {"report": "k1"}}), 0.8)
+    entry["figures"]["test-b3-a"]["estimators"]["FQE@t"] = {"decided": 0.5, "precision": 0.8}
+    entry["figures"]["test-b3-b"]["estimators"]["FQE@t"] = {"decided": 0.0, "precision": float("nan")}
+    append(entry, ledger)
+    header = batch_table("third", ledger)[2]
+    assert header == "| cell | truth-split pairs | ADWM:reward_sum |"
+    lines = verdict_only_table("third", ledger)
+    assert lines[2] == "| verdicts | test-b3-a | test-b3-b | **mean** |"
+    assert lines[4] == "| FQE@t | 0.50 / 0.80 | 0.00 / – | 0.50 / 0.80 |"  # test-b3-b splits one pair: not counted
+    assert verdict_only_table("another", ledger) == []
+
+
 def test_heldout_batches_rewrites_only_the_test_tables_from_the_ledger(tmp_path):
     """After a reading, `heldout --batches` puts the batch's table, recommended rows first, where the
     unread line stood, and keeps every development row and the machine line as they were."""
