@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from adwm_core import pipeline
 from adwm_core.cell import Behaviour, CellConfig, Evaluation
 from adwm_core.data import ESTIMATES, TRAJECTORIES, read_table, write_table
+from adwm_core.data.io import atomic_open
 from adwm_core.ope.statistics.metrics import normalised_absolute_error, spearman
 from adwm_core.ope.statistics.recommend import BenchCalibration, BenchCell
 from adwm_core.paths import local_cache_dir
@@ -290,9 +291,8 @@ def _write(result: dict) -> None:
     cell's, which ``--resume`` reads)."""
     for path, text in ((SAVED, json.dumps(result, indent=1, default=float)),
                        (SAVED.with_suffix(".md"), markdown(result))):
-        partial = path.with_name(f"{path.name}.partial")
-        partial.write_text(text)
-        os.replace(partial, path)
+        with atomic_open(str(path), "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":
